@@ -1,0 +1,526 @@
+//! The HTTP middleware: [`IdempotencyLayer`] and the [`Idempotency`] service.
+//!
+//! Wrap any `lambda_http` handler (API Gateway REST and HTTP APIs, Function
+//! URLs, ALB) or a whole router. For each request with a covered method (POST
+//! and PATCH by default) and an `Idempotency-Key` header, the middleware claims
+//! the key with one store write, runs the handler only if the claim succeeded,
+//! stores the response, and replays it for retries:
+//!
+//! | situation | response |
+//! |---|---|
+//! | first request with a key | the handler's response, stored |
+//! | retry, same request, completed | the stored response + `Idempotent-Replayed: true` |
+//! | retry while the first still runs | `409` [problem](crate::problem), `Retry-After` |
+//! | same key, different request | `422` problem |
+//! | key missing (when required) or malformed | `400` problem |
+//! | store unreachable | `503` problem, `Retry-After`; the handler does not run |
+//! | handler error, 5xx, 408 or 429 | record released so a retry runs again (5xx can be stored instead) |
+//! | other methods | passed through untouched |
+//!
+//! ```
+//! use lambda_http::{service_fn, Body, Error, Request, Response};
+//! use lambda_idempotency::{IdempotencyLayer, MemoryStore};
+//! use tower::{Layer, Service, ServiceExt};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let handler = service_fn(|_req: Request| async {
+//!     Ok::<_, Error>(Response::builder().status(201).body(Body::from("created")).unwrap())
+//! });
+//! let mut service = IdempotencyLayer::new(MemoryStore::new()).layer(handler);
+//!
+//! let request = || http::Request::post("/orders").header("Idempotency-Key", "k1")
+//!     .body(Body::from("{}")).unwrap();
+//! let first = service.ready().await?.call(request()).await?;
+//! assert_eq!(first.status(), 201);
+//! let retry = service.ready().await?.call(request()).await?;
+//! assert_eq!(retry.status(), 201);
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! # Ok::<(), Error>(()) }).unwrap();
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
+use lambda_http::{Body, IntoResponse, Request, RequestExt};
+use tower::{Layer, Service};
+
+use crate::context::IdempotencyContext;
+use crate::error::{Error, ErrorKind};
+use crate::fingerprint::{hex, Fingerprinter};
+use crate::key;
+use crate::problem;
+use crate::record::{Record, Status, StoredResponse};
+use crate::scope::{record_id, TenantSource};
+use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};
+
+/// Header added to replayed responses.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// Configuration and factory of the [`Idempotency`] middleware.
+#[derive(Clone, Debug)]
+pub struct IdempotencyLayer {
+    config: Config,
+}
+
+#[derive(Clone, Debug)]
+struct Config {
+    store: Arc<dyn Store>,
+    methods: Vec<Method>,
+    header: HeaderName,
+    require_key: bool,
+    tenant: TenantSource,
+    fingerprinter: Fingerprinter,
+    namespace: String,
+    expires_after: Duration,
+    max_lease: Duration,
+    lease_margin: Duration,
+    store_server_errors: bool,
+    in_progress_retry_after: Duration,
+    unavailable_retry_after: Duration,
+}
+
+impl IdempotencyLayer {
+    /// Defaults: POST and PATCH covered, header `Idempotency-Key`, key optional,
+    /// anonymous tenant, whole-body fingerprint, records kept 24 hours, lease =
+    /// Lambda deadline + 2 s capped at 15 minutes, 5xx responses released.
+    pub fn new(store: impl Store + 'static) -> Self {
+        IdempotencyLayer {
+            config: Config {
+                store: Arc::new(store),
+                methods: vec![Method::POST, Method::PATCH],
+                header: HeaderName::from_static("idempotency-key"),
+                require_key: false,
+                tenant: TenantSource::anonymous(),
+                fingerprinter: Fingerprinter::new(),
+                namespace: String::new(),
+                expires_after: Duration::from_secs(24 * 3600),
+                max_lease: Duration::from_secs(15 * 60),
+                lease_margin: Duration::from_secs(2),
+                store_server_errors: false,
+                in_progress_retry_after: Duration::from_secs(1),
+                unavailable_retry_after: Duration::from_secs(1),
+            },
+        }
+    }
+
+    /// The methods the middleware covers; others pass through.
+    pub fn methods<I: IntoIterator<Item = Method>>(mut self, methods: I) -> Self {
+        self.config.methods = methods.into_iter().collect();
+        self
+    }
+
+    /// The key header (default `Idempotency-Key`).
+    pub fn header_name(mut self, name: HeaderName) -> Self {
+        self.config.header = name;
+        self
+    }
+
+    /// Answer `400` when a covered request has no key (default: pass it through
+    /// unprotected).
+    pub fn require_key(mut self, required: bool) -> Self {
+        self.config.require_key = required;
+        self
+    }
+
+    /// Where the tenant comes from (default: one anonymous scope).
+    pub fn tenant(mut self, source: TenantSource) -> Self {
+        self.config.tenant = source;
+        self
+    }
+
+    /// How requests are fingerprinted (default: method, path, whole body).
+    pub fn fingerprint(mut self, fingerprinter: Fingerprinter) -> Self {
+        self.config.fingerprinter = fingerprinter;
+        self
+    }
+
+    /// A namespace mixed into every record id, for sharing one table between
+    /// services whose paths could collide.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.config.namespace = namespace.into();
+        self
+    }
+
+    /// How long a completed record replays (default 24 hours).
+    pub fn expires_after(mut self, ttl: Duration) -> Self {
+        self.config.expires_after = ttl;
+        self
+    }
+
+    /// Upper bound of a lease (default 15 minutes, Lambda's longest timeout).
+    /// Outside Lambda, where there is no deadline, the lease is this long.
+    pub fn max_lease(mut self, lease: Duration) -> Self {
+        self.config.max_lease = lease;
+        self
+    }
+
+    /// Time added to the Lambda deadline before a lease may be taken over
+    /// (default 2 s), covering clock skew and the runtime's own shutdown.
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.config.lease_margin = margin;
+        self
+    }
+
+    /// Store 5xx responses and replay them, instead of releasing the record so
+    /// the next retry runs the handler again (default: release). Handler errors
+    /// (`Err`) are always released: there is no response to replay.
+    pub fn store_server_errors(mut self, store: bool) -> Self {
+        self.config.store_server_errors = store;
+        self
+    }
+
+    /// Longest `Retry-After` of a `409` (default 1 s); shorter when the lease
+    /// ends sooner.
+    pub fn in_progress_retry_after(mut self, after: Duration) -> Self {
+        self.config.in_progress_retry_after = after;
+        self
+    }
+
+    /// `Retry-After` of a `503` (default 1 s).
+    pub fn unavailable_retry_after(mut self, after: Duration) -> Self {
+        self.config.unavailable_retry_after = after;
+        self
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Idempotency<S> {
+        Idempotency {
+            inner,
+            config: Arc::new(self.config.clone()),
+        }
+    }
+}
+
+/// Wrap a handler function with the default configuration: the simple case.
+///
+/// ```no_run
+/// use lambda_http::{Body, Error, Request, Response};
+/// use lambda_idempotency::{idempotent, DynamoStore};
+///
+/// async fn create_order(_req: Request) -> Result<Response<Body>, Error> {
+///     Ok(Response::builder().status(201).body(Body::from("{}"))?)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Error> {
+///     let config = aws_config::load_from_env().await;
+///     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), "idempotency");
+///     lambda_http::run(idempotent(store, create_order)).await
+/// }
+/// ```
+pub fn idempotent<F>(
+    store: impl Store + 'static,
+    handler: F,
+) -> Idempotency<tower::util::ServiceFn<F>> {
+    IdempotencyLayer::new(store).layer(tower::service_fn(handler))
+}
+
+/// The middleware service; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Idempotency<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S, R> Service<Request> for Idempotency<S>
+where
+    S: Service<Request, Response = R> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: IntoResponse + Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        // The clone is not ready; keep the ready one for this call (tower's rule).
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        Box::pin(handle(config, inner, req))
+    }
+}
+
+async fn handle<S, R>(
+    config: Arc<Config>,
+    mut inner: S,
+    mut req: Request,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request, Response = R>,
+    R: IntoResponse,
+{
+    if !config.methods.contains(req.method()) {
+        return Ok(inner.call(req).await?.into_response().await);
+    }
+    let key = match req.headers().get(&config.header) {
+        None if config.require_key => {
+            return Ok(problem::response(
+                problem::KEY_MISSING,
+                &format!(
+                    "{} {} requires an `{}` header; send a unique value (a UUID) and reuse it \
+                     when you retry the same request",
+                    req.method(),
+                    req.uri().path(),
+                    config.header
+                ),
+            ))
+        }
+        None => return Ok(inner.call(req).await?.into_response().await),
+        Some(value) => match key::parse_bytes(value.as_bytes()) {
+            Ok(key) => key,
+            Err(err) => return Ok(problem::response(problem::KEY_INVALID, &err.to_string())),
+        },
+    };
+
+    let method = req.method().as_str().to_owned();
+    let path = req.uri().path().to_owned();
+    let tenant = config.tenant.resolve(&req);
+    let id = record_id(
+        &config.namespace,
+        tenant.as_deref(),
+        &method,
+        &path,
+        key.as_str(),
+    );
+    let header_values: Vec<Option<&[u8]>> = config
+        .fingerprinter
+        .header_names()
+        .iter()
+        .map(|name| req.headers().get(name).map(HeaderValue::as_bytes))
+        .collect();
+    let fingerprint =
+        config
+            .fingerprinter
+            .fingerprint(&method, &path, &header_values, req.body().as_ref());
+
+    let now = now_ms();
+    let lease_end = lease_end(&config, now, req.lambda_context_ref().map(|c| c.deadline));
+    let owner = match owner_token() {
+        Ok(owner) => owner,
+        Err(err) => return Ok(unavailable(&config, &id, &err)),
+    };
+    let claim = ClaimRequest {
+        record_id: id.clone(),
+        fingerprint: fingerprint.clone(),
+        owner,
+        now_ms: now,
+        lease_expires_at_ms: lease_end,
+        expires_at_s: (now / 1000 + config.expires_after.as_secs()).max(lease_end / 1000 + 1),
+    };
+    let lease = match config.store.claim(&claim).await {
+        Err(err) => return Ok(unavailable(&config, &id, &err)),
+        Ok(ClaimOutcome::Exists(record)) => {
+            return Ok(answer_existing(&config, &record, &fingerprint, now))
+        }
+        Ok(ClaimOutcome::Claimed(lease)) => lease,
+    };
+    tracing::info!(record_id = %id, attempt = lease.attempt, "idempotency key claimed");
+
+    req.extensions_mut()
+        .insert(IdempotencyContext::new(id.as_str(), lease.attempt));
+    let response = match inner.call(req).await {
+        Ok(response) => response.into_response().await,
+        Err(err) => {
+            release(&config, &lease, "the handler returned an error").await;
+            return Err(err);
+        }
+    };
+    let status = response.status();
+    let retryable = status.is_server_error()
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS;
+    if retryable && !(config.store_server_errors && status.is_server_error()) {
+        release(
+            &config,
+            &lease,
+            "the handler answered with a retryable status",
+        )
+        .await;
+        return Ok(response);
+    }
+    let stored = StoredResponse::from_http(&response);
+    let expires_at = now_ms() / 1000 + config.expires_after.as_secs();
+    match config.store.complete(&lease, &stored, expires_at).await {
+        Ok(()) => {
+            tracing::info!(record_id = %id, attempt = lease.attempt, status = status.as_u16(), "idempotent response stored")
+        }
+        // The work is done and this response is its true outcome, so the client
+        // gets it; the newer attempt's outcome is the one that will replay.
+        Err(err) if err.is_fenced() => {
+            tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key")
+        }
+        // Not stored: the record stays in progress until its lease ends, then a
+        // retry (or the sweeper) resolves it.
+        Err(err) => {
+            tracing::error!(record_id = %id, attempt = lease.attempt, error = %err, "could not store the idempotent response")
+        }
+    }
+    Ok(response)
+}
+
+fn answer_existing(
+    config: &Config,
+    record: &Record,
+    fingerprint: &str,
+    now: u64,
+) -> Response<Body> {
+    if record.fingerprint != fingerprint {
+        tracing::info!(record_id = %record.id, "idempotency key reused with a different request");
+        return problem::response(
+            problem::KEY_REUSED,
+            "this Idempotency-Key was first used with a different request (method, path or \
+             body); use a new key for a new request",
+        );
+    }
+    match (&record.status, &record.response) {
+        (Status::Completed, Some(stored)) => {
+            tracing::info!(record_id = %record.id, "idempotent response replayed");
+            let mut response = stored.to_http();
+            response
+                .headers_mut()
+                .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+            response
+        }
+        _ => {
+            let remaining_s = record
+                .lease_expires_at_ms
+                .saturating_sub(now)
+                .div_ceil(1000);
+            let after = remaining_s.min(config.in_progress_retry_after.as_secs());
+            tracing::info!(record_id = %record.id, "idempotency key in progress");
+            problem::response_retry_after(
+                problem::IN_PROGRESS,
+                "a request with this Idempotency-Key is still being processed; retry after the \
+                 number of seconds in Retry-After to get its response",
+                after,
+            )
+        }
+    }
+}
+
+fn unavailable(config: &Config, id: &str, err: &Error) -> Response<Body> {
+    tracing::error!(record_id = %id, error = %err, "idempotency store unavailable; request refused");
+    problem::response_retry_after(
+        problem::STORE_UNAVAILABLE,
+        "the idempotency store could not be reached, so the request was not processed; \
+         retry with the same Idempotency-Key after Retry-After seconds",
+        config.unavailable_retry_after.as_secs(),
+    )
+}
+
+async fn release(config: &Config, lease: &Lease, why: &str) {
+    match config.store.release(lease).await {
+        Ok(()) => {
+            tracing::info!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key released")
+        }
+        Err(err) if err.is_fenced() => {
+            tracing::warn!(record_id = %lease.record_id, attempt = lease.attempt, "release fenced: a newer attempt took over this key")
+        }
+        Err(err) => {
+            tracing::error!(record_id = %lease.record_id, attempt = lease.attempt, error = %err, "could not release the idempotency key; it frees when its lease ends")
+        }
+    }
+}
+
+/// End of the lease: the Lambda deadline plus the margin, capped by
+/// `max_lease`. Without a deadline (outside Lambda) the cap applies.
+fn lease_end(config: &Config, now: u64, deadline_ms: Option<u64>) -> u64 {
+    let cap = now.saturating_add(millis(config.max_lease));
+    match deadline_ms.filter(|d| *d > 0) {
+        Some(deadline) => deadline
+            .max(now)
+            .saturating_add(millis(config.lease_margin))
+            .min(cap),
+        None => cap,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| millis(d))
+        .unwrap_or(0)
+}
+
+fn owner_token() -> Result<String, Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        Error::new(
+            ErrorKind::Randomness,
+            format!("could not draw a random owner token from the operating system: {e}"),
+        )
+    })?;
+    Ok(hex(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+    use tower::ServiceExt;
+
+    fn layer() -> IdempotencyLayer {
+        IdempotencyLayer::new(MemoryStore::new())
+    }
+
+    #[test]
+    fn lease_follows_deadline_plus_margin_within_the_cap() {
+        let config = layer()
+            .max_lease(Duration::from_secs(60))
+            .lease_margin(Duration::from_secs(2))
+            .config;
+        assert_eq!(lease_end(&config, 1_000, Some(11_000)), 13_000);
+        assert_eq!(lease_end(&config, 1_000, Some(900_000)), 61_000);
+        assert_eq!(lease_end(&config, 1_000, None), 61_000);
+        assert_eq!(lease_end(&config, 5_000, Some(1_000)), 7_000);
+    }
+
+    #[test]
+    fn owner_tokens_are_random() {
+        assert_ne!(owner_token().unwrap(), owner_token().unwrap());
+    }
+
+    #[test]
+    fn service_is_clone_and_send_for_run_concurrent() {
+        fn assert_bounds<T: Clone + Send + Sync + 'static>(_: &T) {}
+        let svc = layer().layer(tower::service_fn(|_req: Request| async {
+            Ok::<_, lambda_http::Error>(Response::new(Body::Empty))
+        }));
+        assert_bounds(&svc);
+    }
+
+    #[tokio::test]
+    async fn uncovered_methods_pass_through_without_store_requests() {
+        let store = MemoryStore::new();
+        let mut svc = IdempotencyLayer::new(store.clone())
+            .require_key(true)
+            .layer(tower::service_fn(|_req: Request| async {
+                Ok::<_, lambda_http::Error>(Response::new(Body::from("ok")))
+            }));
+        let req = http::Request::get("/orders/1")
+            .header("idempotency-key", "k")
+            .body(Body::Empty)
+            .unwrap();
+        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get(REPLAYED_HEADER).is_none());
+        assert_eq!(store.requests(), 0);
+    }
+}

@@ -1,0 +1,134 @@
+//! Reading the `Idempotency-Key` header.
+//!
+//! The IETF draft `draft-ietf-httpapi-idempotency-key-header` defines the value
+//! as an RFC 9651 structured-field string (`"8e03978e-40d5"`); Stripe and most
+//! clients send a bare value (`8e03978e-40d5`). Both are accepted: a value that
+//! starts with `"` is parsed as an sf-string (escapes and all), anything else
+//! is taken as is.
+//!
+//! ```
+//! use lambda_idempotency::key;
+//!
+//! assert_eq!(key::parse("\"order-42\"").unwrap().as_str(), "order-42");
+//! assert_eq!(key::parse("8e03978e-40d5-43e8").unwrap().as_str(), "8e03978e-40d5-43e8");
+//! assert!(key::parse("").is_err());
+//! assert!(key::parse(&"k".repeat(256)).is_err());
+//! ```
+
+use crate::error::{Error, ErrorKind};
+
+/// The longest key accepted, in bytes (Stripe's limit).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// A validated idempotency key: 1 to 255 printable ASCII characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// The key as the client sent it (after sf-string unquoting).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Parse and validate a header value as raw bytes (header values need not be UTF-8).
+pub fn parse_bytes(value: &[u8]) -> Result<IdempotencyKey, Error> {
+    match std::str::from_utf8(value) {
+        Ok(s) => parse(s),
+        Err(_) => Err(invalid(
+            "the idempotency key contains bytes outside printable ASCII; \
+             use letters, digits and punctuation only (a UUID works well)",
+        )),
+    }
+}
+
+/// Parse and validate a header value.
+pub fn parse(value: &str) -> Result<IdempotencyKey, Error> {
+    let trimmed = value.trim_matches(|c| c == ' ' || c == '\t');
+    let key = if trimmed.starts_with('"') {
+        let item: sfv::Item = sfv::Parser::new(trimmed).parse_item().map_err(|e| {
+            invalid(format!(
+                "the idempotency key starts with a quote but is not a valid structured-field \
+                 string ({e}); send either \"key\" with a closing quote or the bare key"
+            ))
+        })?;
+        if !item.params.is_empty() {
+            return Err(invalid(
+                "the idempotency key has structured-field parameters (`;name=value`); \
+                 send the key alone",
+            ));
+        }
+        match item.bare_item.as_string() {
+            Some(s) => s.as_str().to_owned(),
+            None => {
+                return Err(invalid(
+                    "the quoted idempotency key is not a structured-field string",
+                ))
+            }
+        }
+    } else {
+        trimmed.to_owned()
+    };
+    validate(key)
+}
+
+fn validate(key: String) -> Result<IdempotencyKey, Error> {
+    if key.is_empty() {
+        return Err(invalid(
+            "the idempotency key is empty; send a unique value such as a UUID",
+        ));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(invalid(format!(
+            "the idempotency key is {} bytes long; the limit is {MAX_KEY_LEN}",
+            key.len()
+        )));
+    }
+    if let Some(bad) = key.bytes().find(|b| !(0x20..=0x7e).contains(b)) {
+        return Err(invalid(format!(
+            "the idempotency key contains byte 0x{bad:02x}, outside printable ASCII; \
+             use letters, digits and punctuation only (a UUID works well)"
+        )));
+    }
+    Ok(IdempotencyKey(key))
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidKey, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sf_string_escapes_are_decoded() {
+        assert_eq!(parse(r#""a\"b\\c""#).unwrap().as_str(), r#"a"b\c"#);
+    }
+
+    #[test]
+    fn bare_and_quoted_forms_name_the_same_key() {
+        assert_eq!(parse("abc-123").unwrap(), parse("\"abc-123\"").unwrap());
+    }
+
+    #[test]
+    fn surrounding_whitespace_is_ignored() {
+        assert_eq!(parse("  abc ").unwrap().as_str(), "abc");
+    }
+
+    #[test]
+    fn rejects_empty_long_and_non_printable() {
+        for bad in ["", "   ", "\"\"", "a\u{7f}b", "caf\u{e9}", "\"unterminated"] {
+            let err = parse(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidKey, "{bad:?}");
+        }
+        assert!(parse(&"x".repeat(MAX_KEY_LEN)).is_ok());
+        assert!(parse(&"x".repeat(MAX_KEY_LEN + 1)).is_err());
+        assert!(parse_bytes(b"\xff\xfe").is_err());
+    }
+
+    #[test]
+    fn rejects_parameters_and_non_string_items() {
+        assert!(parse("\"abc\";a=1").is_err());
+    }
+}

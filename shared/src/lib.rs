@@ -1,0 +1,79 @@
+//! Idempotent AWS Lambda handlers in Rust.
+//!
+//! Lambda, API Gateway, SQS and every HTTP client retry. `lambda-idempotency`
+//! makes those retries safe: each idempotency key is claimed with one DynamoDB
+//! conditional write, the handler runs only for the claim's winner, its outcome
+//! is stored and replayed to every retry, and a fencing token (`attempt`) stops
+//! a stale invocation from overwriting a newer one.
+//!
+//! # Quickstart
+//!
+//! ```no_run
+//! use lambda_http::{service_fn, Body, Error, Request, Response};
+//! use lambda_idempotency::{DynamoStore, IdempotencyContext, IdempotencyLayer, TenantSource};
+//! use tower::Layer;
+//!
+//! async fn create_order(req: Request) -> Result<Response<Body>, Error> {
+//!     // Stable across retries of this key: pass it to your payment provider.
+//!     let charge_key = IdempotencyContext::of(&req).map(|c| c.derived_key("charge"));
+//!     Ok(Response::builder().status(201).body(Body::from(format!("{charge_key:?}")))?)
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Error> {
+//!     let aws = aws_config::load_from_env().await;
+//!     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), "idempotency");
+//!     let layer = IdempotencyLayer::new(store).require_key(true).tenant(TenantSource::jwt_sub());
+//!     lambda_http::run(layer.layer(service_fn(create_order))).await
+//! }
+//! ```
+//!
+//! # What a client sees
+//!
+//! The first request with a key runs the handler; a retry with the same key and
+//! the same request gets the stored status, headers and body back with
+//! `Idempotent-Replayed: true`; a retry while the first is still running gets a
+//! `409` with `Retry-After`; the same key with a different body gets a `422`;
+//! and if DynamoDB cannot be reached the handler does not run and the client
+//! gets a `503` (fail closed). See [`http`] for the full table and
+//! [`problem`] for the problem documents.
+//!
+//! # Where things happen
+//!
+//! | concept | module |
+//! |---|---|
+//! | reading the key header | [`key`] |
+//! | is a retry the same request? | [`fingerprint`] |
+//! | tenants and record ids | [`scope`] |
+//! | the record and its states | [`record`] |
+//! | claim, complete, release | [`store`] ([`DynamoStore`], [`MemoryStore`]) |
+//! | the middleware, replay | [`http`] |
+//! | what the handler sees | [`context`] |
+//! | errors | [`error`] |
+//!
+//! # Testing your handler
+//!
+//! [`MemoryStore`] has the same semantics as [`DynamoStore`] and counts its
+//! requests, so handler unit tests need no DynamoDB.
+
+#![warn(missing_docs)]
+
+pub mod context;
+pub mod error;
+pub mod fingerprint;
+pub mod http;
+pub mod key;
+pub mod problem;
+pub mod record;
+pub mod scope;
+pub mod store;
+
+pub use crate::context::IdempotencyContext;
+pub use crate::error::{Error, ErrorKind};
+pub use crate::fingerprint::Fingerprinter;
+pub use crate::http::{idempotent, Idempotency, IdempotencyLayer, REPLAYED_HEADER};
+pub use crate::record::{Record, Status, StoredBody, StoredResponse};
+pub use crate::scope::TenantSource;
+pub use crate::store::dynamodb::{schema, DynamoStore};
+pub use crate::store::memory::MemoryStore;
+pub use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};

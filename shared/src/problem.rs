@@ -1,0 +1,128 @@
+//! Problem responses (RFC 9457 `application/problem+json`).
+//!
+//! Every response the middleware makes itself is a problem document with a
+//! stable `type` URI, so clients can branch on it:
+//!
+//! | `type` | status | when |
+//! |---|---|---|
+//! | [`KEY_MISSING`] | 400 | the key header is absent on a route that requires it |
+//! | [`KEY_INVALID`] | 400 | the key is empty, longer than 255 bytes, or not printable ASCII |
+//! | [`IN_PROGRESS`] | 409 | the first request with this key is still running (`Retry-After` says when to retry) |
+//! | [`KEY_REUSED`] | 422 | the key was first used with a different request (method, path or body) |
+//! | [`STORE_UNAVAILABLE`] | 503 | the idempotency store could not be reached; the handler did not run |
+//!
+//! ```
+//! use lambda_idempotency::problem;
+//!
+//! let response = problem::response(problem::KEY_MISSING, "send an Idempotency-Key header");
+//! assert_eq!(response.status(), 400);
+//! assert_eq!(response.headers()["content-type"], "application/problem+json");
+//! ```
+
+use http::{header, HeaderValue, Response, StatusCode};
+use lambda_http::Body;
+
+/// Base of the problem type URIs.
+pub const BASE: &str = "https://lambda-idempotency.dev/problems/";
+
+/// A problem type: its URI, title and status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProblemType {
+    /// The stable `type` URI.
+    pub uri: &'static str,
+    /// The short human-readable `title`.
+    pub title: &'static str,
+    /// The HTTP status.
+    pub status: u16,
+}
+
+/// The key header is required here but absent.
+pub const KEY_MISSING: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/key-missing",
+    title: "Idempotency-Key header is missing",
+    status: 400,
+};
+/// The key is malformed.
+pub const KEY_INVALID: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/key-invalid",
+    title: "Idempotency-Key header is invalid",
+    status: 400,
+};
+/// A request with this key is still being processed.
+pub const IN_PROGRESS: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/in-progress",
+    title: "A request with this Idempotency-Key is still being processed",
+    status: 409,
+};
+/// The key was used for a different request.
+pub const KEY_REUSED: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/key-reused",
+    title: "Idempotency-Key was already used for a different request",
+    status: 422,
+};
+/// The store is unreachable; nothing ran.
+pub const STORE_UNAVAILABLE: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/store-unavailable",
+    title: "Idempotency store is unavailable",
+    status: 503,
+};
+
+/// Build a problem response of `kind` with a `detail` sentence.
+pub fn response(kind: ProblemType, detail: &str) -> Response<Body> {
+    let body = serde_json::json!({
+        "type": kind.uri,
+        "title": kind.title,
+        "status": kind.status,
+        "detail": detail,
+    });
+    let mut response = Response::new(Body::Text(body.to_string()));
+    *response.status_mut() =
+        StatusCode::from_u16(kind.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+/// Like [`response`], with a `Retry-After` header in whole seconds (at least 1).
+pub fn response_retry_after(kind: ProblemType, detail: &str, seconds: u64) -> Response<Body> {
+    let mut response = response(kind, detail);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_share_the_base_and_are_distinct() {
+        let all = [
+            KEY_MISSING,
+            KEY_INVALID,
+            IN_PROGRESS,
+            KEY_REUSED,
+            STORE_UNAVAILABLE,
+        ];
+        for (i, a) in all.iter().enumerate() {
+            assert!(a.uri.starts_with(BASE));
+            for b in &all[i + 1..] {
+                assert_ne!(a.uri, b.uri);
+            }
+        }
+    }
+
+    #[test]
+    fn body_is_problem_json_with_retry_after() {
+        let r = response_retry_after(IN_PROGRESS, "wait", 0);
+        assert_eq!(r.status(), 409);
+        assert_eq!(r.headers()["retry-after"], "1");
+        let body: serde_json::Value = serde_json::from_slice(r.body().as_ref()).unwrap();
+        assert_eq!(body["type"], IN_PROGRESS.uri);
+        assert_eq!(body["status"], 409);
+        assert_eq!(body["detail"], "wait");
+    }
+}

@@ -1,0 +1,227 @@
+//! The idempotency record and its state machine.
+//!
+//! One record per scoped key. It is born `InProgress` by a claim, becomes
+//! `Completed` when the handler's outcome is stored, or disappears when the
+//! outcome is released (so a retry runs again). Every claim increments
+//! [`Record::attempt`], the fencing token: a write made on behalf of an older
+//! attempt is rejected.
+//!
+//! ```text
+//!            claim                      complete (fenced)
+//!  absent ─────────────▶ IN_PROGRESS ─────────────────────▶ COMPLETED
+//!    ▲                     │   ▲  lease expired:                │
+//!    └── release (fenced) ─┘   └─ takeover, attempt + 1         │
+//!    ▲                                                          │
+//!    └────────────── expires_at passed (TTL) ───────────────────┘
+//! ```
+//!
+//! ```
+//! use lambda_idempotency::{StoredBody, StoredResponse};
+//!
+//! let stored = StoredResponse::new(201, vec![("content-type".into(), b"application/json".to_vec())],
+//!                                  StoredBody::Text("{\"id\":1}".into()));
+//! let response = stored.to_http();
+//! assert_eq!(response.status(), 201);
+//! assert_eq!(response.headers()["content-type"], "application/json");
+//! ```
+
+use lambda_http::Body;
+
+/// Where a record is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Claimed by an invocation that has not finished (or crashed).
+    InProgress,
+    /// The outcome is stored and replays.
+    Completed,
+}
+
+impl Status {
+    /// The value stored in the `status` attribute.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::InProgress => "IN_PROGRESS",
+            Status::Completed => "COMPLETED",
+        }
+    }
+
+    /// Parse the stored value.
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "IN_PROGRESS" => Some(Status::InProgress),
+            "COMPLETED" => Some(Status::Completed),
+            _ => None,
+        }
+    }
+}
+
+/// A stored record, as a lost claim sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Hash of the scope (tenant, method, path, key): the partition key.
+    pub id: String,
+    /// In progress or completed.
+    pub status: Status,
+    /// Fingerprint of the request that claimed the record.
+    pub fingerprint: String,
+    /// Fencing token: incremented by every claim.
+    pub attempt: u64,
+    /// Random token of the invocation holding (or last holding) the lease.
+    pub owner: String,
+    /// When the current lease ends, epoch milliseconds.
+    pub lease_expires_at_ms: u64,
+    /// When the record expires (the TTL attribute), epoch seconds.
+    pub expires_at_s: u64,
+    /// The stored outcome; present when completed.
+    pub response: Option<StoredResponse>,
+}
+
+/// A response as stored: status, headers and body, byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Header names (lower case) and raw values, in order; repeated names allowed.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The body, keeping the text/binary distinction `lambda_http` makes (it
+    /// decides whether API Gateway receives the body base64-encoded).
+    pub body: StoredBody,
+}
+
+/// A stored body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    /// No body.
+    Empty,
+    /// A UTF-8 body.
+    Text(String),
+    /// Arbitrary bytes.
+    Binary(Vec<u8>),
+}
+
+impl StoredBody {
+    /// The tag stored beside the body bytes.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoredBody::Empty => "empty",
+            StoredBody::Text(_) => "text",
+            StoredBody::Binary(_) => "binary",
+        }
+    }
+
+    /// The body bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            StoredBody::Empty => &[],
+            StoredBody::Text(s) => s.as_bytes(),
+            StoredBody::Binary(b) => b,
+        }
+    }
+
+    /// Rebuild from the tag and bytes; `None` when the tag is unknown or a text
+    /// body is not UTF-8.
+    pub fn from_parts(kind: &str, bytes: Vec<u8>) -> Option<StoredBody> {
+        match kind {
+            "empty" => Some(StoredBody::Empty),
+            "text" => String::from_utf8(bytes).ok().map(StoredBody::Text),
+            "binary" => Some(StoredBody::Binary(bytes)),
+            _ => None,
+        }
+    }
+}
+
+impl StoredResponse {
+    /// Build a stored response.
+    pub fn new(status: u16, headers: Vec<(String, Vec<u8>)>, body: StoredBody) -> Self {
+        StoredResponse {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Capture a handler's response.
+    pub fn from_http(response: &http::Response<Body>) -> Self {
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect();
+        let body = match response.body() {
+            Body::Empty => StoredBody::Empty,
+            Body::Text(s) => StoredBody::Text(s.clone()),
+            Body::Binary(b) => StoredBody::Binary(b.clone()),
+            // `Body` is non-exhaustive; anything new is kept as its bytes.
+            other => StoredBody::Binary(other.as_ref().to_vec()),
+        };
+        StoredResponse {
+            status: response.status().as_u16(),
+            headers,
+            body,
+        }
+    }
+
+    /// Rebuild the HTTP response. Headers that are no longer valid (they were
+    /// valid when stored, so only a foreign writer produces them) are skipped;
+    /// an invalid status becomes 500.
+    pub fn to_http(&self) -> http::Response<Body> {
+        let mut response = http::Response::new(match &self.body {
+            StoredBody::Empty => Body::Empty,
+            StoredBody::Text(s) => Body::Text(s.clone()),
+            StoredBody::Binary(b) => Body::Binary(b.clone()),
+        });
+        *response.status_mut() = http::StatusCode::from_u16(self.status)
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        for (name, value) in &self.headers {
+            if let (Ok(name), Ok(value)) = (
+                http::HeaderName::from_bytes(name.as_bytes()),
+                http::HeaderValue::from_bytes(value),
+            ) {
+                headers.append(name, value);
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_round_trip_keeps_bytes_repeated_headers_and_body_kind() {
+        let original = http::Response::builder()
+            .status(207)
+            .header("set-cookie", "a=1")
+            .header("set-cookie", "b=2")
+            .header(
+                "x-raw",
+                http::HeaderValue::from_bytes(b"\xe9t\xe9").unwrap(),
+            )
+            .body(Body::Binary(vec![0, 159, 146, 150, 255]))
+            .unwrap();
+        let stored = StoredResponse::from_http(&original);
+        let replayed = stored.to_http();
+        assert_eq!(replayed.status(), 207);
+        let cookies: Vec<_> = replayed.headers().get_all("set-cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(replayed.headers()["x-raw"].as_bytes(), b"\xe9t\xe9");
+        assert!(matches!(replayed.body(), Body::Binary(b) if b == &[0, 159, 146, 150, 255]));
+        assert_eq!(StoredResponse::from_http(&replayed), stored);
+    }
+
+    #[test]
+    fn body_parts_round_trip_and_reject_unknown_tags() {
+        for body in [
+            StoredBody::Empty,
+            StoredBody::Text("héllo".into()),
+            StoredBody::Binary(vec![1, 2]),
+        ] {
+            let back = StoredBody::from_parts(body.kind(), body.bytes().to_vec());
+            assert_eq!(back, Some(body));
+        }
+        assert_eq!(StoredBody::from_parts("gzip", vec![]), None);
+        assert_eq!(StoredBody::from_parts("text", vec![0xff]), None);
+    }
+}

@@ -1,0 +1,148 @@
+//! [`MemoryStore`]: the store semantics in process memory.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::error::Error;
+use crate::record::{Record, Status, StoredResponse};
+use crate::store::{claimable, own_claim, ClaimOutcome, ClaimRequest, Lease, Store};
+
+/// An in-memory [`Store`] with the same semantics as the DynamoDB one, for unit
+/// and property tests. Clones share the same records.
+///
+/// ```
+/// use lambda_idempotency::{IdempotencyLayer, MemoryStore};
+///
+/// let store = MemoryStore::new();
+/// let layer = IdempotencyLayer::new(store.clone());
+/// assert_eq!(store.requests(), 0);
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: Mutex<HashMap<String, Record>>,
+    requests: AtomicU64,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many store operations were made (claim, complete, release), the
+    /// in-memory counterpart of DynamoDB requests.
+    pub fn requests(&self) -> u64 {
+        self.inner.requests.load(Ordering::Relaxed)
+    }
+
+    /// A copy of a record, for assertions.
+    pub fn get(&self, record_id: &str) -> Option<Record> {
+        self.records().get(record_id).cloned()
+    }
+
+    /// Number of records held.
+    pub fn len(&self) -> usize {
+        self.records().len()
+    }
+
+    /// True when no record is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn records(&self) -> MutexGuard<'_, HashMap<String, Record>> {
+        // A panic while holding the lock cannot leave a record half-written
+        // (every update is a single insert or remove), so poisoning is ignored.
+        self.inner
+            .records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn count(&self) {
+        self.inner.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn check_lease<'a>(
+        records: &'a mut HashMap<String, Record>,
+        lease: &Lease,
+    ) -> Result<&'a mut Record, Error> {
+        match records.get_mut(&lease.record_id) {
+            Some(r)
+                if r.status == Status::InProgress
+                    && r.attempt == lease.attempt
+                    && r.owner == lease.owner =>
+            {
+                Ok(r)
+            }
+            _ => Err(Error::fenced(&lease.record_id, lease.attempt)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
+        self.count();
+        let mut records = self.records();
+        let previous_attempt = match records.get(&request.record_id) {
+            None => 0,
+            Some(existing) if claimable(existing, request) => existing.attempt,
+            Some(existing) => {
+                return Ok(match own_claim(existing, request) {
+                    Some(lease) => ClaimOutcome::Claimed(lease),
+                    None => ClaimOutcome::Exists(existing.clone()),
+                })
+            }
+        };
+        let attempt = previous_attempt + 1;
+        records.insert(
+            request.record_id.clone(),
+            Record {
+                id: request.record_id.clone(),
+                status: Status::InProgress,
+                fingerprint: request.fingerprint.clone(),
+                attempt,
+                owner: request.owner.clone(),
+                lease_expires_at_ms: request.lease_expires_at_ms,
+                expires_at_s: request.expires_at_s,
+                response: None,
+            },
+        );
+        Ok(ClaimOutcome::Claimed(Lease {
+            record_id: request.record_id.clone(),
+            owner: request.owner.clone(),
+            attempt,
+        }))
+    }
+
+    async fn complete(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+    ) -> Result<(), Error> {
+        self.count();
+        let mut records = self.records();
+        let record = Self::check_lease(&mut records, lease)?;
+        record.status = Status::Completed;
+        record.expires_at_s = expires_at_s;
+        record.response = Some(response.clone());
+        Ok(())
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        self.count();
+        let mut records = self.records();
+        Self::check_lease(&mut records, lease)?;
+        records.remove(&lease.record_id);
+        Ok(())
+    }
+}
