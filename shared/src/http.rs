@@ -455,7 +455,7 @@ fn millis(d: Duration) -> u64 {
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| millis(d))
+        .map(millis)
         .unwrap_or(0)
 }
 

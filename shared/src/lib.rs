@@ -77,3 +77,8 @@ pub use crate::scope::TenantSource;
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};
+
+// The README's quickstart is compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

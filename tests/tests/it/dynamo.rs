@@ -1,0 +1,233 @@
+//! Behaviour only the network can show: an unreachable store, a lost response.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::SharedInterceptor;
+use aws_sdk_dynamodb::types::AttributeValue;
+use integration_tests::{client_with, create_table, LoseResponses, RequestCounter};
+use lambda_http::{Body, Response};
+use lambda_idempotency::{
+    problem, schema, ClaimOutcome, ClaimRequest, DynamoStore, IdempotencyLayer, Store,
+    REPLAYED_HEADER,
+};
+use tower::{Layer, Service, ServiceExt};
+
+use crate::fixture::{counting_handler, json, now_ms, post, Runs};
+
+#[tokio::test]
+async fn unreachable_store_is_503_and_the_handler_never_runs() {
+    // A port nothing listens on: connection refused on every SDK attempt.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let shared = aws_config::from_env()
+        .region(aws_config::Region::new("us-east-1"))
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(2))
+        .load()
+        .await;
+    let config = aws_sdk_dynamodb::config::Builder::from(&shared)
+        .endpoint_url(format!("http://127.0.0.1:{port}"))
+        .build();
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), "idempotency");
+
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(store)
+        .unavailable_retry_after(Duration::from_secs(3))
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let res: Response<Body> = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "3");
+    assert_eq!(json(&res)["type"], problem::STORE_UNAVAILABLE.uri);
+    assert_eq!(runs.count(), 0, "fail closed: no claim, no execution");
+}
+
+#[tokio::test]
+async fn missing_table_is_503_with_a_clear_store_error() {
+    let client = integration_tests::client().await;
+    let store = DynamoStore::new(client, "no-such-table");
+    let now = now_ms();
+    let err = store
+        .claim(&ClaimRequest {
+            record_id: "r".into(),
+            fingerprint: "f".into(),
+            owner: "o".into(),
+            now_ms: now,
+            lease_expires_at_ms: now + 1000,
+            expires_at_s: now / 1000 + 60,
+        })
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable());
+    assert!(err.to_string().contains("no-such-table"), "{err}");
+}
+
+#[tokio::test]
+async fn sdk_retry_after_a_lost_claim_response_is_recognised_as_our_claim() {
+    let lose = LoseResponses::new(1);
+    let counter = RequestCounter::default();
+    let client = client_with(vec![
+        SharedInterceptor::new(lose.clone()),
+        SharedInterceptor::new(counter.clone()),
+    ])
+    .await;
+    let table = create_table(&integration_tests::client().await).await;
+    let before = counter.get();
+    let store = DynamoStore::new(client, table);
+
+    let runs = Runs::default();
+    let mut svc =
+        IdempotencyLayer::new(store).layer(counting_handler(runs.clone(), Duration::ZERO));
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(lose.remaining(), 0, "the claim's first response was lost");
+    assert_eq!(
+        counter.get() - before,
+        3,
+        "claim, SDK retry of the claim, complete"
+    );
+    assert_eq!(
+        res.status(),
+        201,
+        "the retried claim found our own owner token"
+    );
+    assert_eq!(json(&res)["attempt"], 1);
+    assert_eq!(runs.count(), 1);
+    let replay = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+}
+
+#[tokio::test]
+async fn records_hold_hashed_ids_ttl_seconds_and_a_sparse_sweep_index() {
+    let (store, _) = integration_tests::dynamo_store().await;
+    let client = store.client().clone();
+    let table = store.table().to_owned();
+    let runs = Runs::default();
+    let svc = IdempotencyLayer::new(store.clone())
+        .expires_after(Duration::from_secs(600))
+        .layer(counting_handler(runs.clone(), Duration::from_millis(400)));
+    let mut first = svc.clone();
+    let running = tokio::spawn(async move {
+        first
+            .ready()
+            .await
+            .unwrap()
+            .call(post("/orders", Some("secret-key"), "{}"))
+            .await
+            .unwrap()
+    });
+    while runs.count() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let in_progress = scan_one(&client, &table).await;
+    let id = in_progress[schema::ID].as_s().unwrap().clone();
+    assert_eq!(id.len(), 64);
+    assert!(!id.contains("secret-key"));
+    assert_eq!(in_progress[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
+    assert_eq!(in_progress[schema::SWEEP_SHARD].as_s().unwrap(), &id[..1]);
+    assert_eq!(
+        in_progress[schema::SWEEP_AT],
+        in_progress[schema::LEASE_EXPIRES_AT]
+    );
+    let swept = client
+        .query()
+        .table_name(&table)
+        .index_name(schema::SWEEP_INDEX)
+        .key_condition_expression("#s = :s")
+        .expression_attribute_names("#s", schema::SWEEP_SHARD)
+        .expression_attribute_values(":s", AttributeValue::S(id[..1].to_owned()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        swept.count(),
+        1,
+        "in-progress records are in the sweep index"
+    );
+
+    running.await.unwrap();
+    let completed = scan_one(&client, &table).await;
+    assert_eq!(completed[schema::STATUS].as_s().unwrap(), "COMPLETED");
+    assert!(!completed.contains_key(schema::SWEEP_SHARD));
+    assert!(!completed.contains_key(schema::SWEEP_AT));
+    let expires: u64 = completed[schema::EXPIRES_AT]
+        .as_n()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now_s = now_ms() / 1000;
+    assert!(
+        (now_s + 590..=now_s + 610).contains(&expires),
+        "TTL is epoch seconds: {expires}"
+    );
+    assert_eq!(completed[schema::ATTEMPT].as_n().unwrap(), "1");
+}
+
+#[tokio::test]
+async fn a_foreign_item_is_a_store_error_not_a_panic() {
+    let (store, _) = integration_tests::dynamo_store().await;
+    let id = lambda_idempotency::scope::record_id("", None, "POST", "/orders", "k1");
+    store
+        .client()
+        .put_item()
+        .table_name(store.table())
+        .item(schema::ID, AttributeValue::S(id.clone()))
+        .item(schema::STATUS, AttributeValue::S("WEIRD".into()))
+        .item(
+            schema::EXPIRES_AT,
+            AttributeValue::N((now_ms() / 1000 + 600).to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let now = now_ms();
+    let outcome = store
+        .claim(&ClaimRequest {
+            record_id: id,
+            fingerprint: "f".into(),
+            owner: "o".into(),
+            now_ms: now,
+            lease_expires_at_ms: now + 1000,
+            expires_at_s: now / 1000 + 60,
+        })
+        .await;
+    let err = match outcome {
+        Err(err) => err,
+        Ok(ClaimOutcome::Claimed(l)) => panic!("claimed a foreign item: {l:?}"),
+        Ok(ClaimOutcome::Exists(r)) => panic!("decoded a foreign item: {r:?}"),
+    };
+    assert_eq!(err.kind(), lambda_idempotency::ErrorKind::CorruptRecord);
+    assert!(err.to_string().contains("WEIRD"), "{err}");
+}
+
+async fn scan_one(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
+    let out = client
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let items = out.items();
+    assert_eq!(items.len(), 1);
+    items[0].clone()
+}

@@ -1,0 +1,130 @@
+//! Backends and helpers shared by the suites.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lambda_http::{Body, Request, Response};
+use lambda_idempotency::{IdempotencyContext, MemoryStore, Store};
+
+/// A store under test and a way to count the requests it made.
+pub struct Fixture {
+    pub store: Arc<dyn Store>,
+    requests: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl Fixture {
+    /// Store requests made so far (DynamoDB HTTP requests, or in-memory operations).
+    pub fn requests(&self) -> u64 {
+        (self.requests)()
+    }
+}
+
+pub async fn memory() -> Fixture {
+    let store = MemoryStore::new();
+    let counter = store.clone();
+    Fixture {
+        store: Arc::new(store),
+        requests: Box::new(move || counter.requests()),
+    }
+}
+
+pub async fn dynamodb() -> Fixture {
+    let (store, counter) = integration_tests::dynamo_store().await;
+    Fixture {
+        store: Arc::new(store),
+        requests: Box::new(move || counter.get()),
+    }
+}
+
+/// Generate one `#[tokio::test]` per backend for each named async fn taking a `Fixture`.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod memory_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::memory().await).await
+                }
+            )*
+        }
+        mod dynamodb_local {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::dynamodb().await).await
+                }
+            )*
+        }
+    };
+}
+pub(crate) use on_both_stores;
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+/// A POST with an optional key and a JSON body.
+pub fn post(path: &str, key: Option<&str>, body: &str) -> Request {
+    let mut builder = http::Request::post(path).header("content-type", "application/json");
+    if let Some(key) = key {
+        builder = builder.header("idempotency-key", key);
+    }
+    builder
+        .body(Body::from(body.to_owned()))
+        .expect("valid request")
+}
+
+/// What the counting handler saw on each run.
+#[derive(Debug, Clone, Default)]
+pub struct Runs(Arc<AtomicU64>);
+
+impl Runs {
+    pub fn count(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+    pub fn bump(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+/// A handler that counts its runs, optionally sleeps, and answers 201 with
+/// what it learned from its idempotency context.
+pub fn counting_handler(
+    runs: Runs,
+    delay: Duration,
+) -> impl tower::Service<
+    Request,
+    Response = Response<Body>,
+    Error = lambda_http::Error,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |req: Request| {
+        let runs = runs.clone();
+        async move {
+            let run = runs.bump();
+            tokio::time::sleep(delay).await;
+            let ctx = IdempotencyContext::of(&req).cloned();
+            let body = serde_json::json!({
+                "run": run,
+                "attempt": ctx.as_ref().map(|c| c.attempt()),
+                "charge_key": ctx.as_ref().map(|c| c.derived_key("charge")),
+                "echo": String::from_utf8_lossy(req.body().as_ref()),
+            });
+            Ok(Response::builder()
+                .status(201)
+                .header("content-type", "application/json")
+                .header("x-run", run.to_string())
+                .body(Body::from(body.to_string()))?)
+        }
+    })
+}
+
+pub fn json(response: &Response<Body>) -> serde_json::Value {
+    serde_json::from_slice(response.body().as_ref()).expect("JSON body")
+}

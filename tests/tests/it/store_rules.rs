@@ -1,0 +1,197 @@
+//! The store rules of DESIGN section 4, exercised directly on each store.
+
+use std::time::Duration;
+
+use lambda_idempotency::{
+    ClaimOutcome, ClaimRequest, ErrorKind, Lease, Status, StoredBody, StoredResponse,
+};
+
+use crate::fixture::{now_ms, on_both_stores, Fixture};
+
+on_both_stores!(
+    first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress,
+    completed_record_is_returned_with_its_response,
+    release_deletes_so_the_next_claim_gets_a_higher_attempt,
+    takeover_after_lease_expiry_fences_the_stale_owner,
+    takeover_requires_the_same_fingerprint,
+    expired_record_is_reclaimed,
+    repeated_claim_by_the_same_owner_counts_as_claimed,
+    complete_and_release_by_a_stranger_are_fenced,
+);
+
+fn request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
+    let now = now_ms();
+    ClaimRequest {
+        record_id: id.into(),
+        fingerprint: "fp-a".into(),
+        owner: owner.into(),
+        now_ms: now,
+        lease_expires_at_ms: now + lease_ms,
+        expires_at_s: now / 1000 + 3600,
+    }
+}
+
+fn claimed(outcome: ClaimOutcome) -> Lease {
+    match outcome {
+        ClaimOutcome::Claimed(lease) => lease,
+        ClaimOutcome::Exists(record) => panic!("expected a claim, found {record:?}"),
+    }
+}
+
+fn existing(outcome: ClaimOutcome) -> lambda_idempotency::Record {
+    match outcome {
+        ClaimOutcome::Exists(record) => record,
+        ClaimOutcome::Claimed(lease) => panic!("expected an existing record, claimed {lease:?}"),
+    }
+}
+
+fn response() -> StoredResponse {
+    StoredResponse::new(
+        201,
+        vec![("x-a".into(), b"1".to_vec())],
+        StoredBody::Text("done".into()),
+    )
+}
+
+async fn first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress(f: Fixture) {
+    let lease = claimed(f.store.claim(&request("r", "a", 60_000)).await.unwrap());
+    assert_eq!(lease.attempt, 1);
+    let record = existing(f.store.claim(&request("r", "b", 60_000)).await.unwrap());
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(record.owner, "a");
+    assert_eq!(record.attempt, 1);
+    assert_eq!(record.fingerprint, "fp-a");
+    assert!(record.response.is_none());
+}
+
+async fn completed_record_is_returned_with_its_response(f: Fixture) {
+    let lease = claimed(f.store.claim(&request("r", "a", 60_000)).await.unwrap());
+    let expires = now_ms() / 1000 + 7200;
+    f.store
+        .complete(&lease, &response(), expires)
+        .await
+        .unwrap();
+    let record = existing(f.store.claim(&request("r", "b", 60_000)).await.unwrap());
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.response, Some(response()));
+    assert_eq!(record.fingerprint, "fp-a");
+    assert_eq!(record.expires_at_s, expires);
+}
+
+async fn release_deletes_so_the_next_claim_gets_a_higher_attempt(f: Fixture) {
+    let lease = claimed(f.store.claim(&request("r", "a", 60_000)).await.unwrap());
+    f.store.release(&lease).await.unwrap();
+    let next = claimed(f.store.claim(&request("r", "b", 60_000)).await.unwrap());
+    assert_eq!(next.owner, "b");
+    assert_eq!(
+        next.attempt, 1,
+        "a released record is gone; the next claim starts afresh"
+    );
+}
+
+async fn takeover_after_lease_expiry_fences_the_stale_owner(f: Fixture) {
+    let stale = claimed(f.store.claim(&request("r", "a", 50)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let fresh = claimed(f.store.claim(&request("r", "b", 60_000)).await.unwrap());
+    assert_eq!(fresh.attempt, 2);
+
+    let err = f
+        .store
+        .complete(&stale, &response(), now_ms() / 1000 + 60)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+    let err = f.store.release(&stale).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+
+    // The stale writes changed nothing: the record is still b's, in progress.
+    let record = existing(f.store.claim(&request("r", "c", 60_000)).await.unwrap());
+    assert_eq!(
+        (record.owner.as_str(), record.attempt, record.status),
+        ("b", 2, Status::InProgress)
+    );
+    f.store
+        .complete(&fresh, &response(), now_ms() / 1000 + 60)
+        .await
+        .unwrap();
+}
+
+async fn takeover_requires_the_same_fingerprint(f: Fixture) {
+    claimed(f.store.claim(&request("r", "a", 50)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let other = ClaimRequest {
+        fingerprint: "fp-b".into(),
+        ..request("r", "b", 60_000)
+    };
+    let record = existing(f.store.claim(&other).await.unwrap());
+    assert_eq!(record.fingerprint, "fp-a");
+}
+
+async fn expired_record_is_reclaimed(f: Fixture) {
+    let lease = claimed(f.store.claim(&request("r", "a", 60_000)).await.unwrap());
+    // Completed but already past its TTL: DynamoDB's deletion lags, the item is
+    // still readable, and the claim must treat it as absent, even for another body.
+    f.store
+        .complete(&lease, &response(), now_ms() / 1000 - 5)
+        .await
+        .unwrap();
+    let other = ClaimRequest {
+        fingerprint: "fp-b".into(),
+        ..request("r", "b", 60_000)
+    };
+    let next = claimed(f.store.claim(&other).await.unwrap());
+    assert_eq!(next.attempt, 2);
+    let record = existing(f.store.claim(&request("r", "c", 60_000)).await.unwrap());
+    assert_eq!(record.fingerprint, "fp-b");
+    assert_eq!(record.status, Status::InProgress);
+    assert!(record.response.is_none(), "the old response must be gone");
+}
+
+async fn repeated_claim_by_the_same_owner_counts_as_claimed(f: Fixture) {
+    // What the store sees when the SDK retries a claim whose response was lost.
+    let req = request("r", "a", 60_000);
+    let first = claimed(f.store.claim(&req).await.unwrap());
+    let again = claimed(f.store.claim(&req).await.unwrap());
+    assert_eq!(first, again);
+    f.store
+        .complete(&again, &response(), now_ms() / 1000 + 60)
+        .await
+        .unwrap();
+}
+
+async fn complete_and_release_by_a_stranger_are_fenced(f: Fixture) {
+    let lease = claimed(f.store.claim(&request("r", "a", 60_000)).await.unwrap());
+    let wrong_owner = Lease {
+        owner: "z".into(),
+        ..lease.clone()
+    };
+    let wrong_attempt = Lease {
+        attempt: 7,
+        ..lease.clone()
+    };
+    for bad in [&wrong_owner, &wrong_attempt] {
+        assert!(f
+            .store
+            .complete(bad, &response(), now_ms() / 1000 + 60)
+            .await
+            .unwrap_err()
+            .is_fenced());
+        assert!(f.store.release(bad).await.unwrap_err().is_fenced());
+    }
+    let missing = Lease {
+        record_id: "nope".into(),
+        ..lease.clone()
+    };
+    assert!(f.store.release(&missing).await.unwrap_err().is_fenced());
+    f.store
+        .complete(&lease, &response(), now_ms() / 1000 + 60)
+        .await
+        .unwrap();
+    // Completed: a second completion by the same lease is fenced too.
+    assert!(f
+        .store
+        .complete(&lease, &response(), now_ms() / 1000 + 60)
+        .await
+        .unwrap_err()
+        .is_fenced());
+}
