@@ -19,7 +19,7 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType,
 };
 use aws_sdk_dynamodb::Client;
-use lambda_idempotency::{schema, DynamoStore};
+use lambda_idempotency::DynamoStore;
 
 /// Counts HTTP requests sent to DynamoDB (every attempt, retries included).
 #[derive(Debug, Clone, Default)]
@@ -122,57 +122,175 @@ pub async fn client() -> Client {
     client_with(Vec::new()).await
 }
 
-/// A fresh, uniquely named idempotency table (same schema as template.yaml).
-pub async fn create_table(client: &Client) -> String {
+/// Path of the SAM template, the one source of the tables' schema.
+pub fn template_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml")
+}
+
+/// A `AWS::DynamoDB::Table` resource of the template, as far as DynamoDB Local needs it.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TableDefinition {
+    attribute_definitions: Vec<AttrDef>,
+    key_schema: Vec<KeyDef>,
+    #[serde(default)]
+    global_secondary_indexes: Vec<IndexDef>,
+    #[serde(default)]
+    time_to_live_specification: Option<TtlDef>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct AttrDef {
+    attribute_name: String,
+    attribute_type: String,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct KeyDef {
+    attribute_name: String,
+    key_type: String,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct IndexDef {
+    index_name: String,
+    key_schema: Vec<KeyDef>,
+    projection: ProjectionDef,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ProjectionDef {
+    projection_type: String,
+    #[serde(default)]
+    non_key_attributes: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct TtlDef {
+    attribute_name: String,
+    enabled: bool,
+}
+
+/// The table resource `logical_id` of template.yaml.
+pub fn table_definition(logical_id: &str) -> Result<TableDefinition, String> {
+    let path = template_path();
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let template: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))?;
+    let resource = template
+        .get("Resources")
+        .and_then(|r| r.get(logical_id))
+        .ok_or_else(|| format!("template.yaml has no resource {logical_id}"))?;
+    let kind = resource.get("Type").and_then(|t| t.as_str());
+    if kind != Some("AWS::DynamoDB::Table") {
+        return Err(format!(
+            "{logical_id} is a {kind:?}, not an AWS::DynamoDB::Table"
+        ));
+    }
+    let properties = resource
+        .get("Properties")
+        .cloned()
+        .ok_or_else(|| format!("{logical_id} has no Properties"))?;
+    serde_yaml_ng::from_value(properties).map_err(|e| format!("{logical_id}: {e}"))
+}
+
+/// Create table `name` on DynamoDB Local from the template resource `logical_id`
+/// (keys, attribute types, indexes, TTL), so tests run on the deployed schema.
+pub async fn create_table_from_template(
+    client: &Client,
+    logical_id: &str,
+    name: &str,
+) -> Result<(), String> {
+    let def = table_definition(logical_id)?;
+    let key = |k: &KeyDef| {
+        KeySchemaElement::builder()
+            .attribute_name(&k.attribute_name)
+            .key_type(KeyType::from(k.key_type.as_str()))
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    let mut request = client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest);
+    for a in &def.attribute_definitions {
+        request = request.attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(&a.attribute_name)
+                .attribute_type(ScalarAttributeType::from(a.attribute_type.as_str()))
+                .build()
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    for k in &def.key_schema {
+        request = request.key_schema(key(k)?);
+    }
+    for index in &def.global_secondary_indexes {
+        let mut projection = Projection::builder().projection_type(ProjectionType::from(
+            index.projection.projection_type.as_str(),
+        ));
+        for attribute in &index.projection.non_key_attributes {
+            projection = projection.non_key_attributes(attribute);
+        }
+        let mut gsi = GlobalSecondaryIndex::builder()
+            .index_name(&index.index_name)
+            .projection(projection.build());
+        for k in &index.key_schema {
+            gsi = gsi.key_schema(key(k)?);
+        }
+        request = request.global_secondary_indexes(gsi.build().map_err(|e| e.to_string())?);
+    }
+    request.send().await.map_err(|e| {
+        format!(
+            "create table {name}: {}",
+            aws_sdk_dynamodb::error::DisplayErrorContext(e)
+        )
+    })?;
+    if let Some(ttl) = def.time_to_live_specification.filter(|t| t.enabled) {
+        client
+            .update_time_to_live()
+            .table_name(name)
+            .time_to_live_specification(
+                aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+                    .attribute_name(ttl.attribute_name)
+                    .enabled(true)
+                    .build()
+                    .map_err(|e| e.to_string())?,
+            )
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "enable TTL on {name}: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// A unique table name for this test process.
+pub fn unique_name(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = format!(
-        "idempotency-{}-{}",
+    format!(
+        "{prefix}-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::SeqCst)
-    );
-    let attr = |name: &str, ty| {
-        AttributeDefinition::builder()
-            .attribute_name(name)
-            .attribute_type(ty)
-            .build()
-            .expect("attribute definition")
-    };
-    let key = |name: &str, ty| {
-        KeySchemaElement::builder()
-            .attribute_name(name)
-            .key_type(ty)
-            .build()
-            .expect("key schema")
-    };
-    client
-        .create_table()
-        .table_name(&name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(attr(schema::ID, ScalarAttributeType::S))
-        .attribute_definitions(attr(schema::SWEEP_SHARD, ScalarAttributeType::S))
-        .attribute_definitions(attr(schema::SWEEP_AT, ScalarAttributeType::N))
-        .key_schema(key(schema::ID, KeyType::Hash))
-        .global_secondary_indexes(
-            GlobalSecondaryIndex::builder()
-                .index_name(schema::SWEEP_INDEX)
-                .key_schema(key(schema::SWEEP_SHARD, KeyType::Hash))
-                .key_schema(key(schema::SWEEP_AT, KeyType::Range))
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::All)
-                        .build(),
-                )
-                .build()
-                .expect("index"),
-        )
-        .send()
+    )
+}
+
+/// A fresh idempotency table, made from template.yaml's `IdempotencyTable`.
+pub async fn create_table(client: &Client) -> String {
+    let name = unique_name("idempotency");
+    create_table_from_template(client, "IdempotencyTable", &name)
         .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "create table on DynamoDB Local: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(e)
-            )
-        });
+        .unwrap_or_else(|e| panic!("{e}"));
     name
 }
 

@@ -5,4 +5,8 @@
 mod contract;
 mod dynamo;
 mod fixture;
+mod orders;
 mod store_rules;
+
+/// Sample events that are not HTTP requests, checked by their own tests.
+pub const NON_HTTP_EVENTS: &[&str] = &[];

@@ -1,0 +1,490 @@
+//! `orders-api`: an example Lambda HTTP API made safe to retry with
+//! `lambda-idempotency`.
+//!
+//! - `POST /orders` (`Idempotency-Key` required; tenant = JWT `sub`) validates
+//!   `{"customer_id", "amount", "currency"}`, derives the order id and the
+//!   payment-provider key from the idempotency record, charges the simulated
+//!   provider (itself idempotent by that key), upserts the order and answers
+//!   `201`. The order's `executions` counts how often this body really ran.
+//! - `GET /orders/{order_id}` answers the stored order or `404`; not covered.
+//!
+//! Because the order id and charge key are derived from the record, a re-run
+//! after a crash writes the same order and is deduplicated by the provider.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+use http::{header, StatusCode};
+use lambda_http::{Body, Request, Response};
+use lambda_idempotency::{
+    DynamoStore, Idempotency, IdempotencyContext, IdempotencyLayer, TenantSource,
+};
+use serde::Deserialize;
+use tower::Layer;
+
+/// Settings read from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `IDEMPOTENCY_TABLE`.
+    pub idempotency_table: String,
+    /// `ORDERS_TABLE`.
+    pub orders_table: String,
+    /// `SIMULATED_PROVIDER_LATENCY_MS` (default 0).
+    pub provider_latency: Duration,
+    /// `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (default 86400).
+    pub expires_after: Duration,
+    /// `IDEMPOTENCY_MAX_LEASE_SECONDS` (default 900).
+    pub max_lease: Duration,
+}
+
+impl Config {
+    /// Read the settings; the error names the variable and what it must hold.
+    pub fn from_env() -> Result<Config, String> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Read the settings through `lookup` (for tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let required = |name: &str| {
+            lookup(name)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("{name} is not set: give it the DynamoDB table name"))
+        };
+        let number = |name: &str, default: u64| match lookup(name) {
+            None => Ok(default),
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{name}={v:?} is not a whole non-negative number")),
+        };
+        Ok(Config {
+            idempotency_table: required("IDEMPOTENCY_TABLE")?,
+            orders_table: required("ORDERS_TABLE")?,
+            provider_latency: Duration::from_millis(number("SIMULATED_PROVIDER_LATENCY_MS", 0)?),
+            expires_after: Duration::from_secs(number(
+                "IDEMPOTENCY_EXPIRES_AFTER_SECONDS",
+                86_400,
+            )?),
+            max_lease: Duration::from_secs(number("IDEMPOTENCY_MAX_LEASE_SECONDS", 900)?),
+        })
+    }
+}
+
+/// The idempotency settings of this API, for callers that build their own store.
+pub fn idempotency_layer(store: DynamoStore, config: &Config) -> IdempotencyLayer {
+    IdempotencyLayer::new(store)
+        .require_key(true)
+        .tenant(TenantSource::jwt_sub())
+        .expires_after(config.expires_after)
+        .max_lease(config.max_lease)
+}
+
+/// The whole function: the router behind the idempotency middleware.
+pub fn app(client: Client, config: &Config) -> Idempotency<Orders> {
+    let store = DynamoStore::new(client.clone(), config.idempotency_table.clone());
+    idempotency_layer(store, config).layer(Orders::new(client, config))
+}
+
+/// The router and handlers.
+#[derive(Clone, Debug)]
+pub struct Orders {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    client: Client,
+    table: String,
+    provider_latency: Duration,
+}
+
+impl Orders {
+    /// Handlers on the orders table of `config`.
+    pub fn new(client: Client, config: &Config) -> Orders {
+        Orders {
+            inner: Arc::new(Inner {
+                client,
+                table: config.orders_table.clone(),
+                provider_latency: config.provider_latency,
+            }),
+        }
+    }
+}
+
+impl tower::Service<Request> for Orders {
+    type Response = Response<Body>;
+    type Error = lambda_http::Error;
+    type Future = lambda_http::BoxFuture<'static, Result<Response<Body>, lambda_http::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move { Ok(route(&inner, req).await) })
+    }
+}
+
+/// Problem type URIs of this API (the middleware's own are in
+/// `lambda_idempotency::problem`).
+pub mod problems {
+    /// The order body is not valid.
+    pub const INVALID_ORDER: &str = "https://orders-api.example/problems/invalid-order";
+    /// No such order.
+    pub const NOT_FOUND: &str = "https://orders-api.example/problems/not-found";
+    /// The method is not allowed on this path.
+    pub const METHOD_NOT_ALLOWED: &str = "https://orders-api.example/problems/method-not-allowed";
+    /// The orders table or the provider failed; retry with the same key.
+    pub const DEPENDENCY_FAILED: &str = "https://orders-api.example/problems/dependency-failed";
+}
+
+async fn route(inner: &Inner, req: Request) -> Response<Body> {
+    let path = req.uri().path().trim_end_matches('/').to_owned();
+    let method = req.method().clone();
+    if path.ends_with("/orders") || path == "orders" {
+        return match method {
+            http::Method::POST => create_order(inner, &req).await,
+            _ => problem(
+                StatusCode::METHOD_NOT_ALLOWED,
+                problems::METHOD_NOT_ALLOWED,
+                "use POST /orders to create an order",
+            ),
+        };
+    }
+    if let Some((prefix, id)) = path.rsplit_once('/') {
+        if prefix.ends_with("/orders") || prefix == "orders" {
+            return match method {
+                http::Method::GET => get_order(inner, id).await,
+                _ => problem(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    problems::METHOD_NOT_ALLOWED,
+                    "use GET /orders/{order_id}",
+                ),
+            };
+        }
+    }
+    problem(
+        StatusCode::NOT_FOUND,
+        problems::NOT_FOUND,
+        "no such route; try POST /orders or GET /orders/{order_id}",
+    )
+}
+
+/// A new order as clients send it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewOrder {
+    customer_id: String,
+    amount: i64,
+    currency: String,
+}
+
+fn parse_order(body: &[u8]) -> Result<NewOrder, String> {
+    let order: NewOrder = serde_json::from_slice(body).map_err(|e| {
+        format!(
+            "the body must be JSON {{\"customer_id\": string, \"amount\": integer > 0, \
+             \"currency\": three uppercase letters}}: {e}"
+        )
+    })?;
+    if order.customer_id.trim().is_empty() {
+        return Err("customer_id must not be empty".into());
+    }
+    if order.amount <= 0 {
+        return Err(format!(
+            "amount must be an integer > 0 (minor units), got {}",
+            order.amount
+        ));
+    }
+    if order.currency.len() != 3 || !order.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(format!(
+            "currency must be three uppercase letters such as EUR, got {:?}",
+            order.currency
+        ));
+    }
+    Ok(order)
+}
+
+async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
+    let order = match parse_order(req.body().as_ref()) {
+        Ok(order) => order,
+        Err(detail) => return problem(StatusCode::BAD_REQUEST, problems::INVALID_ORDER, &detail),
+    };
+    // The middleware requires a key on this route, so the context is always
+    // there in production; without it (a test calling the router bare) the
+    // order would have no stable id, which is refused rather than invented.
+    let Some(ctx) = IdempotencyContext::of(req) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            lambda_idempotency::problem::KEY_MISSING.uri,
+            "POST /orders needs an Idempotency-Key header",
+        );
+    };
+    let order_id = ctx.derived_key("order");
+    let charge_key = ctx.derived_key("charge");
+    let charge_id = match charge(inner, &charge_key, &order).await {
+        Ok(id) => id,
+        Err(detail) => {
+            return problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                problems::DEPENDENCY_FAILED,
+                &detail,
+            )
+        }
+    };
+    match upsert_order(inner, &order_id, &order, &charge_id).await {
+        Ok(stored) => {
+            let mut response = json_response(StatusCode::CREATED, &stored);
+            if let Ok(location) = http::HeaderValue::from_str(&format!("/orders/{order_id}")) {
+                response.headers_mut().insert(header::LOCATION, location);
+            }
+            response
+        }
+        Err(detail) => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            problems::DEPENDENCY_FAILED,
+            &detail,
+        ),
+    }
+}
+
+/// The simulated payment provider: like a real one, it deduplicates charges by
+/// the idempotency key it is given, durably (a conditional put in the orders
+/// table under `charge#<key>`), and answers after a configurable latency.
+async fn charge(inner: &Inner, key: &str, order: &NewOrder) -> Result<String, String> {
+    tokio::time::sleep(inner.provider_latency).await;
+    let mut random = [0u8; 12];
+    getrandom::fill(&mut random)
+        .map_err(|e| format!("provider could not draw a charge id: {e}"))?;
+    let charge_id = format!(
+        "ch_{}",
+        random
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let result = inner
+        .client
+        .put_item()
+        .table_name(&inner.table)
+        .item("order_id", AttributeValue::S(format!("charge#{key}")))
+        .item("charge_id", AttributeValue::S(charge_id.clone()))
+        .item("amount", AttributeValue::N(order.amount.to_string()))
+        .item("currency", AttributeValue::S(order.currency.clone()))
+        .condition_expression("attribute_not_exists(order_id)")
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
+    match result {
+        Ok(_) => Ok(charge_id),
+        Err(err) => {
+            let existing = err
+                .as_service_error()
+                .and_then(|e| match e {
+                    aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c) => c.item(),
+                    _ => None,
+                })
+                .and_then(|item| item.get("charge_id"))
+                .and_then(|v| v.as_s().ok())
+                .cloned();
+            existing.ok_or_else(|| {
+                format!(
+                    "the payment provider failed: {}; retry with the same Idempotency-Key",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(&err)
+                )
+            })
+        }
+    }
+}
+
+async fn upsert_order(
+    inner: &Inner,
+    order_id: &str,
+    order: &NewOrder,
+    charge_id: &str,
+) -> Result<serde_json::Value, String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let output = inner
+        .client
+        .update_item()
+        .table_name(&inner.table)
+        .key("order_id", AttributeValue::S(order_id.to_owned()))
+        .update_expression(
+            "SET customer_id = :c, amount = :a, currency = :cur, charge_id = :ch, \
+             created_at = if_not_exists(created_at, :now) ADD executions :one",
+        )
+        .expression_attribute_values(":c", AttributeValue::S(order.customer_id.clone()))
+        .expression_attribute_values(":a", AttributeValue::N(order.amount.to_string()))
+        .expression_attribute_values(":cur", AttributeValue::S(order.currency.clone()))
+        .expression_attribute_values(":ch", AttributeValue::S(charge_id.to_owned()))
+        .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .return_values(ReturnValue::AllNew)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "the orders table could not be written: {}; retry with the same Idempotency-Key",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+            )
+        })?;
+    Ok(order_json(output.attributes().cloned().unwrap_or_default()))
+}
+
+async fn get_order(inner: &Inner, order_id: &str) -> Response<Body> {
+    // Order ids are 32 hex characters (derived keys); anything else, including
+    // the provider's `charge#...` items, is not an order.
+    if order_id.len() != 32 || !order_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return problem(
+            StatusCode::NOT_FOUND,
+            problems::NOT_FOUND,
+            "no order has this id",
+        );
+    }
+    let result = inner
+        .client
+        .get_item()
+        .table_name(&inner.table)
+        .key("order_id", AttributeValue::S(order_id.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await;
+    match result {
+        Ok(output) => match output.item() {
+            Some(item) => json_response(StatusCode::OK, &order_json(item.clone())),
+            None => problem(
+                StatusCode::NOT_FOUND,
+                problems::NOT_FOUND,
+                "no order has this id",
+            ),
+        },
+        Err(e) => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            problems::DEPENDENCY_FAILED,
+            &format!(
+                "the orders table could not be read: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+            ),
+        ),
+    }
+}
+
+fn order_json(item: std::collections::HashMap<String, AttributeValue>) -> serde_json::Value {
+    let s = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    let n = |k: &str| {
+        item.get(k)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    serde_json::json!({
+        "order_id": s("order_id"),
+        "customer_id": s("customer_id"),
+        "amount": n("amount"),
+        "currency": s("currency"),
+        "charge_id": s("charge_id"),
+        "executions": n("executions"),
+        "created_at": n("created_at"),
+    })
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(Body::Text(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn problem(status: StatusCode, type_uri: &str, detail: &str) -> Response<Body> {
+    let body = serde_json::json!({
+        "type": type_uri,
+        "title": status.canonical_reason().unwrap_or("error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = json_response(status, &body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_validation_explains_each_rule() {
+        assert!(parse_order(br#"{"customer_id":"c1","amount":5,"currency":"EUR"}"#).is_ok());
+        for (body, needle) in [
+            (&br#"not json"#[..], "must be JSON"),
+            (
+                br#"{"customer_id":"","amount":5,"currency":"EUR"}"#,
+                "customer_id",
+            ),
+            (
+                br#"{"customer_id":"c","amount":0,"currency":"EUR"}"#,
+                "amount",
+            ),
+            (
+                br#"{"customer_id":"c","amount":2.5,"currency":"EUR"}"#,
+                "must be JSON",
+            ),
+            (
+                br#"{"customer_id":"c","amount":5,"currency":"eur"}"#,
+                "currency",
+            ),
+            (
+                br#"{"customer_id":"c","amount":5,"currency":"EURO"}"#,
+                "currency",
+            ),
+            (
+                br#"{"customer_id":"c","amount":5,"currency":"EUR","x":1}"#,
+                "unknown field",
+            ),
+        ] {
+            let err = parse_order(body).unwrap_err();
+            assert!(err.contains(needle), "{err}");
+        }
+    }
+
+    #[test]
+    fn config_requires_tables_and_numbers() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let err = Config::from_lookup(env(&[("ORDERS_TABLE", "o")])).unwrap_err();
+        assert!(err.contains("IDEMPOTENCY_TABLE"));
+        let err = Config::from_lookup(env(&[
+            ("IDEMPOTENCY_TABLE", "i"),
+            ("ORDERS_TABLE", "o"),
+            ("SIMULATED_PROVIDER_LATENCY_MS", "fast"),
+        ]))
+        .unwrap_err();
+        assert!(err.contains("SIMULATED_PROVIDER_LATENCY_MS"));
+        let ok = Config::from_lookup(env(&[
+            ("IDEMPOTENCY_TABLE", "i"),
+            ("ORDERS_TABLE", "o"),
+            ("SIMULATED_PROVIDER_LATENCY_MS", "25"),
+        ]))
+        .unwrap();
+        assert_eq!(ok.provider_latency, Duration::from_millis(25));
+        assert_eq!(ok.expires_after, Duration::from_secs(86_400));
+    }
+}

@@ -1,0 +1,15 @@
+//! Lambda entry point of `orders-api`.
+
+use lambda_http::Error;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_http::tracing::init_default_subscriber();
+    let config =
+        orders_api::Config::from_env().map_err(|e| format!("orders-api cannot start: {e}"))?;
+    let aws = aws_config::load_from_env().await;
+    let client = aws_sdk_dynamodb::Client::new(&aws);
+    // Concurrent when the platform asks for it (AWS_LAMBDA_MAX_CONCURRENCY),
+    // sequential otherwise: the idempotent service is Clone + Send.
+    lambda_http::run_concurrent(orders_api::app(client, &config)).await
+}

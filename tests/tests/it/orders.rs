@@ -1,0 +1,276 @@
+//! The example `orders-api` function on DynamoDB Local, with tables made from
+//! template.yaml, fed the sample events in `events/`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use integration_tests::{client, create_table_from_template, unique_name};
+use lambda_http::{Body, Request, Response};
+use lambda_idempotency::{scope::record_id, IdempotencyContext, REPLAYED_HEADER};
+use orders_api::{Config, Orders};
+use tower::{Service, ServiceExt};
+
+use crate::fixture::json;
+
+struct App {
+    client: aws_sdk_dynamodb::Client,
+    config: Config,
+}
+
+impl App {
+    async fn new(provider_latency_ms: u64) -> App {
+        let client = client().await;
+        let idempotency_table = unique_name("idempotency");
+        let orders_table = unique_name("orders");
+        create_table_from_template(&client, "IdempotencyTable", &idempotency_table)
+            .await
+            .unwrap();
+        create_table_from_template(&client, "OrdersTable", &orders_table)
+            .await
+            .unwrap();
+        let config = Config {
+            idempotency_table,
+            orders_table,
+            provider_latency: Duration::from_millis(provider_latency_ms),
+            expires_after: Duration::from_secs(3600),
+            max_lease: Duration::from_secs(900),
+        };
+        App { client, config }
+    }
+
+    async fn call(&self, req: Request) -> Response<Body> {
+        orders_api::app(self.client.clone(), &self.config)
+            .oneshot(req)
+            .await
+            .expect("response")
+    }
+
+    async fn charges(&self) -> usize {
+        let out = self
+            .client
+            .scan()
+            .table_name(&self.config.orders_table)
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        out.items()
+            .iter()
+            .filter(|i| i["order_id"].as_s().unwrap().starts_with("charge#"))
+            .count()
+    }
+}
+
+fn events_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../events")
+}
+
+fn event(name: &str) -> Request {
+    let path = events_dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    lambda_http::request::from_str(&text)
+        .unwrap_or_else(|e| panic!("{name} is not an HTTP event lambda_http accepts: {e}"))
+}
+
+fn order(key: Option<&str>, body: &str) -> Request {
+    let mut b = http::Request::post("/orders").header("content-type", "application/json");
+    if let Some(key) = key {
+        b = b.header("idempotency-key", key);
+    }
+    b.body(Body::from(body.to_owned())).unwrap()
+}
+
+const BODY: &str = r#"{"customer_id":"cus_1","amount":2500,"currency":"EUR"}"#;
+
+/// Every HTTP sample event, in the order they are played, with the status the
+/// function must answer. A new file in events/ must be added here.
+const HTTP_EVENTS: &[(&str, u16)] = &[
+    ("http-api-post-order.json", 201),
+    ("http-api-post-order-same-key-other-body.json", 422),
+    ("http-api-post-order-no-key.json", 400),
+    ("http-api-post-order-jwt-tenant.json", 201),
+    ("http-api-get-order.json", 200),
+    ("rest-api-post-order.json", 201),
+    ("function-url-post-order.json", 201),
+    ("alb-post-order.json", 201),
+];
+
+#[tokio::test]
+async fn every_sample_event_gets_its_expected_status() {
+    let mut files: Vec<String> = std::fs::read_dir(events_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    files.sort();
+    let known: Vec<&str> = HTTP_EVENTS
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(crate::NON_HTTP_EVENTS.iter().copied())
+        .collect();
+    for file in &files {
+        assert!(
+            known.contains(&file.as_str()),
+            "events/{file} has no expected outcome in a test"
+        );
+    }
+
+    let app = App::new(0).await;
+    let mut first_order = None;
+    for (name, status) in HTTP_EVENTS {
+        let res = app.call(event(name)).await;
+        assert_eq!(
+            res.status().as_u16(),
+            *status,
+            "{name}: {}",
+            String::from_utf8_lossy(res.body().as_ref())
+        );
+        if *name == "http-api-post-order.json" {
+            first_order = Some(json(&res));
+        }
+        if *name == "http-api-post-order-jwt-tenant.json" {
+            let first = first_order.as_ref().unwrap();
+            assert!(
+                res.headers().get(REPLAYED_HEADER).is_none(),
+                "another tenant's key is its own"
+            );
+            assert_ne!(json(&res)["order_id"], first["order_id"]);
+        }
+        if *name == "http-api-get-order.json" {
+            let first = first_order.as_ref().unwrap();
+            assert_eq!(
+                json(&res)["order_id"],
+                first["order_id"],
+                "the GET sample targets the first sample's order"
+            );
+            assert_eq!(json(&res)["executions"], 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn create_replay_and_get_an_order() {
+    let app = App::new(0).await;
+    let created = app.call(order(Some("k1"), BODY)).await;
+    assert_eq!(created.status(), 201);
+    let body = json(&created);
+    assert_eq!(body["customer_id"], "cus_1");
+    assert_eq!(body["amount"], 2500);
+    assert_eq!(body["currency"], "EUR");
+    assert_eq!(body["executions"], 1);
+    assert!(body["charge_id"].as_str().unwrap().starts_with("ch_"));
+    let order_id = body["order_id"].as_str().unwrap().to_owned();
+    let expected_id = IdempotencyContext::new(record_id("", None, "POST", "/orders", "k1"), 1)
+        .derived_key("order");
+    assert_eq!(
+        order_id, expected_id,
+        "the order id is derived from the idempotency record"
+    );
+    assert_eq!(
+        created.headers()["location"],
+        format!("/orders/{order_id}").as_str()
+    );
+
+    let replay = app.call(order(Some("k1"), BODY)).await;
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(replay.body().as_ref(), created.body().as_ref());
+
+    let get = http::Request::get(format!("/orders/{order_id}"))
+        .body(Body::Empty)
+        .unwrap();
+    let fetched = app.call(get).await;
+    assert_eq!(fetched.status(), 200);
+    assert_eq!(json(&fetched)["executions"], 1);
+    assert_eq!(app.charges().await, 1);
+
+    let missing = http::Request::get("/orders/00000000000000000000000000000000")
+        .body(Body::Empty)
+        .unwrap();
+    assert_eq!(app.call(missing).await.status(), 404);
+    let not_an_order = http::Request::get("/orders/charge%23x")
+        .body(Body::Empty)
+        .unwrap();
+    assert_eq!(app.call(not_an_order).await.status(), 404);
+}
+
+#[tokio::test]
+async fn invalid_orders_and_missing_keys_are_400_problems() {
+    let app = App::new(0).await;
+    for (i, body) in [
+        "not json",
+        r#"{"customer_id":"c","amount":-1,"currency":"EUR"}"#,
+        r#"{"customer_id":"c","amount":1,"currency":"euro"}"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let res = app.call(order(Some(&format!("bad-{i}")), body)).await;
+        assert_eq!(res.status(), 400, "{body}");
+        assert_eq!(res.headers()["content-type"], "application/problem+json");
+        assert_eq!(json(&res)["type"], orders_api::problems::INVALID_ORDER);
+    }
+    let res = app.call(order(None, BODY)).await;
+    assert_eq!(res.status(), 400);
+    assert_eq!(
+        json(&res)["type"],
+        lambda_idempotency::problem::KEY_MISSING.uri
+    );
+    assert_eq!(app.charges().await, 0);
+}
+
+#[tokio::test]
+async fn concurrent_duplicate_is_409_while_the_provider_is_slow() {
+    let app = std::sync::Arc::new(App::new(600).await);
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { app.call(order(Some("slow"), BODY)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let duplicate = app.call(order(Some("slow"), BODY)).await;
+    assert_eq!(duplicate.status(), 409);
+    assert!(duplicate.headers().contains_key("retry-after"));
+    let first = first.await.unwrap();
+    assert_eq!(first.status(), 201);
+    assert_eq!(json(&first)["executions"], 1);
+}
+
+#[tokio::test]
+async fn a_rerun_after_a_crash_writes_the_same_order_and_reuses_the_charge() {
+    // The handler as the middleware calls it: attempt 1 "crashes" after
+    // finishing its writes (its response is never stored), attempt 2 takes over.
+    let app = App::new(0).await;
+    let mut orders = Orders::new(app.client.clone(), &app.config);
+    let record = record_id("", None, "POST", "/orders", "crash");
+    let mut responses = Vec::new();
+    for attempt in [1, 2] {
+        let mut req = order(Some("crash"), BODY);
+        req.extensions_mut()
+            .insert(IdempotencyContext::new(record.as_str(), attempt));
+        responses.push(json(
+            &orders.ready().await.unwrap().call(req).await.unwrap(),
+        ));
+    }
+    assert_eq!(responses[0]["order_id"], responses[1]["order_id"]);
+    assert_eq!(
+        responses[0]["charge_id"], responses[1]["charge_id"],
+        "the provider deduplicated the charge"
+    );
+    assert_eq!(
+        responses[1]["executions"], 2,
+        "executions shows the body ran twice"
+    );
+    assert_eq!(app.charges().await, 1);
+    let item = app
+        .client
+        .get_item()
+        .table_name(&app.config.orders_table)
+        .key(
+            "order_id",
+            AttributeValue::S(responses[0]["order_id"].as_str().unwrap().into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(item.item().unwrap()["executions"].as_n().unwrap(), "2");
+}
