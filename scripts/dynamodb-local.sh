@@ -36,7 +36,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 log="$tools/dynamodb-local-$port.log"
 java -Djava.library.path="$jar_dir/DynamoDBLocal_lib" -jar "$jar" -inMemory -port "$port" >"$log" 2>&1 &
 ddb_pid=$!
-trap 'kill $ddb_pid 2>/dev/null; wait $ddb_pid 2>/dev/null || true' EXIT
+trap 'kill $ddb_pid 2>/dev/null || true; wait $ddb_pid 2>/dev/null || true' EXIT
 
 for _ in $(seq 1 100); do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi

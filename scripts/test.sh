@@ -4,8 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# shellcheck source=scripts/python-tools.sh
+source scripts/python-tools.sh
+
 scripts/dynamodb-local.sh cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings
 cargo fmt --all --check
+# The SAM template, offline (cfn-lint rules included).
+AWS_DEFAULT_REGION=us-east-1 sam validate --lint
+# The README demo, end to end through cargo lambda watch; it fails on any
+# answer that breaks the contract.
+scripts/demo.sh
 echo "make test: all green"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make demo`: the example API end to end on this machine. Installs cargo-lambda
+# (PyPI, pinned in scripts/python-tools.txt) into .tools/venv, starts DynamoDB Local, creates the tables from
+# template.yaml, serves orders-api with `cargo lambda watch`, plays the narrated
+# scenario, and stops everything it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+# shellcheck source=scripts/python-tools.sh
+source scripts/python-tools.sh
+
+if [ "${1:-}" != "--inside" ]; then
+  exec scripts/dynamodb-local.sh "$0" --inside
+fi
+
+# From here DynamoDB Local runs (AWS_ENDPOINT_URL_DYNAMODB is set).
+export IDEMPOTENCY_TABLE=demo-idempotency ORDERS_TABLE=demo-orders
+echo "demo: building orders-api and the demo driver" >&2
+cargo build --quiet -p orders-api -p integration-tests --bin orders-api --bin demo
+target/debug/demo create-tables
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+log="$root/.tools/cargo-lambda-watch.log"
+cargo lambda watch --quiet --ignore-changes --invoke-port "$port" --concurrency 2 \
+  --env-var "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE,ORDERS_TABLE=$ORDERS_TABLE,SIMULATED_PROVIDER_LATENCY_MS=1500" \
+  --env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB,AWS_REGION=$AWS_REGION" \
+  --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY,RUST_LOG=warn" \
+  -p orders-api >"$log" 2>&1 &
+watch_pid=$!
+stop_watch() {
+  # cargo lambda watch starts one orders-api process per concurrent instance.
+  pkill -P "$watch_pid" 2>/dev/null || true
+  kill "$watch_pid" 2>/dev/null || true
+  wait "$watch_pid" 2>/dev/null || true
+  pkill -f "$root/target/debug/orders-api" 2>/dev/null || true
+}
+trap stop_watch EXIT
+for _ in $(seq 1 150); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+  kill -0 $watch_pid 2>/dev/null || { echo "demo: cargo lambda watch exited:" >&2; cat "$log" >&2; exit 1; }
+  sleep 0.2
+done
+echo "demo: cargo lambda watch serving orders-api on 127.0.0.1:$port" >&2
+
+if ! target/debug/demo play "http://127.0.0.1:$port"; then
+  echo "--- cargo lambda watch log ---" >&2; tail -n 40 "$log" >&2
+  exit 1
+fi
