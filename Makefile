@@ -7,3 +7,8 @@ test:
 # The example API end to end: DynamoDB Local + cargo lambda watch + a narrated scenario.
 demo:
 	scripts/demo.sh
+
+.PHONY: bench-sweep
+# Sweep 10,000 stuck records on DynamoDB Local (release build); prints items/s.
+bench-sweep:
+	scripts/dynamodb-local.sh cargo bench -p integration-tests --bench sweep

@@ -30,6 +30,8 @@ pub enum ErrorKind {
     /// An item in the store could not be decoded as an idempotency record
     /// (written by something else, or by an incompatible version).
     CorruptRecord,
+    /// A setting is not valid (an unknown sweep policy, say).
+    InvalidConfig,
     /// The process could not produce a random owner token.
     Randomness,
 }

@@ -49,6 +49,8 @@
 //! | claim, complete, release | [`store`] ([`DynamoStore`], [`MemoryStore`]) |
 //! | the middleware, replay | [`http`] |
 //! | what the handler sees | [`context`] |
+//! | stuck in-progress records | [`sweep`] |
+//! | CloudWatch EMF metrics | [`metrics`] |
 //! | errors | [`error`] |
 //!
 //! # Testing your handler
@@ -63,10 +65,12 @@ pub mod error;
 pub mod fingerprint;
 pub mod http;
 pub mod key;
+pub mod metrics;
 pub mod problem;
 pub mod record;
 pub mod scope;
 pub mod store;
+pub mod sweep;
 
 pub use crate::context::IdempotencyContext;
 pub use crate::error::{Error, ErrorKind};
@@ -77,6 +81,7 @@ pub use crate::scope::TenantSource;
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};
+pub use crate::sweep::{Resolution, SweepPolicy, SweepSummary, Sweeper};
 
 // The README's quickstart is compiled with the doc tests.
 #[cfg(doctest)]

@@ -10,6 +10,7 @@
 //! | [`IN_PROGRESS`] | 409 | the first request with this key is still running (`Retry-After` says when to retry) |
 //! | [`KEY_REUSED`] | 422 | the key was first used with a different request (method, path or body) |
 //! | [`STORE_UNAVAILABLE`] | 503 | the idempotency store could not be reached; the handler did not run |
+//! | [`ABANDONED`] | 500 | the first request never finished and the sweeper failed it (`fail` policy); replays from then on |
 //!
 //! ```
 //! use lambda_idempotency::problem;
@@ -65,6 +66,13 @@ pub const STORE_UNAVAILABLE: ProblemType = ProblemType {
     uri: "https://lambda-idempotency.dev/problems/store-unavailable",
     title: "Idempotency store is unavailable",
     status: 503,
+};
+
+/// The first request never finished; the sweeper stored this terminal outcome.
+pub const ABANDONED: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/abandoned",
+    title: "The request with this Idempotency-Key was abandoned",
+    status: 500,
 };
 
 /// Build a problem response of `kind` with a `detail` sentence.

@@ -41,6 +41,9 @@ pub mod schema {
     pub const RESPONSE_BODY: &str = "response_body";
     /// `empty`, `text` or `binary` (S).
     pub const RESPONSE_BODY_KIND: &str = "response_body_kind";
+    /// Recovery point of a record (M), kept across takeovers; a sweep in
+    /// `release` mode leaves such records for their next retry to resume.
+    pub const CHECKPOINT: &str = "checkpoint";
     /// Sweeper index partition key (S), present only while in progress.
     pub const SWEEP_SHARD: &str = "sweep_shard";
     /// Sweeper index sort key (N): lease end in ms, present only while in progress.
@@ -212,15 +215,7 @@ impl Store for DynamoStore {
         response: &StoredResponse,
         expires_at_s: u64,
     ) -> Result<(), Error> {
-        let headers = AttributeValue::L(
-            response
-                .headers
-                .iter()
-                .map(|(name, value)| {
-                    AttributeValue::L(vec![s(name), AttributeValue::B(value.clone().into())])
-                })
-                .collect(),
-        );
+        let headers = headers_value(&response.headers);
         // An update rather than a put keeps the fingerprint (a later request
         // with another body must still get a 422); removing the sweep
         // attributes takes the record out of the sparse index.
@@ -303,11 +298,11 @@ impl Store for DynamoStore {
     }
 }
 
-fn s(value: &str) -> AttributeValue {
+pub(crate) fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_owned())
 }
 
-fn n(value: u64) -> AttributeValue {
+pub(crate) fn n(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
@@ -318,6 +313,18 @@ fn corrupt(record_id: &str, what: &str) -> Error {
             "idempotency record {record_id} cannot be read: {what}; \
              was the item written by something other than lambda-idempotency?"
         ),
+    )
+}
+
+/// Stored headers as a list of `[S name, B value]` pairs.
+pub(crate) fn headers_value(headers: &[(String, Vec<u8>)]) -> AttributeValue {
+    AttributeValue::L(
+        headers
+            .iter()
+            .map(|(name, value)| {
+                AttributeValue::L(vec![s(name), AttributeValue::B(value.clone().into())])
+            })
+            .collect(),
     )
 }
 

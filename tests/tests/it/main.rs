@@ -7,6 +7,7 @@ mod dynamo;
 mod fixture;
 mod orders;
 mod store_rules;
+mod sweeper;
 
 /// Sample events that are not HTTP requests, checked by their own tests.
-pub const NON_HTTP_EVENTS: &[&str] = &[];
+pub const NON_HTTP_EVENTS: &[&str] = &["scheduled-sweep.json"];

@@ -1,0 +1,371 @@
+//! The sweeper on DynamoDB Local. Stuck records are made by real claims with
+//! short leases, through the store and through the middleware.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use lambda_http::{Body, Request, Response};
+use lambda_idempotency::{
+    problem, schema, ClaimOutcome, ClaimRequest, DynamoStore, IdempotencyLayer, Lease, Resolution,
+    Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper, REPLAYED_HEADER,
+};
+use tower::{Layer, ServiceExt};
+
+use crate::fixture::{counting_handler, json, now_ms, post, Runs};
+
+async fn store() -> DynamoStore {
+    integration_tests::dynamo_store().await.0
+}
+
+/// A real claim whose lease ends after `lease_ms`.
+async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> Lease {
+    let now = now_ms();
+    let request = ClaimRequest {
+        record_id: id.into(),
+        fingerprint: "fp".into(),
+        owner: format!("owner-{id}"),
+        now_ms: now,
+        lease_expires_at_ms: now + lease_ms,
+        expires_at_s: now / 1000 + 3600,
+    };
+    match store.claim(&request).await.unwrap() {
+        ClaimOutcome::Claimed(lease) => lease,
+        other => panic!("claim {id}: {other:?}"),
+    }
+}
+
+/// `n` stuck records (lease 1 ms), plus one completed and one live record.
+async fn populate(store: &DynamoStore, n: usize) -> Vec<String> {
+    let ids: Vec<String> = (0..n).map(|i| format!("{:064x}", i * 7919 + 1)).collect();
+    for id in &ids {
+        claim(store, id, 1).await;
+    }
+    let done = claim(store, "completed-record", 1).await;
+    store
+        .complete(
+            &done,
+            &StoredResponse::new(200, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 3600,
+        )
+        .await
+        .unwrap();
+    claim(store, "live-record", 600_000).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ids
+}
+
+async fn item(
+    store: &DynamoStore,
+    id: &str,
+) -> Option<std::collections::HashMap<String, AttributeValue>> {
+    store
+        .client()
+        .get_item()
+        .table_name(store.table())
+        .key(schema::ID, AttributeValue::S(id.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+}
+
+async fn untouched_neighbours(store: &DynamoStore) {
+    let done = item(store, "completed-record")
+        .await
+        .expect("completed record kept");
+    assert_eq!(done[schema::STATUS].as_s().unwrap(), "COMPLETED");
+    let live = item(store, "live-record").await.expect("live record kept");
+    assert_eq!(live[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
+    assert_eq!(live[schema::OWNER].as_s().unwrap(), "owner-live-record");
+}
+
+#[tokio::test]
+async fn release_policy_deletes_stuck_records_only() {
+    let store = store().await;
+    let ids = populate(&store, 37).await;
+    let summary = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .page_size(5)
+        .sweep(None)
+        .await
+        .unwrap();
+    assert_eq!(summary.found, 37);
+    assert_eq!(summary.released, 37);
+    assert_eq!(
+        (summary.failed, summary.fenced, summary.resumable),
+        (0, 0, 0)
+    );
+    assert!(!summary.remaining);
+    assert!(summary.pages >= 16, "one page per shard at least");
+    for id in &ids {
+        assert!(item(&store, id).await.is_none(), "{id} released");
+    }
+    untouched_neighbours(&store).await;
+    // A second sweep finds nothing.
+    let again = Sweeper::new(store)
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await
+        .unwrap();
+    assert_eq!(again.found, 0);
+}
+
+#[tokio::test]
+async fn grace_period_keeps_recently_expired_leases() {
+    let store = store().await;
+    populate(&store, 3).await;
+    let summary = Sweeper::new(store)
+        .grace(Duration::from_secs(60))
+        .sweep(None)
+        .await
+        .unwrap();
+    assert_eq!(summary.found, 0);
+}
+
+fn crash_prone_service(
+    store: &DynamoStore,
+    runs: &Runs,
+) -> impl tower::Service<
+    Request,
+    Response = Response<Body>,
+    Error = lambda_http::Error,
+    Future = impl Send,
+> + Clone {
+    IdempotencyLayer::new(store.clone())
+        .max_lease(Duration::from_millis(50))
+        .layer(counting_handler(runs.clone(), Duration::ZERO))
+}
+
+/// A request whose invocation dies mid-handler (its future is dropped), leaving
+/// the record in progress, as a crash or timeout does.
+async fn crash_midway(store: &DynamoStore, key: &str) {
+    let svc = IdempotencyLayer::new(store.clone())
+        .max_lease(Duration::from_millis(50))
+        .layer(tower::service_fn(|_req: Request| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, lambda_http::Error>(Response::new(Body::Empty))
+        }));
+    let task = tokio::spawn(svc.oneshot(post("/orders", Some(key), "{}")));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    task.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn released_key_runs_again_on_the_next_retry() {
+    let store = store().await;
+    crash_midway(&store, "abandoned").await;
+    let summary = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await
+        .unwrap();
+    assert_eq!(summary.released, 1);
+    let runs = Runs::default();
+    let res = crash_prone_service(&store, &runs)
+        .oneshot(post("/orders", Some("abandoned"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    assert_eq!(json(&res)["attempt"], 1, "released records start afresh");
+    assert_eq!(runs.count(), 1);
+}
+
+#[tokio::test]
+async fn fail_policy_stores_a_problem_that_replays() {
+    let store = store().await;
+    crash_midway(&store, "abandoned").await;
+    let summary = Sweeper::new(store.clone())
+        .policy(SweepPolicy::Fail)
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await
+        .unwrap();
+    assert_eq!((summary.found, summary.failed), (1, 1));
+    let runs = Runs::default();
+    for _ in 0..2 {
+        let res = crash_prone_service(&store, &runs)
+            .oneshot(post("/orders", Some("abandoned"), "{}"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 500);
+        assert_eq!(res.headers()[REPLAYED_HEADER], "true");
+        assert_eq!(json(&res)["type"], problem::ABANDONED.uri);
+    }
+    assert_eq!(
+        runs.count(),
+        0,
+        "the handler never runs again for a failed key"
+    );
+    let record = item(
+        &store,
+        &lambda_idempotency::scope::record_id("", None, "POST", "/orders", "abandoned"),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !record.contains_key(schema::SWEEP_SHARD),
+        "failed records leave the sweep index"
+    );
+}
+
+#[tokio::test]
+async fn record_reclaimed_between_query_and_write_is_fenced() {
+    let store = store().await;
+    let id = format!("{:064x}", 42);
+    claim(&store, &id, 1).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
+    let shard = u32::from_str_radix(&id[..1], 16).unwrap();
+    let (found, _) = sweeper.stuck(shard, None, now_ms()).await.unwrap();
+    assert_eq!(found.len(), 1);
+
+    // A retry takes the record over before the sweeper writes.
+    let now = now_ms();
+    let takeover = ClaimRequest {
+        record_id: id.clone(),
+        fingerprint: "fp".into(),
+        owner: "retry".into(),
+        now_ms: now,
+        lease_expires_at_ms: now + 1,
+        expires_at_s: now / 1000 + 3600,
+    };
+    assert!(
+        matches!(store.claim(&takeover).await.unwrap(), ClaimOutcome::Claimed(l) if l.attempt == 2)
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    for policy in [SweepPolicy::Release, SweepPolicy::Fail] {
+        let resolution = sweeper
+            .clone()
+            .policy(policy)
+            .resolve(&found[0], now_ms())
+            .await
+            .unwrap();
+        assert_eq!(resolution, Resolution::Fenced, "{policy:?}");
+    }
+    let record = item(&store, &id).await.unwrap();
+    assert_eq!(record[schema::OWNER].as_s().unwrap(), "retry");
+    assert_eq!(record[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
+}
+
+#[tokio::test]
+async fn two_sweepers_at_once_resolve_each_record_once() {
+    let store = store().await;
+    let ids = populate(&store, 60).await;
+    let sweeper = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .page_size(3);
+    let (first, second) = (sweeper.clone(), sweeper.clone());
+    let a = tokio::spawn(async move { first.sweep(None).await });
+    let b = tokio::spawn(async move { second.sweep(None).await });
+    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+    assert_eq!(a.released + b.released, 60, "{a:?} {b:?}");
+    assert_eq!(
+        a.fenced + b.fenced,
+        a.found + b.found - 60,
+        "every other sighting was fenced"
+    );
+    for id in &ids {
+        assert!(item(&store, id).await.is_none());
+    }
+    untouched_neighbours(&store).await;
+}
+
+#[tokio::test]
+async fn records_with_a_recovery_point_are_resumable_unless_failing() {
+    let store = store().await;
+    let id = format!("{:064x}", 7);
+    claim(&store, &id, 1).await;
+    // What a committed recovery point leaves on the record.
+    store
+        .client()
+        .update_item()
+        .table_name(store.table())
+        .key(schema::ID, AttributeValue::S(id.clone()))
+        .update_expression("SET #c = :c")
+        .expression_attribute_names("#c", schema::CHECKPOINT)
+        .expression_attribute_values(":c", AttributeValue::M(Default::default()))
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let summary = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (summary.found, summary.resumable, summary.released),
+        (1, 1, 0)
+    );
+    assert!(item(&store, &id).await.is_some());
+    let summary = Sweeper::new(store.clone())
+        .policy(SweepPolicy::Fail)
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await
+        .unwrap();
+    assert_eq!((summary.found, summary.failed), (1, 1));
+}
+
+#[tokio::test]
+async fn sweep_stops_before_the_deadline_and_reports_remaining() {
+    let store = store().await;
+    populate(&store, 5).await;
+    let sweeper = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .stop_before(Duration::from_secs(2));
+    let summary = sweeper.sweep(Some(now_ms() + 1000)).await.unwrap();
+    assert!(summary.remaining);
+    assert_eq!(summary.found, 0);
+    let summary = sweeper.sweep(Some(now_ms() + 60_000)).await.unwrap();
+    assert!(!summary.remaining);
+    assert_eq!(summary.released, 5);
+}
+
+#[tokio::test]
+async fn the_sweeper_function_handles_the_sample_event() {
+    let store = store().await;
+    populate(&store, 4).await;
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../events/scheduled-sweep.json"
+    ))
+    .unwrap();
+    let payload: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 60_000;
+    let config = sweeper::Config {
+        table: store.table().to_owned(),
+        policy: SweepPolicy::Release,
+        grace: Duration::ZERO,
+    };
+    let summary: SweepSummary = sweeper::handle(
+        &config.sweeper(store.client().clone()),
+        lambda_runtime::LambdaEvent::new(payload, context),
+    )
+    .await
+    .unwrap();
+    assert_eq!((summary.found, summary.released), (4, 4));
+    let out = serde_json::to_value(&summary).unwrap();
+    for field in [
+        "found",
+        "released",
+        "failed",
+        "fenced",
+        "resumable",
+        "pages",
+        "remaining",
+    ] {
+        assert!(out.get(field).is_some(), "output has {field}");
+    }
+    let emf: serde_json::Value = serde_json::from_str(&summary.emf("sweeper", 1)).unwrap();
+    assert_eq!(emf["SweepReleased"], 4);
+    let metrics = emf["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+        .as_array()
+        .unwrap();
+    assert!(metrics.iter().any(|m| m["Name"] == "SweepFenced"));
+}
