@@ -30,6 +30,7 @@ on_both_stores!(
     binary_body_and_headers_replay_byte_for_byte,
     derived_key_is_stable_across_attempts,
     layer_composes_with_other_tower_layers,
+    layer_wraps_an_axum_router,
 );
 
 fn service(
@@ -566,4 +567,43 @@ async fn layer_composes_with_other_tower_layers(f: Fixture) {
     assert_eq!(replay.headers()["x-outer"], "1");
     assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
     assert_eq!(runs.count(), 1);
+}
+
+async fn layer_wraps_an_axum_router(f: Fixture) {
+    let runs = Runs::default();
+    let router = {
+        let runs = runs.clone();
+        axum::Router::new()
+            .route(
+                "/orders",
+                axum::routing::post(move |body: String| {
+                    let run = runs.bump();
+                    async move { (http::StatusCode::CREATED, format!("run {run}: {body}")) }
+                }),
+            )
+            .route("/orders/{id}", axum::routing::get(|| async { "an order" }))
+    };
+    let mut svc = IdempotencyLayer::new(f.store.clone()).layer(router);
+    let first = call_axum(&mut svc, post("/orders", Some("k1"), r#"{"a":1}"#)).await;
+    let replay = call_axum(&mut svc, post("/orders", Some("k1"), r#"{"a":1}"#)).await;
+    assert_eq!(first.status(), 201);
+    assert_eq!(first.body().as_ref(), br#"run 1: {"a":1}"#);
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(replay.body().as_ref(), first.body().as_ref());
+    let get = http::Request::get("/orders/7").body(Body::Empty).unwrap();
+    assert_eq!(call_axum(&mut svc, get).await.body().as_ref(), b"an order");
+    assert_eq!(runs.count(), 1);
+}
+
+async fn call_axum(
+    svc: &mut lambda_idempotency::Idempotency<axum::Router>,
+    req: Request,
+) -> Response<Body> {
+    match svc.ready().await {
+        Ok(ready) => match ready.call(req).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        Err(never) => match never {},
+    }
 }
