@@ -438,12 +438,18 @@ async fn release(config: &Config, lease: &Lease, why: &str) {
 /// End of the lease: the Lambda deadline plus the margin, capped by
 /// `max_lease`. Without a deadline (outside Lambda) the cap applies.
 fn lease_end(config: &Config, now: u64, deadline_ms: Option<u64>) -> u64 {
-    let cap = now.saturating_add(millis(config.max_lease));
+    lease_end_for(now, deadline_ms, config.max_lease, config.lease_margin)
+}
+
+pub(crate) fn lease_end_for(
+    now: u64,
+    deadline_ms: Option<u64>,
+    max_lease: Duration,
+    margin: Duration,
+) -> u64 {
+    let cap = now.saturating_add(millis(max_lease));
     match deadline_ms.filter(|d| *d > 0) {
-        Some(deadline) => deadline
-            .max(now)
-            .saturating_add(millis(config.lease_margin))
-            .min(cap),
+        Some(deadline) => deadline.max(now).saturating_add(millis(margin)).min(cap),
         None => cap,
     }
 }
@@ -459,7 +465,7 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn owner_token() -> Result<String, Error> {
+pub(crate) fn owner_token() -> Result<String, Error> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| {
         Error::new(

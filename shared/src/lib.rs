@@ -49,6 +49,8 @@
 //! | claim, complete, release | [`store`] ([`DynamoStore`], [`MemoryStore`]) |
 //! | the middleware, replay | [`http`] |
 //! | what the handler sees | [`context`] |
+//! | async functions, typed events | [`function`] |
+//! | SQS batches | [`sqs`] |
 //! | stuck in-progress records | [`sweep`] |
 //! | CloudWatch EMF metrics | [`metrics`] |
 //! | errors | [`error`] |
@@ -63,21 +65,25 @@
 pub mod context;
 pub mod error;
 pub mod fingerprint;
+pub mod function;
 pub mod http;
 pub mod key;
 pub mod metrics;
 pub mod problem;
 pub mod record;
 pub mod scope;
+pub mod sqs;
 pub mod store;
 pub mod sweep;
 
 pub use crate::context::IdempotencyContext;
 pub use crate::error::{Error, ErrorKind};
 pub use crate::fingerprint::Fingerprinter;
+pub use crate::function::{EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction};
 pub use crate::http::{idempotent, Idempotency, IdempotencyLayer, REPLAYED_HEADER};
 pub use crate::record::{Record, Status, StoredBody, StoredResponse};
 pub use crate::scope::TenantSource;
+pub use crate::sqs::SqsBatch;
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};

@@ -4,10 +4,15 @@
 
 mod contract;
 mod dynamo;
+mod events;
 mod fixture;
 mod orders;
 mod store_rules;
 mod sweeper;
 
 /// Sample events that are not HTTP requests, checked by their own tests.
-pub const NON_HTTP_EVENTS: &[&str] = &["scheduled-sweep.json"];
+pub const NON_HTTP_EVENTS: &[&str] = &[
+    "scheduled-sweep.json",
+    "sqs-order-events-batch.json",
+    "async-invoke-order-event.json",
+];

@@ -1,0 +1,191 @@
+//! `order-events`: an example event consumer made safe for at-least-once
+//! delivery with `lambda-idempotency`.
+//!
+//! It takes `OrderPlaced` events either as SQS batches (partial batch
+//! responses) or as direct asynchronous invocations, and "sends" one order
+//! confirmation per event: it upserts a `notification#<id>` item in
+//! `ORDERS_TABLE` whose `sent` attribute counts real sends. The key is the
+//! producer's `event_id`, so a redelivered message, a duplicate message and the
+//! same event sent by direct invoke all send once; a duplicate whose `order_id`
+//! differs is a payload mismatch.
+//!
+//! Environment: `IDEMPOTENCY_TABLE`, `ORDERS_TABLE`.
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use lambda_idempotency::{
+    DynamoStore, EventError, IdempotencyContext, IdempotentFunction, SqsBatch,
+};
+use serde::{Deserialize, Serialize};
+
+/// An order event as producers publish it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OrderEvent {
+    /// Producer-assigned unique id: the idempotency key.
+    pub event_id: String,
+    /// `OrderPlaced`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The order.
+    pub order_id: String,
+    /// Who to confirm to.
+    pub customer_id: String,
+}
+
+/// What handling one event produced (stored and replayed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confirmation {
+    /// Stable id of the notification, derived from the idempotency record.
+    pub notification_id: String,
+    /// The order confirmed.
+    pub order_id: String,
+    /// How many times the notification was really sent (1 unless a crash
+    /// struck between sending and storing the outcome).
+    pub sent: i64,
+}
+
+/// The consumer: tables and idempotency settings.
+#[derive(Debug, Clone)]
+pub struct Consumer {
+    client: aws_sdk_dynamodb::Client,
+    orders_table: String,
+    function: IdempotentFunction,
+}
+
+/// The function's output: a batch response for SQS, a confirmation otherwise.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Output {
+    /// For SQS: the records to redeliver.
+    Batch(SqsBatchResponse),
+    /// For a direct invocation.
+    Confirmation(Confirmation),
+}
+
+impl Consumer {
+    /// A consumer on these tables.
+    pub fn new(
+        client: aws_sdk_dynamodb::Client,
+        idempotency_table: &str,
+        orders_table: &str,
+    ) -> Self {
+        let store = DynamoStore::new(client.clone(), idempotency_table);
+        let function = IdempotentFunction::new(store, "order-confirmation")
+            .key_pointers(["/event_id"])
+            .validate(["/order_id"]);
+        Consumer {
+            client,
+            orders_table: orders_table.to_owned(),
+            function,
+        }
+    }
+
+    /// Read the tables from `IDEMPOTENCY_TABLE` and `ORDERS_TABLE`.
+    pub fn from_env(client: aws_sdk_dynamodb::Client) -> Result<Self, String> {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("{name} is not set: give it the DynamoDB table name"))
+        };
+        Ok(Self::new(
+            client,
+            &var("IDEMPOTENCY_TABLE")?,
+            &var("ORDERS_TABLE")?,
+        ))
+    }
+
+    /// Handle one invocation: an SQS batch (has `Records`) or one event.
+    pub async fn handle(
+        &self,
+        payload: serde_json::Value,
+        context: &lambda_runtime::Context,
+    ) -> Result<Output, lambda_runtime::Error> {
+        if payload.get("Records").is_some() {
+            let event: SqsEvent = serde_json::from_value(payload)
+                .map_err(|e| format!("the payload has `Records` but is not an SQS event: {e}"))?;
+            let mut batch = SqsBatch::new(self.function.clone()).key_body_pointer("/event_id");
+            batch.register_context(context);
+            let response = batch
+                .process(event, |message, ctx| async move {
+                    let body = message.body.unwrap_or_default();
+                    let event: OrderEvent = serde_json::from_str(&body).map_err(|e| {
+                        format!(
+                            "message {:?} is not an order event: {e}",
+                            message.message_id
+                        )
+                    })?;
+                    self.confirm(&event, ctx).await
+                })
+                .await;
+            return Ok(Output::Batch(response));
+        }
+        let event: OrderEvent = serde_json::from_value(payload).map_err(|e| {
+            format!("the payload is neither an SQS event nor an order event {{event_id, type, order_id, customer_id}}: {e}")
+        })?;
+        let confirmation = self
+            .function
+            .with_context(context)
+            .call_with_context(event, |event, ctx| async move {
+                self.confirm(&event, ctx).await
+            })
+            .await
+            .map_err(|e: EventError<String>| -> lambda_runtime::Error {
+                // A typed error type ("Idempotency.InProgress", ...) makes the
+                // asynchronous invocation fail, so Lambda retries it later.
+                format!("{}: {e}", e.error_type()).into()
+            })?;
+        Ok(Output::Confirmation(confirmation))
+    }
+
+    /// "Send" the confirmation: count the send on a notification item whose id
+    /// is derived from the idempotency record.
+    async fn confirm(
+        &self,
+        event: &OrderEvent,
+        ctx: Option<IdempotencyContext>,
+    ) -> Result<Confirmation, String> {
+        if event.kind != "OrderPlaced" {
+            return Err(format!(
+                "event type {:?} is not handled; only OrderPlaced",
+                event.kind
+            ));
+        }
+        let notification_id = match ctx {
+            Some(ctx) => ctx.derived_key("confirmation"),
+            None => format!("unkeyed-{}", event.event_id),
+        };
+        let output = self
+            .client
+            .update_item()
+            .table_name(&self.orders_table)
+            .key(
+                "order_id",
+                AttributeValue::S(format!("notification#{notification_id}")),
+            )
+            .update_expression("SET about_order = :o, customer_id = :c ADD sent :one")
+            .expression_attribute_values(":o", AttributeValue::S(event.order_id.clone()))
+            .expression_attribute_values(":c", AttributeValue::S(event.customer_id.clone()))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .return_values(ReturnValue::AllNew)
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "sending the confirmation failed: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                )
+            })?;
+        let sent = output
+            .attributes()
+            .and_then(|a| a.get("sent"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Ok(Confirmation {
+            notification_id,
+            order_id: event.order_id.clone(),
+            sent,
+        })
+    }
+}

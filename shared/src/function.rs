@@ -1,0 +1,538 @@
+//! Idempotency for any async function and for typed `lambda_runtime` events.
+//!
+//! Lambda's async invocations and event sources deliver at least once. An
+//! [`IdempotentFunction`] runs a closure once per key, stores its output with
+//! serde and replays it (deserialised) to every duplicate; a duplicate that
+//! arrives while the first still runs gets [`EventError::InProgress`] so the
+//! event source retries later; a failing closure releases the key (fenced) so
+//! the retry runs again.
+//!
+//! The key comes from the argument: by default its whole canonical JSON, or the
+//! values at RFC 6901 JSON pointers ([`key_pointers`](IdempotentFunction::key_pointers)),
+//! or a closure. Optional validation pointers make a duplicate whose payload
+//! differs at those fields a distinct error ([`EventError::PayloadMismatch`]).
+//!
+//! ```
+//! use lambda_idempotency::{IdempotentFunction, MemoryStore};
+//! use serde_json::json;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let charge = IdempotentFunction::new(MemoryStore::new(), "charge").key_pointers(["/payment_id"]);
+//! let payment = json!({"payment_id": "p1", "amount": 5});
+//! let first: String = charge.call(payment.clone(), |p| async move {
+//!     Ok::<_, std::io::Error>(format!("charged {}", p["amount"]))
+//! }).await.unwrap();
+//! let again: String = charge.call(payment, |_| async { Ok::<_, std::io::Error>("ran twice".to_owned()) }).await.unwrap();
+//! assert_eq!(first, again); // the second closure never ran
+//! # });
+//! ```
+//!
+//! For a typed handler, [`IdempotentEventLayer`] wraps a
+//! `Service<LambdaEvent<T>>` and registers each event's Lambda context for the
+//! lease; see [`sqs`](crate::sqs) for SQS batches.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use lambda_runtime::{Diagnostic, LambdaEvent};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tower::{Layer, Service};
+
+use crate::context::IdempotencyContext;
+use crate::error::{Error, ErrorKind};
+use crate::fingerprint::hex;
+use crate::record::{Status, StoredBody, StoredResponse};
+use crate::scope::record_id;
+use crate::store::{ClaimOutcome, ClaimRequest, Store};
+
+type KeyFn = dyn Fn(&serde_json::Value) -> Option<String> + Send + Sync;
+
+#[derive(Clone)]
+enum KeySource {
+    Whole,
+    Pointers(Vec<String>),
+    Fn(Arc<KeyFn>),
+}
+
+impl fmt::Debug for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySource::Whole => f.write_str("Whole"),
+            KeySource::Pointers(p) => f.debug_tuple("Pointers").field(p).finish(),
+            KeySource::Fn(_) => f.write_str("Fn"),
+        }
+    }
+}
+
+/// Runs a closure at most once per key; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct IdempotentFunction {
+    store: Arc<dyn Store>,
+    name: String,
+    key: KeySource,
+    validate: Vec<String>,
+    pass_through_missing_key: bool,
+    namespace: String,
+    expires_after: Duration,
+    max_lease: Duration,
+    lease_margin: Duration,
+    deadline_ms: Option<u64>,
+}
+
+impl IdempotentFunction {
+    /// Records are scoped by `name`, so two functions never share a key.
+    /// Defaults: key = the whole argument, no validation, missing key = error,
+    /// records kept 24 hours, lease = registered deadline + 2 s, capped at 15 min.
+    pub fn new(store: impl Store + 'static, name: impl Into<String>) -> Self {
+        IdempotentFunction {
+            store: Arc::new(store),
+            name: name.into(),
+            key: KeySource::Whole,
+            validate: Vec::new(),
+            pass_through_missing_key: false,
+            namespace: String::new(),
+            expires_after: Duration::from_secs(24 * 3600),
+            max_lease: Duration::from_secs(15 * 60),
+            lease_margin: Duration::from_secs(2),
+            deadline_ms: None,
+        }
+    }
+
+    /// Key = the values at these JSON pointers (`/order/id`). A single string
+    /// value is the key as is; otherwise the canonical JSON of all values. When
+    /// every pointer is absent or null, the key is missing.
+    pub fn key_pointers<I, S>(mut self, pointers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.key = KeySource::Pointers(pointers.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Key = any function of the argument's JSON; `None` = missing.
+    pub fn key_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&serde_json::Value) -> Option<String> + Send + Sync + 'static,
+    {
+        self.key = KeySource::Fn(Arc::new(f));
+        self
+    }
+
+    /// A duplicate whose values at these pointers differ from the first call's
+    /// fails with [`EventError::PayloadMismatch`] instead of replaying.
+    pub fn validate<I, S>(mut self, pointers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.validate = pointers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Run the closure without idempotency when the key is missing (default:
+    /// fail with [`EventError::KeyMissing`]).
+    pub fn pass_through_missing_key(mut self, pass: bool) -> Self {
+        self.pass_through_missing_key = pass;
+        self
+    }
+
+    /// A namespace mixed into every record id.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// How long an output replays (default 24 hours).
+    pub fn expires_after(mut self, ttl: Duration) -> Self {
+        self.expires_after = ttl;
+        self
+    }
+
+    /// Upper bound of a lease (default 15 minutes); the lease without a
+    /// registered deadline.
+    pub fn max_lease(mut self, lease: Duration) -> Self {
+        self.max_lease = lease;
+        self
+    }
+
+    /// Time added to the deadline before a lease may be taken over (default 2 s).
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.lease_margin = margin;
+        self
+    }
+
+    /// Register the invocation's Lambda context: leases end at its deadline
+    /// (plus the margin) instead of after `max_lease`.
+    pub fn register_context(&mut self, context: &lambda_runtime::Context) {
+        self.deadline_ms = Some(context.deadline);
+    }
+
+    /// Like [`register_context`](Self::register_context), returning a copy.
+    pub fn with_context(&self, context: &lambda_runtime::Context) -> Self {
+        let mut copy = self.clone();
+        copy.register_context(context);
+        copy
+    }
+
+    /// Run `f(arg)` at most once for `arg`'s key and return its output, or the
+    /// stored output of the run that got there first.
+    pub async fn call<A, O, E, F, Fut>(&self, arg: A, f: F) -> Result<O, EventError<E>>
+    where
+        A: Serialize,
+        O: Serialize + DeserializeOwned,
+        F: FnOnce(A) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        self.call_with_context(arg, |arg, _| f(arg)).await
+    }
+
+    /// Like [`call`](Self::call); the closure also gets the
+    /// [`IdempotencyContext`] (`None` when a missing key passed through), for
+    /// [`derived_key`](IdempotencyContext::derived_key)s.
+    pub async fn call_with_context<A, O, E, F, Fut>(&self, arg: A, f: F) -> Result<O, EventError<E>>
+    where
+        A: Serialize,
+        O: Serialize + DeserializeOwned,
+        F: FnOnce(A, Option<IdempotencyContext>) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        let json = serde_json::to_value(&arg).map_err(|e| {
+            EventError::Store(Error::with_source(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "the argument of `{}` cannot be serialised to JSON to find its key: {e}",
+                    self.name
+                ),
+                e,
+            ))
+        })?;
+        let key = self.key_of(&json);
+        let fingerprint = self.fingerprint_of(&json);
+        self.run_keyed(key, fingerprint, arg, f).await
+    }
+
+    pub(crate) fn key_of(&self, json: &serde_json::Value) -> Option<String> {
+        match &self.key {
+            KeySource::Whole => Some(json.to_string()),
+            KeySource::Fn(f) => f(json),
+            KeySource::Pointers(pointers) => {
+                let values: Vec<&serde_json::Value> = pointers
+                    .iter()
+                    .map(|p| json.pointer(p).unwrap_or(&serde_json::Value::Null))
+                    .collect();
+                match values.as_slice() {
+                    _ if values.iter().all(|v| v.is_null()) => None,
+                    [serde_json::Value::String(s)] => Some(s.clone()),
+                    _ => Some(
+                        serde_json::Value::from(values.into_iter().cloned().collect::<Vec<_>>())
+                            .to_string(),
+                    ),
+                }
+            }
+        }
+        .filter(|k| !k.is_empty())
+    }
+
+    pub(crate) fn fingerprint_of(&self, json: &serde_json::Value) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for pointer in &self.validate {
+            let value = json
+                .pointer(pointer)
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            h.update((pointer.len() as u64).to_be_bytes());
+            h.update(pointer.as_bytes());
+            h.update((value.len() as u64).to_be_bytes());
+            h.update(value.as_bytes());
+        }
+        hex(&h.finalize())
+    }
+
+    /// The record id a key maps to under this function.
+    pub fn record_id(&self, key: &str) -> String {
+        record_id(&self.namespace, None, "FUNCTION", &self.name, key)
+    }
+
+    pub(crate) async fn run_keyed<A, O, E, F, Fut>(
+        &self,
+        key: Option<String>,
+        fingerprint: String,
+        arg: A,
+        f: F,
+    ) -> Result<O, EventError<E>>
+    where
+        O: Serialize + DeserializeOwned,
+        F: FnOnce(A, Option<IdempotencyContext>) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
+        let Some(key) = key else {
+            if self.pass_through_missing_key {
+                tracing::warn!(function = %self.name, "idempotency key missing; running without idempotency");
+                return f(arg, None).await.map_err(EventError::Handler);
+            }
+            return Err(EventError::KeyMissing {
+                function: self.name.clone(),
+            });
+        };
+        let id = self.record_id(&key);
+        let now = crate::http::now_ms();
+        let lease_end =
+            crate::http::lease_end_for(now, self.deadline_ms, self.max_lease, self.lease_margin);
+        let owner = crate::http::owner_token().map_err(EventError::Store)?;
+        let claim = ClaimRequest {
+            record_id: id.clone(),
+            fingerprint: fingerprint.clone(),
+            owner,
+            now_ms: now,
+            lease_expires_at_ms: lease_end,
+            expires_at_s: (now / 1000 + self.expires_after.as_secs()).max(lease_end / 1000 + 1),
+        };
+        let lease = match self.store.claim(&claim).await.map_err(EventError::Store)? {
+            ClaimOutcome::Claimed(lease) => lease,
+            ClaimOutcome::Exists(record) => {
+                if record.fingerprint != fingerprint {
+                    return Err(EventError::PayloadMismatch { record_id: id });
+                }
+                return match (record.status, record.response) {
+                    (Status::Completed, Some(stored)) if stored.status == 200 => {
+                        tracing::info!(record_id = %id, "idempotent output replayed");
+                        serde_json::from_slice(stored.body.bytes()).map_err(|source| {
+                            EventError::CorruptOutput {
+                                record_id: id,
+                                source,
+                            }
+                        })
+                    }
+                    (Status::Completed, _) => Err(EventError::Abandoned { record_id: id }),
+                    (Status::InProgress, _) => Err(EventError::InProgress {
+                        record_id: id,
+                        retry_after: Duration::from_millis(
+                            record.lease_expires_at_ms.saturating_sub(now),
+                        ),
+                    }),
+                };
+            }
+        };
+        let context = IdempotencyContext::new(id.as_str(), lease.attempt);
+        match f(arg, Some(context)).await {
+            Ok(output) => {
+                match serde_json::to_string(&output) {
+                    Ok(json) => {
+                        let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(json));
+                        let expires = crate::http::now_ms() / 1000 + self.expires_after.as_secs();
+                        match self.store.complete(&lease, &stored, expires).await {
+                            Ok(()) => {}
+                            Err(e) if e.is_fenced() => {
+                                tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key")
+                            }
+                            Err(e) => {
+                                tracing::error!(record_id = %id, error = %e, "could not store the output; the key frees when its lease ends")
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        // Cannot be replayed: release so a retry runs (and fails) visibly.
+                        tracing::error!(record_id = %id, error = %e, "output cannot be serialised; key released");
+                        let _ = self.store.release(&lease).await;
+                    }
+                }
+                Ok(output)
+            }
+            Err(err) => {
+                match self.store.release(&lease).await {
+                    Ok(()) => tracing::info!(record_id = %id, "handler failed; key released"),
+                    Err(e) => {
+                        tracing::warn!(record_id = %id, error = %e, "handler failed and the key could not be released; it frees when its lease ends")
+                    }
+                }
+                Err(EventError::Handler(err))
+            }
+        }
+    }
+}
+
+/// Why an idempotent function or event did not produce an output.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum EventError<E> {
+    /// A call with this key is still running; retry after `retry_after`.
+    InProgress {
+        /// The record id (a hash; safe to log).
+        record_id: String,
+        /// Until the running call's lease ends.
+        retry_after: Duration,
+    },
+    /// The key was first used with a payload that differs at the validation pointers.
+    PayloadMismatch {
+        /// The record id.
+        record_id: String,
+    },
+    /// The key is missing and missing keys are not passed through.
+    KeyMissing {
+        /// The function's name.
+        function: String,
+    },
+    /// The first call never finished and the sweeper failed the key.
+    Abandoned {
+        /// The record id.
+        record_id: String,
+    },
+    /// The stored output does not deserialise into the output type (the type
+    /// changed since it was stored).
+    CorruptOutput {
+        /// The record id.
+        record_id: String,
+        /// What serde said.
+        source: serde_json::Error,
+    },
+    /// The store failed; nothing ran.
+    Store(Error),
+    /// The wrapped function failed; the key was released.
+    Handler(E),
+}
+
+impl<E: fmt::Display> fmt::Display for EventError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventError::InProgress { record_id, retry_after } => write!(
+                f,
+                "idempotency record {record_id} is in progress in another invocation; retry in {}s",
+                retry_after.as_secs().max(1)
+            ),
+            EventError::PayloadMismatch { record_id } => write!(
+                f,
+                "idempotency record {record_id} was created by a payload that differs at the validation fields"
+            ),
+            EventError::KeyMissing { function } => write!(
+                f,
+                "no idempotency key found in the payload of `{function}`; check the key pointers or enable pass-through"
+            ),
+            EventError::Abandoned { record_id } => write!(
+                f,
+                "idempotency record {record_id} was abandoned by its first call and failed by the sweeper"
+            ),
+            EventError::CorruptOutput { record_id, source } => write!(
+                f,
+                "the stored output of idempotency record {record_id} does not fit the output type: {source}"
+            ),
+            EventError::Store(e) => write!(f, "idempotency store failed, nothing ran: {e}"),
+            EventError::Handler(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: fmt::Display + fmt::Debug> std::error::Error for EventError<E> {}
+
+impl<E> EventError<E> {
+    /// The stable error type reported to Lambda (and in its logs).
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            EventError::InProgress { .. } => "Idempotency.InProgress",
+            EventError::PayloadMismatch { .. } => "Idempotency.PayloadMismatch",
+            EventError::KeyMissing { .. } => "Idempotency.KeyMissing",
+            EventError::Abandoned { .. } => "Idempotency.Abandoned",
+            EventError::CorruptOutput { .. } => "Idempotency.CorruptOutput",
+            EventError::Store(_) => "Idempotency.StoreUnavailable",
+            EventError::Handler(_) => "Handler",
+        }
+    }
+}
+
+impl<E: Into<Diagnostic> + fmt::Display> From<EventError<E>> for Diagnostic {
+    fn from(err: EventError<E>) -> Diagnostic {
+        match err {
+            EventError::Handler(e) => e.into(),
+            other => Diagnostic {
+                error_type: other.error_type().to_owned(),
+                error_message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// Wraps a `Service<LambdaEvent<T>>` so each event runs at most once per key;
+/// each event's Lambda context is registered for the lease.
+///
+/// ```
+/// use lambda_idempotency::{IdempotentEventLayer, IdempotentFunction, MemoryStore};
+/// use lambda_runtime::{service_fn, LambdaEvent};
+/// use serde_json::{json, Value};
+/// use tower::{Layer, Service, ServiceExt};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let function = IdempotentFunction::new(MemoryStore::new(), "order-events").key_pointers(["/event_id"]);
+/// let mut handler = IdempotentEventLayer::new(function).layer(service_fn(|ev: LambdaEvent<Value>| async move {
+///     Ok::<_, lambda_runtime::Error>(json!({"handled": ev.payload["event_id"]}))
+/// }));
+/// let event = || LambdaEvent::new(json!({"event_id": "e1"}), Default::default());
+/// let out = handler.ready().await.unwrap().call(event()).await.unwrap();
+/// assert_eq!(out, handler.ready().await.unwrap().call(event()).await.unwrap());
+/// # });
+/// ```
+#[derive(Clone, Debug)]
+pub struct IdempotentEventLayer {
+    function: IdempotentFunction,
+}
+
+impl IdempotentEventLayer {
+    /// Use `function`'s key, validation, expiry and lease settings.
+    pub fn new(function: IdempotentFunction) -> Self {
+        IdempotentEventLayer { function }
+    }
+}
+
+impl<S> Layer<S> for IdempotentEventLayer {
+    type Service = IdempotentEvent<S>;
+
+    fn layer(&self, inner: S) -> IdempotentEvent<S> {
+        IdempotentEvent {
+            inner,
+            function: self.function.clone(),
+        }
+    }
+}
+
+/// The service made by [`IdempotentEventLayer`].
+#[derive(Clone, Debug)]
+pub struct IdempotentEvent<S> {
+    inner: S,
+    function: IdempotentFunction,
+}
+
+impl<S, T, O> Service<LambdaEvent<T>> for IdempotentEvent<S>
+where
+    S: Service<LambdaEvent<T>, Response = O> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    T: Serialize + Send + 'static,
+    O: Serialize + DeserializeOwned + Send + 'static,
+{
+    type Response = O;
+    type Error = EventError<S::Error>;
+    type Future = Pin<Box<dyn Future<Output = Result<O, EventError<S::Error>>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(EventError::Handler)
+    }
+
+    fn call(&mut self, event: LambdaEvent<T>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let function = self.function.with_context(&event.context);
+        Box::pin(async move {
+            let LambdaEvent { payload, context } = event;
+            function
+                .call(payload, move |payload| {
+                    inner.call(LambdaEvent::new(payload, context))
+                })
+                .await
+        })
+    }
+}

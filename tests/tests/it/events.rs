@@ -1,0 +1,466 @@
+//! Event-driven idempotency: typed `LambdaEvent` handlers, async functions and
+//! SQS batches, on both stores; the example consumer on DynamoDB Local.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::{EventError, IdempotentEventLayer, IdempotentFunction, SqsBatch};
+use lambda_runtime::{service_fn, LambdaEvent};
+use serde_json::{json, Value};
+use tower::{Layer, Service, ServiceExt};
+
+use crate::fixture::{now_ms, on_both_stores, Fixture, Runs};
+
+on_both_stores!(
+    duplicate_event_runs_once_and_replays_an_identical_output,
+    concurrent_duplicates_run_once_and_the_rest_are_typed_in_progress,
+    handler_error_releases_so_the_retry_runs,
+    validation_mismatch_is_a_distinct_error,
+    missing_key_is_an_error_or_passes_through,
+    batch_reports_exactly_the_failing_and_in_progress_records,
+    redelivered_batch_does_not_run_completed_records_again,
+    fifo_batch_fails_everything_after_the_first_failure,
+    lambda_deadline_sets_the_lease,
+);
+
+fn counting_event_handler(
+    runs: Runs,
+    delay: Duration,
+) -> impl Service<
+    LambdaEvent<Value>,
+    Response = Value,
+    Error = lambda_runtime::Error,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    service_fn(move |event: LambdaEvent<Value>| {
+        let run = runs.bump();
+        async move {
+            tokio::time::sleep(delay).await;
+            Ok::<_, lambda_runtime::Error>(
+                json!({"run": run, "order": event.payload["order_id"], "request": event.context.request_id}),
+            )
+        }
+    })
+}
+
+fn lambda_event(payload: Value, request_id: &str) -> LambdaEvent<Value> {
+    let mut context = lambda_runtime::Context::default();
+    context.request_id = request_id.into();
+    context.deadline = now_ms() + 30_000;
+    LambdaEvent::new(payload, context)
+}
+
+async fn duplicate_event_runs_once_and_replays_an_identical_output(f: Fixture) {
+    let runs = Runs::default();
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/event_id"]);
+    let mut svc = IdempotentEventLayer::new(function)
+        .layer(counting_event_handler(runs.clone(), Duration::ZERO));
+    let payload = json!({"event_id": "e1", "order_id": "o1"});
+    let first = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(lambda_event(payload.clone(), "req-1"))
+        .await
+        .unwrap();
+    let second = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(lambda_event(payload, "req-2"))
+        .await
+        .unwrap();
+    assert_eq!(
+        first, second,
+        "the output is replayed, including the first request id"
+    );
+    assert_eq!(first["request"], "req-1");
+    assert_eq!(runs.count(), 1);
+    // A different key runs.
+    svc.ready()
+        .await
+        .unwrap()
+        .call(lambda_event(json!({"event_id": "e2"}), "req-3"))
+        .await
+        .unwrap();
+    assert_eq!(runs.count(), 2);
+}
+
+async fn concurrent_duplicates_run_once_and_the_rest_are_typed_in_progress(f: Fixture) {
+    let runs = Runs::default();
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/event_id"]);
+    let svc = IdempotentEventLayer::new(function).layer(counting_event_handler(
+        runs.clone(),
+        Duration::from_millis(300),
+    ));
+    let barrier = Arc::new(tokio::sync::Barrier::new(10));
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let svc = svc.clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            svc.oneshot(lambda_event(
+                json!({"event_id": "same"}),
+                &format!("req-{i}"),
+            ))
+            .await
+        }));
+    }
+    let mut ok = 0;
+    let mut in_progress = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(EventError::InProgress { retry_after, .. }) => {
+                assert!(retry_after > Duration::ZERO);
+                in_progress += 1
+            }
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(runs.count(), 1);
+    assert_eq!(ok, 1);
+    assert_eq!(in_progress, 9);
+    let diagnostic: lambda_runtime::Diagnostic = EventError::<lambda_runtime::Error>::InProgress {
+        record_id: "r".into(),
+        retry_after: Duration::from_secs(3),
+    }
+    .into();
+    assert_eq!(diagnostic.error_type, "Idempotency.InProgress");
+}
+
+async fn handler_error_releases_so_the_retry_runs(f: Fixture) {
+    let runs = Runs::default();
+    let function = IdempotentFunction::new(f.store.clone(), "charge").key_pointers(["/payment_id"]);
+    let arg = json!({"payment_id": "p1"});
+    let r1: Result<String, _> = function
+        .call(arg.clone(), |_| async {
+            runs.bump();
+            Err("provider timeout")
+        })
+        .await;
+    assert!(matches!(r1, Err(EventError::Handler("provider timeout"))));
+    let r2: Result<String, EventError<&str>> = function
+        .call(arg.clone(), |_| async {
+            runs.bump();
+            Ok("charged".into())
+        })
+        .await;
+    assert_eq!(r2.unwrap(), "charged");
+    let r3: Result<String, EventError<&str>> = function
+        .call(arg, |_| async {
+            runs.bump();
+            Ok("again".into())
+        })
+        .await;
+    assert_eq!(r3.unwrap(), "charged");
+    assert_eq!(runs.count(), 2);
+}
+
+async fn validation_mismatch_is_a_distinct_error(f: Fixture) {
+    let function = IdempotentFunction::new(f.store.clone(), "charge")
+        .key_pointers(["/payment_id"])
+        .validate(["/amount"]);
+    let ok: Result<i64, EventError<String>> = function
+        .call(
+            json!({"payment_id": "p1", "amount": 5, "note": "a"}),
+            |v| async move { Ok(v["amount"].as_i64().unwrap()) },
+        )
+        .await;
+    assert_eq!(ok.unwrap(), 5);
+    // Same key, a field outside the validation set changed: replay.
+    let replay: Result<i64, EventError<String>> = function
+        .call(
+            json!({"payment_id": "p1", "amount": 5, "note": "b"}),
+            |_| async { Ok(-1) },
+        )
+        .await;
+    assert_eq!(replay.unwrap(), 5);
+    let mismatch: Result<i64, EventError<String>> = function
+        .call(json!({"payment_id": "p1", "amount": 9}), |_| async {
+            Ok(-1)
+        })
+        .await;
+    let err = mismatch.unwrap_err();
+    assert!(matches!(err, EventError::PayloadMismatch { .. }), "{err}");
+    assert_eq!(err.error_type(), "Idempotency.PayloadMismatch");
+}
+
+async fn missing_key_is_an_error_or_passes_through(f: Fixture) {
+    let runs = Runs::default();
+    let strict = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/event_id"]);
+    let err = strict
+        .call(json!({"other": 1}), |_| async {
+            runs.bump();
+            Ok::<_, String>(1)
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EventError::KeyMissing { .. }));
+    assert!(err.to_string().contains("consumer"));
+    let lenient = strict.clone().pass_through_missing_key(true);
+    for _ in 0..2 {
+        let out = lenient
+            .call_with_context(json!({"event_id": null}), |_, ctx| {
+                runs.bump();
+                async move { Ok::<_, String>(ctx.is_none()) }
+            })
+            .await
+            .unwrap();
+        assert!(out, "no idempotency context without a key");
+    }
+    assert_eq!(runs.count(), 2);
+    assert_eq!(f.requests(), 0);
+}
+
+fn message(id: &str, body: Value) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.into());
+    m.body = Some(body.to_string());
+    m.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders".into());
+    m
+}
+
+fn batch(messages: Vec<SqsMessage>) -> SqsEvent {
+    let mut e = SqsEvent::default();
+    e.records = messages;
+    e
+}
+
+async fn batch_reports_exactly_the_failing_and_in_progress_records(f: Fixture) {
+    let runs = Runs::default();
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").validate(["/order"]);
+    let processor = SqsBatch::new(function.clone()).key_body_pointer("/event_id");
+
+    // "busy" is being processed by another invocation right now.
+    let busy = {
+        let function = function.clone();
+        tokio::spawn(async move {
+            // Same record as the batch's key: function name + the event id.
+            function
+                .key_pointers(["/event_id"])
+                .call(json!({"event_id": "busy", "order": 4}), |_| async {
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                    Ok::<_, String>(4)
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+
+    let event = batch(vec![
+        message("m1", json!({"event_id": "a", "order": 1})),
+        message("m2", json!({"event_id": "a", "order": 1})), // duplicate inside the batch
+        message("m3", json!({"event_id": "boom", "order": 2})),
+        message("m4", json!({"event_id": "b", "order": 3})),
+        message("m5", json!({"event_id": "busy", "order": 4})),
+        message("m6", json!({"event_id": "a", "order": 99})), // same key, other payload
+    ]);
+    let response = processor
+        .process(event, |msg, _ctx| {
+            let runs = runs.clone();
+            async move {
+                runs.bump();
+                let body: Value = serde_json::from_str(msg.body.as_deref().unwrap()).unwrap();
+                if body["event_id"] == "boom" {
+                    Err(format!("cannot process {}", body["event_id"]))
+                } else {
+                    Ok(body["order"].as_i64().unwrap())
+                }
+            }
+        })
+        .await;
+    let mut failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    failed.sort();
+    assert_eq!(failed, ["m3", "m5", "m6"]);
+    assert_eq!(
+        runs.count(),
+        3,
+        "a, boom and b ran; the duplicate replayed; busy and the mismatch did not run"
+    );
+    assert_eq!(busy.await.unwrap().unwrap(), 4);
+}
+
+async fn redelivered_batch_does_not_run_completed_records_again(f: Fixture) {
+    let runs = Runs::default();
+    let processor = SqsBatch::new(IdempotentFunction::new(f.store.clone(), "consumer"));
+    let make = || {
+        batch(vec![
+            message("m1", json!({"n": 1})),
+            message("m2", json!({"n": 2})),
+        ])
+    };
+    let handler = |msg: SqsMessage, _| {
+        let runs = runs.clone();
+        async move {
+            runs.bump();
+            if msg.message_id.as_deref() == Some("m2") && runs.count() < 3 {
+                Err("transient")
+            } else {
+                Ok(())
+            }
+        }
+    };
+    let first = processor.process(make(), handler).await;
+    assert_eq!(first.batch_item_failures.len(), 1);
+    assert_eq!(first.batch_item_failures[0].item_identifier, "m2");
+    // SQS redelivers the whole batch (same message ids): only m2 runs.
+    let second = processor.process(make(), handler).await;
+    assert!(second.batch_item_failures.is_empty());
+    assert_eq!(runs.count(), 3);
+}
+
+async fn fifo_batch_fails_everything_after_the_first_failure(f: Fixture) {
+    let runs = Runs::default();
+    let processor = SqsBatch::new(IdempotentFunction::new(f.store.clone(), "consumer"));
+    let mut messages = vec![
+        message("m1", json!(1)),
+        message("m2", json!(2)),
+        message("m3", json!(3)),
+    ];
+    for m in &mut messages {
+        m.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders.fifo".into());
+    }
+    let response = processor
+        .process(batch(messages), |msg, _| {
+            let runs = runs.clone();
+            async move {
+                runs.bump();
+                if msg.message_id.as_deref() == Some("m2") {
+                    Err("no")
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .await;
+    let failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["m2", "m3"]);
+    assert_eq!(runs.count(), 2, "m3 was not attempted out of order");
+}
+
+async fn lambda_deadline_sets_the_lease(f: Fixture) {
+    // With a registered deadline in the past + 0 margin, the lease is already
+    // over when the call ends: a concurrent duplicate may take over at once.
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 100;
+    let function = IdempotentFunction::new(f.store.clone(), "consumer")
+        .lease_margin(Duration::ZERO)
+        .with_context(&context);
+    let slow = {
+        let function = function.clone();
+        tokio::spawn(async move {
+            function
+                .call(json!("k"), |_| async {
+                    tokio::time::sleep(Duration::from_millis(600)).await;
+                    Ok::<_, String>("slow".to_owned())
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let fast = function
+        .call(json!("k"), |_| async { Ok::<_, String>("fast".to_owned()) })
+        .await
+        .unwrap();
+    assert_eq!(fast, "fast", "the first lease ended at the Lambda deadline");
+    assert_eq!(slow.await.unwrap().unwrap(), "slow");
+}
+
+fn sample(name: &str) -> Value {
+    let path = format!("{}/../events/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn the_example_consumer_processes_the_sample_events_once() {
+    let client = integration_tests::client().await;
+    let idempotency = integration_tests::unique_name("idempotency");
+    let orders = integration_tests::unique_name("orders");
+    integration_tests::create_table_from_template(&client, "IdempotencyTable", &idempotency)
+        .await
+        .unwrap();
+    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
+        .await
+        .unwrap();
+    let consumer = order_events::Consumer::new(client.clone(), &idempotency, &orders);
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 30_000;
+
+    // The batch holds evt-1001 twice (two message ids) and evt-1002.
+    let out = consumer
+        .handle(sample("sqs-order-events-batch.json"), &context)
+        .await
+        .unwrap();
+    let out = serde_json::to_value(out).unwrap();
+    assert_eq!(out["batchItemFailures"], json!([]));
+
+    // The same evt-1001 delivered again by direct async invoke: replayed.
+    let direct = serde_json::to_value(
+        consumer
+            .handle(sample("async-invoke-order-event.json"), &context)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(direct["order_id"], "ord-1");
+    assert_eq!(direct["sent"], 1);
+
+    let scan = client
+        .scan()
+        .table_name(&orders)
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let mut sent: Vec<(String, String)> = scan
+        .items()
+        .iter()
+        .map(|i| {
+            (
+                i["about_order"].as_s().unwrap().clone(),
+                i["sent"].as_n().unwrap().clone(),
+            )
+        })
+        .collect();
+    sent.sort();
+    assert_eq!(
+        sent,
+        [
+            ("ord-1".to_owned(), "1".to_owned()),
+            ("ord-2".to_owned(), "1".to_owned())
+        ],
+        "one confirmation per event"
+    );
+
+    // The same event id with another order is refused with a typed error.
+    let mut other = sample("async-invoke-order-event.json");
+    other["order_id"] = json!("ord-9");
+    let err = consumer.handle(other, &context).await.unwrap_err();
+    assert!(
+        err.to_string().starts_with("Idempotency.PayloadMismatch"),
+        "{err}"
+    );
+    // A payload that is neither shape is a clear error.
+    let err = consumer
+        .handle(json!({"hello": 1}), &context)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("neither an SQS event nor an order event"),
+        "{err}"
+    );
+}
