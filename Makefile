@@ -12,3 +12,8 @@ demo:
 # Sweep 10,000 stuck records on DynamoDB Local (release build); prints items/s.
 bench-sweep:
 	scripts/dynamodb-local.sh cargo bench -p integration-tests --bench sweep
+
+.PHONY: bench
+# Benchmarks vs Powertools Python on DynamoDB Local; writes BENCHMARKS.md (release build).
+bench:
+	scripts/bench.sh

@@ -140,6 +140,7 @@ pub struct Sweeper {
     page_size: i32,
     stop_before: Duration,
     failed_expires_after: Duration,
+    concurrency: usize,
 }
 
 /// Where a shard's paging stopped.
@@ -156,7 +157,14 @@ impl Sweeper {
             page_size: 100,
             stop_before: Duration::from_secs(2),
             failed_expires_after: Duration::from_secs(24 * 3600),
+            concurrency: 16,
         }
+    }
+
+    /// How many records of a page are resolved at once (default 16).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
     }
 
     /// What to do with stuck records.
@@ -358,9 +366,30 @@ impl Sweeper {
                 let now = crate::http::now_ms();
                 let (page, next) = self.stuck(shard, cursor, now).await?;
                 summary.pages += 1;
-                for record in &page {
-                    summary.found += 1;
-                    let resolution = self.resolve(record, crate::http::now_ms()).await?;
+                summary.found += page.len() as u64;
+                // Each record is an independent fenced write: resolve a page's
+                // records concurrently, a bounded number at a time.
+                let mut pending = page.into_iter();
+                let mut running = tokio::task::JoinSet::new();
+                loop {
+                    while running.len() < self.concurrency {
+                        let Some(record) = pending.next() else { break };
+                        let sweeper = self.clone();
+                        running.spawn(async move {
+                            let resolution = sweeper.resolve(&record, crate::http::now_ms()).await;
+                            (record, resolution)
+                        });
+                    }
+                    let Some(joined) = running.join_next().await else {
+                        break;
+                    };
+                    let (record, resolution) = joined.map_err(|e| {
+                        Error::new(
+                            ErrorKind::StoreUnavailable,
+                            format!("a sweep task failed: {e}"),
+                        )
+                    })?;
+                    let resolution = resolution?;
                     match resolution {
                         Resolution::Released => summary.released += 1,
                         Resolution::Failed => summary.failed += 1,

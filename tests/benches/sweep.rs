@@ -14,10 +14,13 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` asks for the list of benchmarks.
     }
+    // `cargo bench` passes --bench: full size. `cargo test --all-targets` runs
+    // this binary too: a small smoke run keeps it honest without the cost.
+    let full = std::env::args().any(|a| a == "--bench");
     let items: usize = std::env::var("SWEEP_BENCH_ITEMS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+        .unwrap_or(if full { 10_000 } else { 200 });
     let (store, counter) = integration_tests::dynamo_store().await;
     let store = Arc::new(store);
 

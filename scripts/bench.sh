@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# `make bench`: performance against the goals of the benchmarks issue, side by
+# side with Powertools for AWS Lambda (Python), both on the same DynamoDB Local
+# in the same run. Writes BENCHMARKS.md and docs/benchmarks.svg and prints the
+# main table. Release builds only.
+#
+#   BENCH_ITERATIONS (default 2000) samples per kind per round
+#   BENCH_ROUNDS     (default 3) rounds; the report takes medians over rounds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+out="$root/target/bench"
+mkdir -p "$out" docs
+
+if [ "${1:-}" != "--inside" ]; then
+  venv="$root/.tools/bench-venv"
+  stamp="$venv/.installed-$(sha256sum scripts/bench/requirements.txt | cut -c1-16)"
+  if [ ! -f "$stamp" ]; then
+    echo "bench: installing Powertools for AWS Lambda (Python) and matplotlib into .tools/bench-venv" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r scripts/bench/requirements.txt
+    touch "$stamp"
+  fi
+  command -v valgrind >/dev/null || { echo "bench: installing valgrind (apt)" >&2; apt-get install -y -qq valgrind >&2 || true; }
+  echo "bench: release build" >&2
+  cargo build --release --quiet -p orders-api -p integration-tests --bin orders-api --bin bench
+  echo "bench: micro benchmarks (divan)" >&2
+  cargo bench --quiet -p integration-tests --bench micro 2>/dev/null | tee "$out/micro.txt"
+  exec scripts/dynamodb-local.sh "$0" --inside
+fi
+
+py="$root/.tools/bench-venv/bin/python"
+bench="$root/target/release/bench"
+n="${BENCH_ITERATIONS:-2000}"
+r="${BENCH_ROUNDS:-3}"
+
+echo "bench: latency, lambda-idempotency ($r x $n)" >&2
+"$bench" latency "$n" "$r" >"$out/rust-latency.json"
+echo "bench: latency, Powertools Python ($r x $n)" >&2
+"$py" scripts/bench/powertools.py --iterations "$n" --rounds "$r" --out "$out/powertools.json"
+echo "bench: CPU per request (in-memory store)" >&2
+"$bench" cpu 20000 >"$out/cpu.json"
+instructions() {
+  # Instructions of N requests minus those of N/2: the per-request cost
+  # without start-up. callgrind counts are repeatable, unlike time.
+  local kind=$1 total=()
+  for n in 2000 4000; do
+    valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.$kind.$n" "$bench" cpu-probe "$kind" "$n" >/dev/null 2>"$out/callgrind.$kind.$n.log"
+    total+=("$(grep -E '^summary:|^totals:' "$out/callgrind.$kind.$n" | head -n 1 | awk '{print $2}')")
+  done
+  echo $(( (total[1] - total[0]) / 2000 ))
+}
+if command -v valgrind >/dev/null; then
+  echo "bench: instructions per request (callgrind)" >&2
+  printf '{"first_instructions": %s, "replay_instructions": %s}\n' "$(instructions first)" "$(instructions replay)" >"$out/instructions.json"
+else
+  echo '{"first_instructions": null, "replay_instructions": null}' >"$out/instructions.json"
+fi
+echo "bench: cold start, orders-api through the Runtime API (10 runs)" >&2
+"$bench" cold 10 "$root/target/release/orders-api" >"$out/cold.json"
+echo "bench: cold start, Powertools Python import + setup + first invocation (10 runs)" >&2
+export POWERTOOLS_TABLE="powertools-cold-$$"
+"$py" - <<'PY'
+import os, boto3
+t = os.environ["POWERTOOLS_TABLE"]
+c = boto3.client("dynamodb")
+c.create_table(TableName=t, AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+               KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
+PY
+"$bench" cold-command 10 "$py" scripts/bench/powertools_cold.py >"$out/powertools-cold.json"
+echo "bench: duplicate storm on orders-api (10,000 requests, 1,000 keys, concurrency 32, 4 processes)" >&2
+"$bench" storm "$root/target/release/orders-api" 10000 1000 32 4 >"$out/storm.json"
+
+"$py" - "$out" <<'PY'
+import json, os, platform, subprocess, sys
+out = sys.argv[1]
+load = lambda name: json.load(open(os.path.join(out, name)))
+rust = load("rust-latency.json")
+cpu, ins, cold, ptcold, storm = (load(n) for n in ("cpu.json", "instructions.json", "cold.json", "powertools-cold.json", "storm.json"))
+rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
+cores = os.cpu_count()
+rust.update({
+    "versions": {"rustc": rustc},
+    "cpu": {**cpu, **ins},
+    "cold_start_ms": cold["cold_start_ms"],
+    "powertools_cold_start_ms": ptcold["cold_start_ms"],
+    "peak_rss_kb": storm.get("peak_rss_kb"),
+    "storm": storm,
+    "machine": f"{platform.machine()}, {cores} cores, {platform.system()} {platform.release()}; DynamoDB Local (in-memory) on loopback",
+    "command": "make bench",
+})
+json.dump(rust, open(os.path.join(out, "rust.json"), "w"))
+PY
+"$py" scripts/bench/report.py --rust "$out/rust.json" --powertools "$out/powertools.json" \
+  --out-md BENCHMARKS.md --out-svg docs/benchmarks.svg
+echo "bench: wrote BENCHMARKS.md and docs/benchmarks.svg" >&2
