@@ -17,7 +17,11 @@ fi
 # From here DynamoDB Local runs (AWS_ENDPOINT_URL_DYNAMODB is set).
 export IDEMPOTENCY_TABLE=demo-idempotency ORDERS_TABLE=demo-orders
 echo "demo: building orders-api and the demo driver" >&2
-cargo build --quiet -p orders-api -p integration-tests --bin orders-api --bin demo
+# orders-api is built on its own, exactly as `cargo lambda watch` runs it
+# (`cargo run -p orders-api`): building it together with the test crate would
+# unify features differently and make watch rebuild everything on the first call.
+cargo build --quiet -p orders-api --bin orders-api
+cargo build --quiet -p integration-tests --bin demo
 target/debug/demo create-tables
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

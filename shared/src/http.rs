@@ -48,6 +48,7 @@ use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
 use lambda_http::{Body, IntoResponse, Request, RequestExt};
 use tower::{Layer, Service};
 
+use crate::cache::LocalCache;
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::fingerprint::{hex, Fingerprinter};
@@ -81,6 +82,7 @@ struct Config {
     store_server_errors: bool,
     in_progress_retry_after: Duration,
     unavailable_retry_after: Duration,
+    cache: Option<Arc<LocalCache>>,
 }
 
 impl IdempotencyLayer {
@@ -103,6 +105,7 @@ impl IdempotencyLayer {
                 store_server_errors: false,
                 in_progress_retry_after: Duration::from_secs(1),
                 unavailable_retry_after: Duration::from_secs(1),
+                cache: None,
             },
         }
     }
@@ -177,6 +180,14 @@ impl IdempotencyLayer {
     /// ends sooner.
     pub fn in_progress_retry_after(mut self, after: Duration) -> Self {
         self.config.in_progress_retry_after = after;
+        self
+    }
+
+    /// Keep up to `entries` completed records in process memory for at most
+    /// `max_age`, so a warm instance replays them without a store request
+    /// (see [`cache`](crate::cache)). Off by default.
+    pub fn local_cache(mut self, entries: usize, max_age: Duration) -> Self {
+        self.config.cache = Some(Arc::new(LocalCache::new(entries, max_age)));
         self
     }
 
@@ -307,6 +318,16 @@ where
             .fingerprint(&method, &path, &header_values, req.body().as_ref());
 
     let now = now_ms();
+    if let Some((cached_fingerprint, stored)) =
+        config.cache.as_ref().and_then(|c| c.get(&id, now / 1000))
+    {
+        tracing::info!(record_id = %id, "idempotent response replayed from the local cache");
+        return Ok(if cached_fingerprint == fingerprint {
+            replay(&stored)
+        } else {
+            key_reused(&id)
+        });
+    }
     let lease_end = lease_end(&config, now, req.lambda_context_ref().map(|c| c.deadline));
     let owner = match owner_token() {
         Ok(owner) => owner,
@@ -323,7 +344,17 @@ where
     let lease = match config.store.claim(&claim).await {
         Err(err) => return Ok(unavailable(&config, &id, &err)),
         Ok(ClaimOutcome::Exists(record)) => {
-            return Ok(answer_existing(&config, &record, &fingerprint, now))
+            if let (Some(cache), Status::Completed, Some(stored)) =
+                (&config.cache, record.status, &record.response)
+            {
+                cache.put(
+                    &id,
+                    &record.fingerprint,
+                    stored.clone(),
+                    record.expires_at_s,
+                );
+            }
+            return Ok(answer_existing(&config, &record, &fingerprint, now));
         }
         Ok(ClaimOutcome::Claimed(lease)) => lease,
     };
@@ -355,7 +386,10 @@ where
     let expires_at = now_ms() / 1000 + config.expires_after.as_secs();
     match config.store.complete(&lease, &stored, expires_at).await {
         Ok(()) => {
-            tracing::info!(record_id = %id, attempt = lease.attempt, status = status.as_u16(), "idempotent response stored")
+            tracing::info!(record_id = %id, attempt = lease.attempt, status = status.as_u16(), "idempotent response stored");
+            if let Some(cache) = &config.cache {
+                cache.put(&id, &fingerprint, stored, expires_at);
+            }
         }
         // The work is done and this response is its true outcome, so the client
         // gets it; the newer attempt's outcome is the one that will replay.
@@ -378,21 +412,12 @@ fn answer_existing(
     now: u64,
 ) -> Response<Body> {
     if record.fingerprint != fingerprint {
-        tracing::info!(record_id = %record.id, "idempotency key reused with a different request");
-        return problem::response(
-            problem::KEY_REUSED,
-            "this Idempotency-Key was first used with a different request (method, path or \
-             body); use a new key for a new request",
-        );
+        return key_reused(&record.id);
     }
     match (&record.status, &record.response) {
         (Status::Completed, Some(stored)) => {
             tracing::info!(record_id = %record.id, "idempotent response replayed");
-            let mut response = stored.to_http();
-            response
-                .headers_mut()
-                .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
-            response
+            replay(stored)
         }
         _ => {
             let remaining_s = record
@@ -409,6 +434,23 @@ fn answer_existing(
             )
         }
     }
+}
+
+fn replay(stored: &StoredResponse) -> Response<Body> {
+    let mut response = stored.to_http();
+    response
+        .headers_mut()
+        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    response
+}
+
+fn key_reused(record_id: &str) -> Response<Body> {
+    tracing::info!(record_id = %record_id, "idempotency key reused with a different request");
+    problem::response(
+        problem::KEY_REUSED,
+        "this Idempotency-Key was first used with a different request (method, path or \
+         body); use a new key for a new request",
+    )
 }
 
 fn unavailable(config: &Config, id: &str, err: &Error) -> Response<Body> {

@@ -48,6 +48,7 @@
 //! | the record and its states | [`record`] |
 //! | claim, complete, release | [`store`] ([`DynamoStore`], [`MemoryStore`]) |
 //! | the middleware, replay | [`http`] |
+//! | replay without a request | [`cache`] |
 //! | what the handler sees | [`context`] |
 //! | async functions, typed events | [`function`] |
 //! | SQS batches | [`sqs`] |
@@ -62,6 +63,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod context;
 pub mod error;
 pub mod fingerprint;

@@ -172,7 +172,7 @@ impl Demo {
             .body(event.to_string())
             .send()
             .await
-            .map_err(|e| format!("invoke request failed: {e}"))?;
+            .map_err(|e| format!("invoke request failed: {}", chain(&e)))?;
         let raw: serde_json::Value = res.json_value().await?;
         let status = raw["statusCode"]
             .as_u64()
@@ -210,6 +210,19 @@ impl JsonValue for reqwest::Response {
             .map_err(|e| format!("reading the response: {e}"))?;
         serde_json::from_str(&text).map_err(|e| format!("the answer is not JSON ({e}): {text}"))
     }
+}
+
+/// An error and its causes, one after the other (reqwest's Display alone says
+/// only "error sending request").
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn step(n: u32, title: &str) {

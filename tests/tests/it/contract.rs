@@ -31,6 +31,8 @@ on_both_stores!(
     derived_key_is_stable_across_attempts,
     layer_composes_with_other_tower_layers,
     layer_wraps_an_axum_router,
+    local_cache_replays_with_zero_store_requests,
+    local_cache_never_holds_in_progress_records,
 );
 
 fn service(
@@ -606,4 +608,55 @@ async fn call_axum(
         },
         Err(never) => match never {},
     }
+}
+
+async fn local_cache_replays_with_zero_store_requests(f: Fixture) {
+    let runs = Runs::default();
+    let layer = IdempotencyLayer::new(f.store.clone()).local_cache(100, Duration::from_secs(60));
+    let mut svc = layer.layer(counting_handler(runs.clone(), Duration::ZERO));
+    let first = call(&mut svc, post("/orders", Some("k1"), r#"{"a":1}"#)).await;
+    assert_eq!(f.requests(), 2);
+    let replay = call(&mut svc, post("/orders", Some("k1"), r#"{"a":1}"#)).await;
+    assert_eq!(f.requests(), 2, "a cache hit costs zero store requests");
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(replay.body().as_ref(), first.body().as_ref());
+    // Payload validation still applies on a hit.
+    let reused = call(&mut svc, post("/orders", Some("k1"), r#"{"a":2}"#)).await;
+    assert_eq!(reused.status(), 422);
+    assert_eq!(f.requests(), 2);
+
+    // Another instance (its own cache) learns the record from the store once.
+    let mut other = IdempotencyLayer::new(f.store.clone())
+        .local_cache(100, Duration::from_secs(60))
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    call(&mut other, post("/orders", Some("k1"), r#"{"a":1}"#)).await;
+    assert_eq!(f.requests(), 3);
+    let again = call(&mut other, post("/orders", Some("k1"), r#"{"a":1}"#)).await;
+    assert_eq!(f.requests(), 3);
+    assert_eq!(again.body().as_ref(), first.body().as_ref());
+    assert_eq!(runs.count(), 1);
+}
+
+async fn local_cache_never_holds_in_progress_records(f: Fixture) {
+    let runs = Runs::default();
+    let layer = IdempotencyLayer::new(f.store.clone()).local_cache(100, Duration::from_secs(60));
+    let svc = layer.layer(counting_handler(runs.clone(), Duration::from_millis(400)));
+    let mut first_svc = svc.clone();
+    let first =
+        tokio::spawn(async move { call(&mut first_svc, post("/orders", Some("k1"), "{}")).await });
+    while runs.count() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for _ in 0..2 {
+        let before = f.requests();
+        let conflict = call(&mut svc.clone(), post("/orders", Some("k1"), "{}")).await;
+        assert_eq!(conflict.status(), 409);
+        assert_eq!(
+            f.requests() - before,
+            1,
+            "in-progress answers always come from the store"
+        );
+    }
+    first.await.unwrap();
+    assert_eq!(runs.count(), 1);
 }
