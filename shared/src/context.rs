@@ -1,10 +1,22 @@
-//! What the handler learns about its claim.
+//! What the handler learns about its claim, and what it can do with it.
 //!
 //! The middleware puts an [`IdempotencyContext`] into the request extensions
-//! before it calls the handler. Use [`derived_key`](IdempotencyContext::derived_key)
-//! for downstream calls (a payment provider's own idempotency key): it is the
-//! same on every attempt of the record, so a re-run after a crash is
-//! deduplicated downstream too.
+//! (and [`IdempotentFunction`](crate::IdempotentFunction) passes one to its
+//! closure) before the handler runs:
+//!
+//! - [`derived_key`](IdempotencyContext::derived_key): a stable key for
+//!   downstream calls (a payment provider's own idempotency key), the same on
+//!   every attempt of the record, so a re-run is deduplicated downstream too;
+//! - **recovery points**: [`commit`](IdempotencyContext::commit) a named step
+//!   with small data (fenced: a stale invocation cannot move it); after a crash
+//!   the attempt that takes over sees it in
+//!   [`recovery_point`](IdempotencyContext::recovery_point) and resumes there
+//!   instead of starting over. Put every foreign call between two recovery
+//!   points, keep every local step atomic;
+//! - **transactional completion**: [`defer_write`](IdempotencyContext::defer_write)
+//!   hands a DynamoDB write to the completion, which commits it together with
+//!   the stored response in one `TransactWriteItems`, fenced on `attempt`: when
+//!   the work is local there is no window between doing it and recording it.
 //!
 //! ```
 //! use lambda_idempotency::IdempotencyContext;
@@ -13,28 +25,67 @@
 //! assert_eq!(ctx.attempt(), 2);
 //! assert_eq!(ctx.derived_key("charge"), IdempotencyContext::new("3f2a", 7).derived_key("charge"));
 //! assert_ne!(ctx.derived_key("charge"), ctx.derived_key("refund"));
+//! assert!(ctx.recovery_point().is_none());
 //! ```
 
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Mutex};
 
+use aws_sdk_dynamodb::types::TransactWriteItem;
 use sha2::{Digest, Sha256};
 
+use crate::error::{Error, ErrorKind};
 use crate::fingerprint::hex;
+use crate::store::{Checkpoint, Lease, Store};
 
-/// The claim behind the current invocation, found in the request extensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The claim behind the current invocation.
+#[derive(Clone)]
 pub struct IdempotencyContext {
     record_id: Arc<str>,
     attempt: u64,
+    recovered: Option<Checkpoint>,
+    claim: Option<Arc<Claim>>,
+}
+
+/// What lets the context write: the store and the lease.
+struct Claim {
+    store: Arc<dyn Store>,
+    lease: Lease,
+    writes: Mutex<Vec<TransactWriteItem>>,
+}
+
+impl fmt::Debug for IdempotencyContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyContext")
+            .field("record_id", &self.record_id)
+            .field("attempt", &self.attempt)
+            .field("recovered", &self.recovered)
+            .finish()
+    }
 }
 
 impl IdempotencyContext {
-    /// A context for `record_id` at `attempt` (the middleware builds these; this
-    /// is public for handler unit tests).
+    /// A detached context for `record_id` at `attempt`, for handler unit tests:
+    /// it derives keys but cannot commit.
     pub fn new(record_id: impl Into<Arc<str>>, attempt: u64) -> Self {
         IdempotencyContext {
             record_id: record_id.into(),
             attempt,
+            recovered: None,
+            claim: None,
+        }
+    }
+
+    pub(crate) fn claimed(store: Arc<dyn Store>, lease: Lease) -> Self {
+        IdempotencyContext {
+            record_id: lease.record_id.as_str().into(),
+            attempt: lease.attempt,
+            recovered: lease.recovered.clone(),
+            claim: Some(Arc::new(Claim {
+                store,
+                lease,
+                writes: Mutex::new(Vec::new()),
+            })),
         }
     }
 
@@ -62,5 +113,52 @@ impl IdempotencyContext {
         h.update(b"\0");
         h.update(label.as_bytes());
         hex(&h.finalize()[..16])
+    }
+
+    /// The last recovery point of an abandoned attempt this one took over.
+    pub fn recovery_point(&self) -> Option<&Checkpoint> {
+        self.recovered.as_ref()
+    }
+
+    /// Commit a recovery point: the step `name` is done, with `data` for the
+    /// next one. Fenced: fails with [`ErrorKind::Fenced`] (and writes nothing)
+    /// if a newer attempt took the record over.
+    pub async fn commit(&self, name: &str, data: serde_json::Value) -> Result<(), Error> {
+        let claim = self.claim.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                "this IdempotencyContext is detached (made with IdempotencyContext::new); \
+                 only the middleware's context can commit recovery points",
+            )
+        })?;
+        let checkpoint = Checkpoint {
+            name: name.to_owned(),
+            data,
+            attempt: self.attempt,
+        };
+        claim.store.checkpoint(&claim.lease, &checkpoint).await?;
+        tracing::info!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, "recovery point committed");
+        Ok(())
+    }
+
+    /// Hand a DynamoDB write to the completion: it commits in the same
+    /// transaction as the stored response, or not at all. Needs a
+    /// [`DynamoStore`](crate::DynamoStore); at most 99 writes.
+    pub fn defer_write(&self, write: TransactWriteItem) {
+        if let Some(claim) = &self.claim {
+            claim
+                .writes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(write);
+        }
+    }
+
+    /// The deferred writes, taken once by the completion.
+    pub(crate) fn take_writes(&self) -> Vec<TransactWriteItem> {
+        self.claim
+            .as_ref()
+            .map(|c| std::mem::take(&mut *c.writes.lock().unwrap_or_else(|p| p.into_inner())))
+            .unwrap_or_default()
     }
 }

@@ -30,6 +30,9 @@ pub enum ErrorKind {
     /// An item in the store could not be decoded as an idempotency record
     /// (written by something else, or by an incompatible version).
     CorruptRecord,
+    /// A transaction of the completion and the handler's own writes was
+    /// cancelled by one of those writes' conditions; nothing was written.
+    TransactionCancelled,
     /// A setting is not valid (an unknown sweep policy, say).
     InvalidConfig,
     /// The process could not produce a random owner token.

@@ -48,7 +48,7 @@ use crate::error::{Error, ErrorKind};
 use crate::fingerprint::hex;
 use crate::record::{Status, StoredBody, StoredResponse};
 use crate::scope::record_id;
-use crate::store::{ClaimOutcome, ClaimRequest, Store};
+use crate::store::{ClaimOutcome, ClaimRequest, Completion, Store};
 
 type KeyFn = dyn Fn(&serde_json::Value) -> Option<String> + Send + Sync;
 
@@ -320,15 +320,23 @@ impl IdempotentFunction {
                 };
             }
         };
-        let context = IdempotencyContext::new(id.as_str(), lease.attempt);
-        match f(arg, Some(context)).await {
+        let context = IdempotencyContext::claimed(self.store.clone(), lease.clone());
+        match f(arg, Some(context.clone())).await {
             Ok(output) => {
                 match serde_json::to_string(&output) {
                     Ok(json) => {
                         let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(json));
                         let expires = crate::http::now_ms() / 1000 + self.expires_after.as_secs();
-                        match self.store.complete(&lease, &stored, expires).await {
-                            Ok(()) => {}
+                        let writes = context.take_writes();
+                        match self
+                            .store
+                            .complete_with_writes(&lease, &stored, expires, writes)
+                            .await
+                        {
+                            Ok(Completion::Stored) => {}
+                            Ok(Completion::Oversized { bytes }) => {
+                                tracing::warn!(record_id = %id, bytes, "output too large to store; duplicates will get Abandoned-like errors")
+                            }
                             Err(e) if e.is_fenced() => {
                                 tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key")
                             }

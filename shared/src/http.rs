@@ -47,16 +47,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
 use lambda_http::{Body, IntoResponse, Request, RequestExt};
 use tower::{Layer, Service};
+use tracing::Instrument;
 
 use crate::cache::LocalCache;
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::fingerprint::{hex, Fingerprinter};
 use crate::key;
+use crate::metrics::{Event, Metrics};
 use crate::problem;
 use crate::record::{Record, Status, StoredResponse};
 use crate::scope::{record_id, TenantSource};
-use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};
+use crate::store::{ClaimOutcome, ClaimRequest, Completion, Lease, Store};
 
 /// Header added to replayed responses.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -83,7 +85,33 @@ struct Config {
     in_progress_retry_after: Duration,
     unavailable_retry_after: Duration,
     cache: Option<Arc<LocalCache>>,
+    metrics: Option<Metrics>,
+    replay_hook: Option<HookFn>,
+    disabled: bool,
 }
+
+type ReplayHook = dyn Fn(&mut Response<Body>) + Send + Sync;
+
+#[derive(Clone)]
+struct HookFn(Arc<ReplayHook>);
+
+impl std::fmt::Debug for HookFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplayHook")
+    }
+}
+
+impl Config {
+    fn count(&self, event: Event) {
+        if let Some(metrics) = &self.metrics {
+            metrics.emit(event);
+        }
+    }
+}
+
+/// Set this environment variable to `true` (or `1`) to turn the middleware
+/// off, for local tests of the handler alone. A warning is logged when it is on.
+pub const DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
 
 impl IdempotencyLayer {
     /// Defaults: POST and PATCH covered, header `Idempotency-Key`, key optional,
@@ -106,6 +134,11 @@ impl IdempotencyLayer {
                 in_progress_retry_after: Duration::from_secs(1),
                 unavailable_retry_after: Duration::from_secs(1),
                 cache: None,
+                metrics: None,
+                replay_hook: None,
+                disabled: std::env::var(DISABLED_ENV).is_ok_and(|v| {
+                    matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes")
+                }),
             },
         }
     }
@@ -191,6 +224,31 @@ impl IdempotencyLayer {
         self
     }
 
+    /// Emit CloudWatch EMF metrics (claimed, replayed, conflicts, mismatches,
+    /// fenced writes, releases, store errors, cache hits, oversized responses).
+    /// Off by default.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.config.metrics = Some(metrics);
+        self
+    }
+
+    /// Adjust every replayed response (after `Idempotent-Replayed` is set), for
+    /// example to add a header.
+    pub fn replay_hook<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&mut Response<Body>) + Send + Sync + 'static,
+    {
+        self.config.replay_hook = Some(HookFn(Arc::new(hook)));
+        self
+    }
+
+    /// Turn the middleware off (every request passes through). Also set by
+    /// the [`DISABLED_ENV`] environment variable, for local tests.
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.config.disabled = disabled;
+        self
+    }
+
     /// `Retry-After` of a `503` (default 1 s).
     pub fn unavailable_retry_after(mut self, after: Duration) -> Self {
         self.config.unavailable_retry_after = after;
@@ -202,6 +260,9 @@ impl<S> Layer<S> for IdempotencyLayer {
     type Service = Idempotency<S>;
 
     fn layer(&self, inner: S) -> Idempotency<S> {
+        if self.config.disabled {
+            tracing::warn!("lambda-idempotency is DISABLED ({DISABLED_ENV} or .disabled(true)): retries will run the handler again");
+        }
         Idempotency {
             inner,
             config: Arc::new(self.config.clone()),
@@ -273,7 +334,7 @@ where
     S: Service<Request, Response = R>,
     R: IntoResponse,
 {
-    if !config.methods.contains(req.method()) {
+    if config.disabled || !config.methods.contains(req.method()) {
         return Ok(inner.call(req).await?.into_response().await);
     }
     let key = match req.headers().get(&config.header) {
@@ -316,22 +377,29 @@ where
         config
             .fingerprinter
             .fingerprint(&method, &path, &header_values, req.body().as_ref());
+    // Every log line of this request carries the hashed record id, never the
+    // raw key or body.
+    let span = tracing::info_span!("idempotency", record_id = %id);
 
     let now = now_ms();
     if let Some((cached_fingerprint, stored)) =
         config.cache.as_ref().and_then(|c| c.get(&id, now / 1000))
     {
-        tracing::info!(record_id = %id, "idempotent response replayed from the local cache");
-        return Ok(if cached_fingerprint == fingerprint {
-            replay(&stored)
-        } else {
-            key_reused(&id)
-        });
+        return Ok(span.in_scope(|| {
+            if cached_fingerprint == fingerprint {
+                config.count(Event::CacheHit);
+                tracing::info!("idempotent response replayed from the local cache");
+                replay(&config, &stored)
+            } else {
+                config.count(Event::FingerprintMismatch);
+                key_reused()
+            }
+        }));
     }
     let lease_end = lease_end(&config, now, req.lambda_context_ref().map(|c| c.deadline));
     let owner = match owner_token() {
         Ok(owner) => owner,
-        Err(err) => return Ok(unavailable(&config, &id, &err)),
+        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
     };
     let claim = ClaimRequest {
         record_id: id.clone(),
@@ -341,8 +409,8 @@ where
         lease_expires_at_ms: lease_end,
         expires_at_s: (now / 1000 + config.expires_after.as_secs()).max(lease_end / 1000 + 1),
     };
-    let lease = match config.store.claim(&claim).await {
-        Err(err) => return Ok(unavailable(&config, &id, &err)),
+    let lease = match config.store.claim(&claim).instrument(span.clone()).await {
+        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
         Ok(ClaimOutcome::Exists(record)) => {
             if let (Some(cache), Status::Completed, Some(stored)) =
                 (&config.cache, record.status, &record.response)
@@ -354,29 +422,54 @@ where
                     record.expires_at_s,
                 );
             }
-            return Ok(answer_existing(&config, &record, &fingerprint, now));
+            return Ok(span.in_scope(|| answer_existing(&config, &record, &fingerprint, now)));
         }
         Ok(ClaimOutcome::Claimed(lease)) => lease,
     };
-    tracing::info!(record_id = %id, attempt = lease.attempt, "idempotency key claimed");
+    config.count(Event::Claimed);
+    span.in_scope(|| {
+        tracing::info!(
+            attempt = lease.attempt,
+            resumes_from = lease.recovered.as_ref().map(|c| c.name.as_str()),
+            "idempotency key claimed"
+        )
+    });
 
-    req.extensions_mut()
-        .insert(IdempotencyContext::new(id.as_str(), lease.attempt));
-    let response = match inner.call(req).await {
+    let context = IdempotencyContext::claimed(config.store.clone(), lease.clone());
+    req.extensions_mut().insert(context.clone());
+    let response = match inner.call(req).instrument(span.clone()).await {
         Ok(response) => response.into_response().await,
         Err(err) => {
-            release(&config, &lease, "the handler returned an error").await;
+            release(&config, &lease, "the handler returned an error")
+                .instrument(span)
+                .await;
             return Err(err);
         }
     };
+    finish(&config, &lease, &context, &fingerprint, response)
+        .instrument(span)
+        .await
+}
+
+/// Record the handler's response: release it when it asks for a retry,
+/// otherwise store it (with any deferred writes, in one transaction).
+async fn finish<E>(
+    config: &Config,
+    lease: &Lease,
+    context: &IdempotencyContext,
+    fingerprint: &str,
+    response: Response<Body>,
+) -> Result<Response<Body>, E> {
     let status = response.status();
     let retryable = status.is_server_error()
         || status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS;
     if retryable && !(config.store_server_errors && status.is_server_error()) {
+        // Deferred writes are dropped with the outcome: nothing of this attempt commits.
+        context.take_writes();
         release(
-            &config,
-            &lease,
+            config,
+            lease,
             "the handler answered with a retryable status",
         )
         .await;
@@ -384,22 +477,67 @@ where
     }
     let stored = StoredResponse::from_http(&response);
     let expires_at = now_ms() / 1000 + config.expires_after.as_secs();
-    match config.store.complete(&lease, &stored, expires_at).await {
-        Ok(()) => {
-            tracing::info!(record_id = %id, attempt = lease.attempt, status = status.as_u16(), "idempotent response stored");
+    let writes = context.take_writes();
+    let transactional = !writes.is_empty();
+    match config
+        .store
+        .complete_with_writes(lease, &stored, expires_at, writes)
+        .await
+    {
+        Ok(Completion::Stored) => {
+            tracing::info!(
+                attempt = lease.attempt,
+                status = status.as_u16(),
+                transactional,
+                "idempotent response stored"
+            );
             if let Some(cache) = &config.cache {
-                cache.put(&id, &fingerprint, stored, expires_at);
+                cache.put(&lease.record_id, fingerprint, stored, expires_at);
             }
         }
-        // The work is done and this response is its true outcome, so the client
-        // gets it; the newer attempt's outcome is the one that will replay.
-        Err(err) if err.is_fenced() => {
-            tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key")
+        Ok(Completion::Oversized { bytes }) => {
+            config.count(Event::OversizedResponse);
+            tracing::warn!(
+                attempt = lease.attempt,
+                bytes,
+                "response too large to store; replays will get the response-too-large problem"
+            );
         }
-        // Not stored: the record stays in progress until its lease ends, then a
-        // retry (or the sweeper) resolves it.
+        Err(err) if err.is_fenced() => {
+            config.count(Event::FencedWrite);
+            tracing::warn!(
+                attempt = lease.attempt,
+                "completion fenced: a newer attempt took over this key"
+            );
+            if transactional {
+                // Nothing of this attempt committed, so its response is not true.
+                return Ok(problem::response_retry_after(
+                    problem::IN_PROGRESS,
+                    "this request was taken over by a newer attempt before its writes committed; \
+                     retry to get that attempt's response",
+                    config.in_progress_retry_after.as_secs(),
+                ));
+            }
+            // The work is done and this response is its true outcome, so the
+            // client gets it; the newer attempt's outcome is the one that replays.
+        }
+        Err(err) if err.kind() == ErrorKind::TransactionCancelled => {
+            tracing::warn!(attempt = lease.attempt, error = %err, "transactional completion cancelled; nothing written");
+            release(config, lease, "its transactional writes were cancelled").await;
+            return Ok(problem::response(
+                problem::TRANSACTION_CANCELLED,
+                &err.to_string(),
+            ));
+        }
         Err(err) => {
-            tracing::error!(record_id = %id, attempt = lease.attempt, error = %err, "could not store the idempotent response")
+            config.count(Event::StoreError);
+            tracing::error!(attempt = lease.attempt, error = %err, "could not store the idempotent response");
+            if transactional {
+                // Unknown whether the transaction committed; do not claim success.
+                return Ok(unavailable(config, &err));
+            }
+            // Not stored: the record stays in progress until its lease ends,
+            // then a retry (or the sweeper) resolves it.
         }
     }
     Ok(response)
@@ -412,20 +550,23 @@ fn answer_existing(
     now: u64,
 ) -> Response<Body> {
     if record.fingerprint != fingerprint {
-        return key_reused(&record.id);
+        config.count(Event::FingerprintMismatch);
+        return key_reused();
     }
     match (&record.status, &record.response) {
         (Status::Completed, Some(stored)) => {
-            tracing::info!(record_id = %record.id, "idempotent response replayed");
-            replay(stored)
+            config.count(Event::Replayed);
+            tracing::info!("idempotent response replayed");
+            replay(config, stored)
         }
         _ => {
+            config.count(Event::InProgressConflict);
             let remaining_s = record
                 .lease_expires_at_ms
                 .saturating_sub(now)
                 .div_ceil(1000);
             let after = remaining_s.min(config.in_progress_retry_after.as_secs());
-            tracing::info!(record_id = %record.id, "idempotency key in progress");
+            tracing::info!("idempotency key in progress");
             problem::response_retry_after(
                 problem::IN_PROGRESS,
                 "a request with this Idempotency-Key is still being processed; retry after the \
@@ -436,16 +577,19 @@ fn answer_existing(
     }
 }
 
-fn replay(stored: &StoredResponse) -> Response<Body> {
+fn replay(config: &Config, stored: &StoredResponse) -> Response<Body> {
     let mut response = stored.to_http();
     response
         .headers_mut()
         .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    if let Some(HookFn(hook)) = &config.replay_hook {
+        hook(&mut response);
+    }
     response
 }
 
-fn key_reused(record_id: &str) -> Response<Body> {
-    tracing::info!(record_id = %record_id, "idempotency key reused with a different request");
+fn key_reused() -> Response<Body> {
+    tracing::info!("idempotency key reused with a different request");
     problem::response(
         problem::KEY_REUSED,
         "this Idempotency-Key was first used with a different request (method, path or \
@@ -453,8 +597,9 @@ fn key_reused(record_id: &str) -> Response<Body> {
     )
 }
 
-fn unavailable(config: &Config, id: &str, err: &Error) -> Response<Body> {
-    tracing::error!(record_id = %id, error = %err, "idempotency store unavailable; request refused");
+fn unavailable(config: &Config, err: &Error) -> Response<Body> {
+    config.count(Event::StoreError);
+    tracing::error!(error = %err, "idempotency store unavailable; request refused");
     problem::response_retry_after(
         problem::STORE_UNAVAILABLE,
         "the idempotency store could not be reached, so the request was not processed; \
@@ -466,13 +611,23 @@ fn unavailable(config: &Config, id: &str, err: &Error) -> Response<Body> {
 async fn release(config: &Config, lease: &Lease, why: &str) {
     match config.store.release(lease).await {
         Ok(()) => {
-            tracing::info!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key released")
+            config.count(Event::Released);
+            tracing::info!(
+                attempt = lease.attempt,
+                reason = why,
+                "idempotency key released"
+            )
         }
         Err(err) if err.is_fenced() => {
-            tracing::warn!(record_id = %lease.record_id, attempt = lease.attempt, "release fenced: a newer attempt took over this key")
+            config.count(Event::FencedWrite);
+            tracing::warn!(
+                attempt = lease.attempt,
+                "release fenced: a newer attempt took over this key"
+            )
         }
         Err(err) => {
-            tracing::error!(record_id = %lease.record_id, attempt = lease.attempt, error = %err, "could not release the idempotency key; it frees when its lease ends")
+            config.count(Event::StoreError);
+            tracing::error!(attempt = lease.attempt, error = %err, "could not release the idempotency key; it frees when its lease ends")
         }
     }
 }

@@ -40,3 +40,122 @@ pub fn emf_line(
     }
     serde_json::Value::Object(root).to_string()
 }
+
+/// What the middleware counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A key was claimed and the handler ran.
+    Claimed,
+    /// A stored response was replayed from the store.
+    Replayed,
+    /// A duplicate arrived while the first was in progress.
+    InProgressConflict,
+    /// A key was reused with a different request.
+    FingerprintMismatch,
+    /// A write was rejected because a newer attempt holds the record.
+    FencedWrite,
+    /// A record was released so a retry runs again.
+    Released,
+    /// The store failed (the request was refused or not recorded).
+    StoreError,
+    /// A response was replayed from the local cache.
+    CacheHit,
+    /// A response was too large to store; a marker was stored instead.
+    OversizedResponse,
+}
+
+impl Event {
+    /// The metric name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Claimed => "Claimed",
+            Event::Replayed => "Replayed",
+            Event::InProgressConflict => "InProgressConflict",
+            Event::FingerprintMismatch => "FingerprintMismatch",
+            Event::FencedWrite => "FencedWrite",
+            Event::Released => "Released",
+            Event::StoreError => "StoreError",
+            Event::CacheHit => "CacheHit",
+            Event::OversizedResponse => "OversizedResponse",
+        }
+    }
+}
+
+type Sink = dyn Fn(&str) + Send + Sync;
+
+/// CloudWatch metrics of the middleware as EMF lines; off unless configured
+/// with [`IdempotencyLayer::metrics`](crate::IdempotencyLayer::metrics).
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use lambda_idempotency::metrics::{Event, Metrics};
+///
+/// let lines = Arc::new(Mutex::new(Vec::new()));
+/// let captured = lines.clone();
+/// let metrics = Metrics::new("Orders")
+///     .dimension("Service", "orders-api")
+///     .sink(move |line| captured.lock().unwrap().push(line.to_owned()));
+/// metrics.emit(Event::Replayed);
+/// let line: serde_json::Value = serde_json::from_str(&lines.lock().unwrap()[0]).unwrap();
+/// assert_eq!(line["Replayed"], 1);
+/// assert_eq!(line["Service"], "orders-api");
+/// ```
+#[derive(Clone)]
+pub struct Metrics {
+    namespace: String,
+    dimensions: Vec<(String, String)>,
+    sink: Option<std::sync::Arc<Sink>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("namespace", &self.namespace)
+            .field("dimensions", &self.dimensions)
+            .finish()
+    }
+}
+
+impl Metrics {
+    /// Metrics in `namespace`, written to stdout (where Lambda's log agent
+    /// picks EMF up).
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Metrics {
+            namespace: namespace.into(),
+            dimensions: Vec::new(),
+            sink: None,
+        }
+    }
+
+    /// Add a dimension (for example the service name).
+    pub fn dimension(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.dimensions.push((name.into(), value.into()));
+        self
+    }
+
+    /// Write lines to `sink` instead of stdout (tests, custom shippers).
+    pub fn sink<F: Fn(&str) + Send + Sync + 'static>(mut self, sink: F) -> Self {
+        self.sink = Some(std::sync::Arc::new(sink));
+        self
+    }
+
+    /// Count one `event`.
+    pub fn emit(&self, event: Event) {
+        let dimensions: Vec<(&str, &str)> = self
+            .dimensions
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let line = emf_line(
+            &self.namespace,
+            &dimensions,
+            &[(event.name(), 1)],
+            crate::http::now_ms(),
+        );
+        match &self.sink {
+            Some(sink) => sink(&line),
+            None => println!("{line}"),
+        }
+    }
+}

@@ -10,6 +10,8 @@
 //! | [`IN_PROGRESS`] | 409 | the first request with this key is still running (`Retry-After` says when to retry) |
 //! | [`KEY_REUSED`] | 422 | the key was first used with a different request (method, path or body) |
 //! | [`STORE_UNAVAILABLE`] | 503 | the idempotency store could not be reached; the handler did not run |
+//! | [`RESPONSE_TOO_LARGE`] | 500 | the first request succeeded but its response was too large to store; it is not run again |
+//! | [`TRANSACTION_CANCELLED`] | 409 | the handler's transactional writes were cancelled by a condition; nothing was written, retry may run again |
 //! | [`ABANDONED`] | 500 | the first request never finished and the sweeper failed it (`fail` policy); replays from then on |
 //!
 //! ```
@@ -73,6 +75,20 @@ pub const ABANDONED: ProblemType = ProblemType {
     uri: "https://lambda-idempotency.dev/problems/abandoned",
     title: "The request with this Idempotency-Key was abandoned",
     status: 500,
+};
+
+/// The first request succeeded but its response was too large to store.
+pub const RESPONSE_TOO_LARGE: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/response-too-large",
+    title: "The response to this Idempotency-Key is too large to replay",
+    status: 500,
+};
+
+/// The handler's writes and the completion were cancelled as one transaction.
+pub const TRANSACTION_CANCELLED: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/transaction-cancelled",
+    title: "The request's writes were cancelled",
+    status: 409,
 };
 
 /// Build a problem response of `kind` with a `detail` sentence.

@@ -74,6 +74,8 @@ pub struct Record {
     pub expires_at_s: u64,
     /// The stored outcome; present when completed.
     pub response: Option<StoredResponse>,
+    /// The last recovery point committed, if any.
+    pub checkpoint: Option<crate::store::Checkpoint>,
 }
 
 /// A response as stored: status, headers and body, byte for byte.
@@ -185,6 +187,60 @@ impl StoredResponse {
     }
 }
 
+/// Bodies larger than this are gzip-compressed when that makes them smaller.
+pub const COMPRESS_ABOVE_BYTES: usize = 1024;
+
+/// The body bytes as stored, and whether they are gzip-compressed.
+pub(crate) fn encode_body(body: &[u8]) -> (std::borrow::Cow<'_, [u8]>, bool) {
+    use std::io::Write;
+    if body.len() > COMPRESS_ABOVE_BYTES {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        if encoder.write_all(body).is_ok() {
+            if let Ok(compressed) = encoder.finish() {
+                if compressed.len() < body.len() {
+                    return (std::borrow::Cow::Owned(compressed), true);
+                }
+            }
+        }
+    }
+    (std::borrow::Cow::Borrowed(body), false)
+}
+
+/// Undo [`encode_body`]; `None` when the bytes are not valid gzip.
+pub(crate) fn decode_body(bytes: Vec<u8>, gzip: bool) -> Option<Vec<u8>> {
+    use std::io::Read;
+    if !gzip {
+        return Some(bytes);
+    }
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .read_to_end(&mut out)
+        .ok()?;
+    Some(out)
+}
+
+/// Bytes a response takes when stored: the encoded body plus the headers.
+pub(crate) fn encoded_len(response: &StoredResponse) -> usize {
+    let headers: usize = response
+        .headers
+        .iter()
+        .map(|(n, v)| n.len() + v.len() + 8)
+        .sum();
+    encode_body(response.body.bytes()).0.len() + headers + 64
+}
+
+/// What a record stores in place of a response too large to keep.
+pub(crate) fn too_large_marker(status: u16, bytes: usize) -> StoredResponse {
+    StoredResponse::from_http(&crate::problem::response(
+        crate::problem::RESPONSE_TOO_LARGE,
+        &format!(
+            "the first request with this Idempotency-Key succeeded with status {status}, but its \
+             response ({bytes} bytes stored) is too large to keep for replay; the request was \
+             not run again. Fetch the resource it created instead"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +278,34 @@ mod tests {
             assert_eq!(back, Some(body));
         }
         assert_eq!(StoredBody::from_parts("gzip", vec![]), None);
+    }
+
+    #[test]
+    fn large_bodies_are_compressed_when_it_helps_and_round_trip() {
+        let small = b"{\"a\":1}";
+        assert_eq!(
+            encode_body(small),
+            (std::borrow::Cow::Borrowed(&small[..]), false)
+        );
+        let repetitive = "abc".repeat(10_000);
+        let (bytes, gzip) = encode_body(repetitive.as_bytes());
+        assert!(gzip && bytes.len() < repetitive.len() / 10);
+        assert_eq!(
+            decode_body(bytes.into_owned(), true).unwrap(),
+            repetitive.as_bytes()
+        );
+        // Random-looking bytes do not shrink: stored as they are.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let noise: Vec<u8> = (0..5000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert!(!encode_body(&noise).1);
+        assert!(decode_body(vec![1, 2, 3], true).is_none());
         assert_eq!(StoredBody::from_parts("text", vec![0xff]), None);
     }
 }

@@ -15,7 +15,14 @@ use aws_sdk_dynamodb::Client;
 
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, Status, StoredBody, StoredResponse};
-use crate::store::{own_claim, ClaimOutcome, ClaimRequest, Lease, Store};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
+
+use crate::record::{decode_body, encode_body};
+use crate::store::{
+    fit, is_takeover, own_claim, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, Store,
+    DEFAULT_MAX_RESPONSE_BYTES,
+};
 
 /// Attribute and index names of the idempotency table.
 pub mod schema {
@@ -41,6 +48,8 @@ pub mod schema {
     pub const RESPONSE_BODY: &str = "response_body";
     /// `empty`, `text` or `binary` (S).
     pub const RESPONSE_BODY_KIND: &str = "response_body_kind";
+    /// `gzip` when the stored body is compressed (S); absent otherwise.
+    pub const RESPONSE_ENCODING: &str = "response_encoding";
     /// Recovery point of a record (M), kept across takeovers; a sweep in
     /// `release` mode leaves such records for their next retry to resume.
     pub const CHECKPOINT: &str = "checkpoint";
@@ -70,6 +79,7 @@ use schema::*;
 pub struct DynamoStore {
     client: Client,
     table: Arc<str>,
+    max_response_bytes: usize,
 }
 
 impl DynamoStore {
@@ -78,7 +88,16 @@ impl DynamoStore {
         DynamoStore {
             client,
             table: Arc::from(table.into()),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
+    }
+
+    /// Keep responses up to `bytes` (body after compression plus headers;
+    /// default [`DEFAULT_MAX_RESPONSE_BYTES`], below DynamoDB's 400 KB item
+    /// limit). Larger ones complete with a problem marker instead.
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
     }
 
     /// The table name.
@@ -144,7 +163,7 @@ impl Store for DynamoStore {
                  #lease = :lease, #expires_at = :expires_at, \
                  #attempt = if_not_exists(#attempt, :zero) + :one, \
                  #sweep_shard = :shard, #sweep_at = :lease \
-                 REMOVE #rs, #rh, #rb, #rk",
+                 REMOVE #rs, #rh, #rb, #rk, #re",
             )
             .expression_attribute_names("#id", ID)
             .expression_attribute_names("#status", STATUS)
@@ -159,6 +178,7 @@ impl Store for DynamoStore {
             .expression_attribute_names("#rh", RESPONSE_HEADERS)
             .expression_attribute_names("#rb", RESPONSE_BODY)
             .expression_attribute_names("#rk", RESPONSE_BODY_KIND)
+            .expression_attribute_names("#re", RESPONSE_ENCODING)
             .expression_attribute_values(":now_s", n(request.now_ms / 1000))
             .expression_attribute_values(":now_ms", n(request.now_ms))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
@@ -169,26 +189,37 @@ impl Store for DynamoStore {
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":shard", s(&shard))
-            .return_values(ReturnValue::UpdatedNew)
+            // The item as it was: the attempt to increment, and whether this
+            // was a takeover (whose recovery point the new attempt inherits).
+            .return_values(ReturnValue::AllOld)
             // A lost claim learns the existing record in this same round trip.
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match result {
             Ok(output) => {
-                let attempt = output
-                    .attributes()
-                    .and_then(|a| a.get(ATTEMPT))
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| {
-                        corrupt(&request.record_id, "the claim did not return `attempt`")
-                    })?;
-                Ok(ClaimOutcome::Claimed(Lease {
+                let old = match output.attributes() {
+                    Some(item) if !item.is_empty() => Some(decode(&request.record_id, item)?),
+                    _ => None,
+                };
+                let attempt = old.as_ref().map_or(0, |r| r.attempt) + 1;
+                let (recovered, stale) = match &old {
+                    Some(r) if is_takeover(r, request.now_ms) => (r.checkpoint.clone(), false),
+                    Some(r) => (None, r.checkpoint.is_some()),
+                    None => (None, false),
+                };
+                let lease = Lease {
                     record_id: request.record_id.clone(),
                     owner: request.owner.clone(),
                     attempt,
-                }))
+                    recovered,
+                };
+                if stale {
+                    // A recovery point left by an expired life of this record
+                    // must not reach a later takeover. Rare: one extra write.
+                    self.clear_checkpoint(&lease).await?;
+                }
+                Ok(ClaimOutcome::Claimed(lease))
             }
             Err(err) => {
                 let existing = err.as_service_error().and_then(|e| match e {
@@ -214,60 +245,92 @@ impl Store for DynamoStore {
         lease: &Lease,
         response: &StoredResponse,
         expires_at_s: u64,
-    ) -> Result<(), Error> {
-        let headers = headers_value(&response.headers);
-        // An update rather than a put keeps the fingerprint (a later request
-        // with another body must still get a 422); removing the sweep
-        // attributes takes the record out of the sparse index.
-        let mut update = String::from(
-            "SET #status = :completed, #expires_at = :expires_at, #rs = :rs, #rh = :rh, #rk = :rk",
-        );
-        update.push_str(if response.body.bytes().is_empty() {
-            " REMOVE #sweep_shard, #sweep_at, #rb"
-        } else {
-            ", #rb = :rb REMOVE #sweep_shard, #sweep_at"
-        });
-        let mut request = self
+    ) -> Result<Completion, Error> {
+        let (update, completion) = self.completion(lease, response, expires_at_s);
+        let result = self
             .client
             .update_item()
             .table_name(&*self.table)
             .key(ID, s(&lease.record_id))
             .condition_expression(Self::fence_condition())
-            .update_expression(update)
-            .expression_attribute_names("#status", STATUS)
-            .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_names("#expires_at", EXPIRES_AT)
-            .expression_attribute_names("#rs", RESPONSE_STATUS)
-            .expression_attribute_names("#rh", RESPONSE_HEADERS)
-            .expression_attribute_names("#rk", RESPONSE_BODY_KIND)
-            .expression_attribute_names("#rb", RESPONSE_BODY)
-            .expression_attribute_names("#sweep_shard", SWEEP_SHARD)
-            .expression_attribute_names("#sweep_at", SWEEP_AT)
-            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
-            .expression_attribute_values(":expires_at", n(expires_at_s))
-            .expression_attribute_values(":rs", n(u64::from(response.status)))
-            .expression_attribute_values(":rh", headers)
-            .expression_attribute_values(":rk", s(response.body.kind()));
-        if !response.body.bytes().is_empty() {
-            request = request.expression_attribute_values(
-                ":rb",
-                AttributeValue::B(response.body.bytes().to_vec().into()),
-            );
-        }
-        for (name, value) in Self::fence_values(lease) {
-            request = request.expression_attribute_values(name, value);
-        }
-        match request.send().await {
-            Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
+            .update_expression(update.expression)
+            .set_expression_attribute_names(Some(update.names))
+            .set_expression_attribute_values(Some(update.values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(completion),
+            Err(err) if is_condition_failure(&err) => {
                 Err(Error::fenced(&lease.record_id, lease.attempt))
             }
             Err(err) => Err(self.unavailable("UpdateItem (complete)", err)),
+        }
+    }
+
+    async fn complete_with_writes(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+        writes: Vec<TransactWriteItem>,
+    ) -> Result<Completion, Error> {
+        if writes.is_empty() {
+            return self.complete(lease, response, expires_at_s).await;
+        }
+        let (update, completion) = self.completion(lease, response, expires_at_s);
+        let record_update = Update::builder()
+            .table_name(&*self.table)
+            .key(ID, s(&lease.record_id))
+            .condition_expression(Self::fence_condition())
+            .update_expression(update.expression)
+            .set_expression_attribute_names(Some(update.names))
+            .set_expression_attribute_values(Some(update.values))
+            .build()
+            .map_err(|e| {
+                Error::with_source(
+                    ErrorKind::InvalidConfig,
+                    format!("building the completion: {e}"),
+                    e,
+                )
+            })?;
+        let mut items = vec![TransactWriteItem::builder().update(record_update).build()];
+        items.extend(writes);
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(completion),
+            Err(err) => {
+                let reasons: Option<Vec<String>> = err.as_service_error().and_then(|e| match e {
+                    TransactWriteItemsError::TransactionCanceledException(c) => Some(
+                        c.cancellation_reasons()
+                            .iter()
+                            .map(|r| r.code().unwrap_or("None").to_owned())
+                            .collect(),
+                    ),
+                    _ => None,
+                });
+                match reasons {
+                    // The first item is the record: its condition failing means fenced.
+                    Some(reasons) if reasons.first().map(String::as_str) == Some("ConditionalCheckFailed") => {
+                        Err(Error::fenced(&lease.record_id, lease.attempt))
+                    }
+                    Some(reasons) => Err(Error::new(
+                        ErrorKind::TransactionCancelled,
+                        format!(
+                            "the completion of record {} and the handler's {} write(s) were cancelled \
+                             together, nothing was written; reasons per item (record first): [{}]",
+                            lease.record_id,
+                            reasons.len().saturating_sub(1),
+                            reasons.join(", ")
+                        ),
+                    )),
+                    None => Err(self.unavailable("TransactWriteItems (complete)", err)),
+                }
+            }
         }
     }
 
@@ -286,16 +349,151 @@ impl Store for DynamoStore {
         }
         match request.send().await {
             Ok(_) => Ok(()),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
+            Err(err) if is_condition_failure(&err) => {
                 Err(Error::fenced(&lease.record_id, lease.attempt))
             }
             Err(err) => Err(self.unavailable("DeleteItem (release)", err)),
         }
     }
+
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+        let value = AttributeValue::M(HashMap::from([
+            ("name".to_owned(), s(&checkpoint.name)),
+            ("data".to_owned(), s(&checkpoint.data.to_string())),
+            ("attempt".to_owned(), n(checkpoint.attempt)),
+        ]));
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&*self.table)
+            .key(ID, s(&lease.record_id))
+            .condition_expression(Self::fence_condition())
+            .update_expression("SET #checkpoint = :checkpoint")
+            .expression_attribute_names("#checkpoint", CHECKPOINT)
+            .expression_attribute_names("#status", STATUS)
+            .expression_attribute_names("#attempt", ATTEMPT)
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_values(":checkpoint", value);
+        for (name, value) in Self::fence_values(lease) {
+            request = request.expression_attribute_values(name, value);
+        }
+        match request.send().await {
+            Ok(_) => Ok(()),
+            Err(err) if is_condition_failure(&err) => {
+                Err(Error::fenced(&lease.record_id, lease.attempt))
+            }
+            Err(err) => Err(self.unavailable("UpdateItem (checkpoint)", err)),
+        }
+    }
+}
+
+/// An update expression with its names and values.
+struct UpdateParts {
+    expression: String,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl DynamoStore {
+    /// The fenced completion update, shared by the plain and the transactional
+    /// path. An update rather than a put keeps the fingerprint (a later request
+    /// with another body must still get a 422); removing the sweep attributes
+    /// takes the record out of the sparse index.
+    fn completion(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+    ) -> (UpdateParts, Completion) {
+        let (stored, completion) = fit(response, self.max_response_bytes);
+        let (body, gzip) = encode_body(stored.body.bytes());
+        let mut names: HashMap<String, String> = [
+            ("#status", STATUS),
+            ("#attempt", ATTEMPT),
+            ("#owner", OWNER),
+            ("#expires_at", EXPIRES_AT),
+            ("#rs", RESPONSE_STATUS),
+            ("#rh", RESPONSE_HEADERS),
+            ("#rk", RESPONSE_BODY_KIND),
+            ("#rb", RESPONSE_BODY),
+            ("#re", RESPONSE_ENCODING),
+            ("#sweep_shard", SWEEP_SHARD),
+            ("#sweep_at", SWEEP_AT),
+            ("#checkpoint", CHECKPOINT),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let mut values: HashMap<String, AttributeValue> = Self::fence_values(lease)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        values.insert(":completed".into(), s(Status::Completed.as_str()));
+        values.insert(":expires_at".into(), n(expires_at_s));
+        values.insert(":rs".into(), n(u64::from(stored.status)));
+        values.insert(":rh".into(), headers_value(&stored.headers));
+        values.insert(":rk".into(), s(stored.body.kind()));
+        let mut set = String::from(
+            "SET #status = :completed, #expires_at = :expires_at, #rs = :rs, #rh = :rh, #rk = :rk",
+        );
+        let mut remove = vec!["#sweep_shard", "#sweep_at", "#checkpoint"];
+        if body.is_empty() {
+            remove.push("#rb");
+        } else {
+            set.push_str(", #rb = :rb");
+            values.insert(":rb".into(), AttributeValue::B(body.into_owned().into()));
+        }
+        if gzip {
+            set.push_str(", #re = :re");
+            values.insert(":re".into(), s("gzip"));
+        } else {
+            remove.push("#re");
+        }
+        names.retain(|k, _| {
+            set.contains(k.as_str())
+                || remove.contains(&k.as_str())
+                || Self::fence_condition().contains(k.as_str())
+        });
+        let expression = format!("{set} REMOVE {}", remove.join(", "));
+        (
+            UpdateParts {
+                expression,
+                names,
+                values,
+            },
+            completion,
+        )
+    }
+
+    /// Remove a stale recovery point from a record we hold.
+    async fn clear_checkpoint(&self, lease: &Lease) -> Result<(), Error> {
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&*self.table)
+            .key(ID, s(&lease.record_id))
+            .condition_expression(Self::fence_condition())
+            .update_expression("REMOVE #checkpoint")
+            .expression_attribute_names("#checkpoint", CHECKPOINT)
+            .expression_attribute_names("#status", STATUS)
+            .expression_attribute_names("#attempt", ATTEMPT)
+            .expression_attribute_names("#owner", OWNER);
+        for (name, value) in Self::fence_values(lease) {
+            request = request.expression_attribute_values(name, value);
+        }
+        request
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.unavailable("UpdateItem (clear stale checkpoint)", e))
+    }
+}
+
+fn is_condition_failure<E, R>(err: &SdkError<E, R>) -> bool
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
+{
+    err.as_service_error().and_then(|e| e.code()) == Some("ConditionalCheckFailedException")
 }
 
 pub(crate) fn s(value: &str) -> AttributeValue {
@@ -352,6 +550,23 @@ pub(crate) fn decode(
         Status::InProgress => None,
         Status::Completed => Some(decode_response(record_id, item)?),
     };
+    let checkpoint = item.get(CHECKPOINT).and_then(|v| v.as_m().ok()).map(|m| {
+        let text = |k: &str| {
+            m.get(k)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        Checkpoint {
+            name: text("name"),
+            data: serde_json::from_str(&text("data")).unwrap_or(serde_json::Value::Null),
+            attempt: m
+                .get("attempt")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        }
+    });
     Ok(Record {
         id: record_id.to_owned(),
         status,
@@ -361,6 +576,7 @@ pub(crate) fn decode(
         lease_expires_at_ms: get_n(LEASE_EXPIRES_AT)?,
         expires_at_s: get_n(EXPIRES_AT)?,
         response,
+        checkpoint,
     })
 }
 
@@ -394,11 +610,18 @@ fn decode_response(
         .and_then(|v| v.as_s().ok())
         .map(String::as_str)
         .unwrap_or("empty");
-    let bytes = item
+    let gzip = item
+        .get(RESPONSE_ENCODING)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+        == Some("gzip");
+    let raw = item
         .get(RESPONSE_BODY)
         .and_then(|v| v.as_b().ok())
         .map(|b| b.as_ref().to_vec())
         .unwrap_or_default();
+    let bytes = decode_body(raw, gzip)
+        .ok_or_else(|| corrupt(record_id, "the stored body is not valid gzip"))?;
     let body = StoredBody::from_parts(kind, bytes)
         .ok_or_else(|| corrupt(record_id, &format!("unknown body kind `{kind}`")))?;
     Ok(StoredResponse::new(status, headers, body))

@@ -6,7 +6,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::Error;
 use crate::record::{Record, Status, StoredResponse};
-use crate::store::{claimable, own_claim, ClaimOutcome, ClaimRequest, Lease, Store};
+use crate::store::{
+    claimable, fit, is_takeover, own_claim, Checkpoint, ClaimOutcome, ClaimRequest, Completion,
+    Lease, Store, DEFAULT_MAX_RESPONSE_BYTES,
+};
 
 /// An in-memory [`Store`] with the same semantics as the DynamoDB one, for unit
 /// and property tests. Clones share the same records.
@@ -24,16 +27,38 @@ pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     records: Mutex<HashMap<String, Record>>,
     requests: AtomicU64,
+    max_response_bytes: usize,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Inner {
+            records: Mutex::default(),
+            requests: AtomicU64::new(0),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store keeping responses up to `bytes` (as the DynamoDB store
+    /// would store them: body compressed when that helps, plus headers).
+    pub fn with_max_response_bytes(bytes: usize) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                max_response_bytes: bytes,
+                ..Inner::default()
+            }),
+        }
     }
 
     /// How many store operations were made (claim, complete, release), the
@@ -92,9 +117,14 @@ impl Store for MemoryStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
         self.count();
         let mut records = self.records();
-        let previous_attempt = match records.get(&request.record_id) {
-            None => 0,
-            Some(existing) if claimable(existing, request) => existing.attempt,
+        let (previous_attempt, recovered) = match records.get(&request.record_id) {
+            None => (0, None),
+            Some(existing) if claimable(existing, request) => (
+                existing.attempt,
+                is_takeover(existing, request.now_ms)
+                    .then(|| existing.checkpoint.clone())
+                    .flatten(),
+            ),
             Some(existing) => {
                 return Ok(match own_claim(existing, request) {
                     Some(lease) => ClaimOutcome::Claimed(lease),
@@ -114,12 +144,14 @@ impl Store for MemoryStore {
                 lease_expires_at_ms: request.lease_expires_at_ms,
                 expires_at_s: request.expires_at_s,
                 response: None,
+                checkpoint: recovered.clone(),
             },
         );
         Ok(ClaimOutcome::Claimed(Lease {
             record_id: request.record_id.clone(),
             owner: request.owner.clone(),
             attempt,
+            recovered,
         }))
     }
 
@@ -128,13 +160,22 @@ impl Store for MemoryStore {
         lease: &Lease,
         response: &StoredResponse,
         expires_at_s: u64,
-    ) -> Result<(), Error> {
+    ) -> Result<Completion, Error> {
         self.count();
+        let (stored, completion) = fit(response, self.inner.max_response_bytes);
         let mut records = self.records();
         let record = Self::check_lease(&mut records, lease)?;
         record.status = Status::Completed;
         record.expires_at_s = expires_at_s;
-        record.response = Some(response.clone());
+        record.response = Some(stored.into_owned());
+        record.checkpoint = None;
+        Ok(completion)
+    }
+
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+        self.count();
+        let mut records = self.records();
+        Self::check_lease(&mut records, lease)?.checkpoint = Some(checkpoint.clone());
         Ok(())
     }
 

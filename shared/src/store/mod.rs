@@ -69,7 +69,41 @@ pub struct Lease {
     pub owner: String,
     /// The fencing token this claim obtained.
     pub attempt: u64,
+    /// The last recovery point, when this claim took over an abandoned attempt
+    /// that had committed one.
+    pub recovered: Option<Checkpoint>,
 }
+
+/// A recovery point: a named step a handler finished, with small data to
+/// resume from. Written fenced by `attempt`; kept across takeovers, dropped
+/// when the record completes, is released or expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The step's name (for example `charged`).
+    pub name: String,
+    /// What the next step needs (for example the charge id).
+    pub data: serde_json::Value,
+    /// The attempt that committed it.
+    pub attempt: u64,
+}
+
+/// What [`Store::complete`] stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The response, replayed from now on.
+    Stored,
+    /// The response could not fit the store's limit even compressed; the
+    /// record completed with the [`RESPONSE_TOO_LARGE`](crate::problem::RESPONSE_TOO_LARGE)
+    /// problem instead, which replays from now on (the handler never re-runs).
+    Oversized {
+        /// Size of the response as it would have been stored, in bytes.
+        bytes: usize,
+    },
+}
+
+/// Stores keep responses up to this many bytes (body after compression plus
+/// headers) by default: DynamoDB items are limited to 400 KB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 350_000;
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,10 +127,34 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         lease: &Lease,
         response: &StoredResponse,
         expires_at_s: u64,
-    ) -> Result<(), Error>;
+    ) -> Result<Completion, Error>;
 
     /// Delete the record so the next retry runs again, if the lease is still ours.
     async fn release(&self, lease: &Lease) -> Result<(), Error>;
+
+    /// Commit a recovery point, if the lease is still ours.
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error>;
+
+    /// Complete and commit the handler's own DynamoDB writes in one
+    /// transaction, fenced like [`complete`](Store::complete). Only
+    /// [`DynamoStore`](crate::DynamoStore) can; others fail with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) unless
+    /// there are no writes.
+    async fn complete_with_writes(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+        writes: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    ) -> Result<Completion, Error> {
+        if writes.is_empty() {
+            return self.complete(lease, response, expires_at_s).await;
+        }
+        Err(Error::new(
+            crate::ErrorKind::InvalidConfig,
+            "transactional completion needs a DynamoStore: this store cannot commit DynamoDB writes",
+        ))
+    }
 }
 
 #[async_trait::async_trait]
@@ -109,11 +167,54 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
         lease: &Lease,
         response: &StoredResponse,
         expires_at_s: u64,
-    ) -> Result<(), Error> {
+    ) -> Result<Completion, Error> {
         (**self).complete(lease, response, expires_at_s).await
     }
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         (**self).release(lease).await
+    }
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+        (**self).checkpoint(lease, checkpoint).await
+    }
+    async fn complete_with_writes(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+        writes: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    ) -> Result<Completion, Error> {
+        (**self)
+            .complete_with_writes(lease, response, expires_at_s, writes)
+            .await
+    }
+}
+
+/// Was `existing` taken over (an abandoned, unexpired attempt of the same
+/// request) rather than reused as absent? Only a takeover inherits the
+/// recovery point.
+pub(crate) fn is_takeover(existing: &Record, now_ms: u64) -> bool {
+    existing.status == crate::record::Status::InProgress && existing.expires_at_s >= now_ms / 1000
+}
+
+/// The response as it will be stored within `limit` bytes: the original, or
+/// the too-large marker when it does not fit even compressed.
+pub(crate) fn fit(
+    response: &StoredResponse,
+    limit: usize,
+) -> (std::borrow::Cow<'_, StoredResponse>, Completion) {
+    let bytes = crate::record::encoded_len(response);
+    if bytes <= limit {
+        (std::borrow::Cow::Borrowed(response), Completion::Stored)
+    } else {
+        tracing::warn!(
+            bytes,
+            limit,
+            "response too large to store; the record completes with a problem marker"
+        );
+        (
+            std::borrow::Cow::Owned(crate::record::too_large_marker(response.status, bytes)),
+            Completion::Oversized { bytes },
+        )
     }
 }
 
@@ -135,6 +236,7 @@ pub(crate) fn own_claim(existing: &Record, request: &ClaimRequest) -> Option<Lea
             record_id: existing.id.clone(),
             owner: existing.owner.clone(),
             attempt: existing.attempt,
+            recovered: existing.checkpoint.clone(),
         },
     )
 }

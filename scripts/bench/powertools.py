@@ -1,0 +1,237 @@
+"""Measure Powertools for AWS Lambda (Python) idempotency on DynamoDB Local, the
+reference the Rust library is compared with.
+
+    scripts/dynamodb-local.sh .tools/bench-venv/bin/python scripts/bench/powertools.py \
+        --iterations 1000 --rounds 5 --out target/bench/powertools.json
+
+Each round times, one call per sample: N bare conditional PutItem calls (the
+round-trip floor the overhead is measured against), N first executions (fresh
+keys) and N replays of those now completed keys. The per-round samples go to
+--out in microseconds; report.py turns them into statistics. The table is
+created fresh and deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import os
+import platform
+import secrets
+import statistics
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+# pt_common sits in the work tree, which ignores no __pycache__: compile it in memory.
+sys.dont_write_bytecode = True
+import pt_common  # noqa: E402
+
+WARMUP_CALLS = 50
+PROBE_CALLS = 20
+
+
+class RequestCounter:
+    """Counts the HTTP requests the client actually sends. botocore emits
+    before-send once per attempt, retries included, right before the request
+    goes on the wire, so the count is what DynamoDB sees."""
+
+    def __init__(self, client):
+        self.by_operation: collections.Counter[str] = collections.Counter()
+        client.meta.events.register("before-send.dynamodb", self._on_send)
+
+    def _on_send(self, event_name: str, **_) -> None:
+        # Returning None lets botocore send the request as usual.
+        self.by_operation[event_name.rsplit(".", 1)[-1]] += 1
+
+    def reset(self) -> None:
+        self.by_operation.clear()
+
+    def total(self) -> int:
+        return sum(self.by_operation.values())
+
+
+def sample_us(call, inputs) -> tuple[list[float], list]:
+    """Time each call alone with perf_counter_ns; returns the samples in µs and
+    the results, which are checked after the timing, not inside it."""
+    samples, results = [], []
+    for item in inputs:
+        start = time.perf_counter_ns()
+        result = call(item)
+        samples.append((time.perf_counter_ns() - start) / 1000)
+        results.append(result)
+    return samples, results
+
+
+class Bench:
+    """The three kinds of call, on one table and one client."""
+
+    def __init__(self, client, table: str):
+        self.client = client
+        self.table = table
+        self.handler = pt_common.make_handler(client, table)
+        self.context = pt_common.FakeLambdaContext()
+        self._serial = itertools.count()
+
+    def fresh_keys(self, kind: str, n: int) -> list[str]:
+        """Keys never used before in this (fresh) table."""
+        return [f"{kind}-{next(self._serial)}" for _ in range(n)]
+
+    def bare(self, n: int) -> list[float]:
+        """A conditional PutItem of a small new item: the cheapest write that
+        still takes DynamoDB's conditional path, like the idempotency claim."""
+
+        def put(key: str):
+            return self.client.put_item(
+                TableName=self.table,
+                Item={"id": {"S": key}},
+                ConditionExpression="attribute_not_exists(id)",
+            )
+
+        samples, _ = sample_us(put, self.fresh_keys("bare", n))
+        return samples
+
+    def invoke(self, keys: list[str]) -> list[float]:
+        """The decorated handler once per key; the events are built beforehand
+        so only the invocation is timed."""
+        events = [pt_common.make_event(key) for key in keys]
+        samples, responses = sample_us(lambda event: self.handler(event, self.context), events)
+        check_responses(responses)
+        return samples
+
+    def round(self, n: int) -> dict[str, list[float]]:
+        """N bare calls, N first executions, then N replays of those keys."""
+        bare = self.bare(n)
+        keys = self.fresh_keys("order", n)
+        first = self.invoke(keys)
+        replay = self.invoke(keys)
+        return {"bare_us": bare, "first_us": first, "replay_us": replay}
+
+
+def check_responses(responses: list) -> None:
+    """Every call, first or replay, must answer the handler's 201 with the body
+    (a replay: the stored response, unchanged); anything else means the
+    benchmark timed something other than idempotent invocations."""
+    for response in responses:
+        if response.get("statusCode") != pt_common.STATUS_CREATED or response.get("body") != pt_common.BODY:
+            raise RuntimeError(f"unexpected handler response: {str(response)[:200]}")
+
+
+def requests_per_call(bench: Bench, counter: RequestCounter) -> dict[str, float]:
+    """Average requests per first execution and per replay, over PROBE_CALLS each."""
+    keys = bench.fresh_keys("probe", PROBE_CALLS)
+    measured = {}
+    for kind in ("first", "replay"):
+        counter.reset()
+        bench.invoke(keys)
+        measured[kind] = counter.total() / PROBE_CALLS
+        log(f"requests per {kind}: {measured[kind]:.2f} ({format_operations(counter.by_operation)})")
+    return measured
+
+
+def format_operations(by_operation: collections.Counter) -> str:
+    return ", ".join(f"{op} x{count}" for op, count in sorted(by_operation.items()))
+
+
+def create_table(client) -> str:
+    """A fresh table with Powertools' default schema (partition key `id`, S),
+    so no record from an earlier run can turn a first execution into a replay."""
+    name = f"powertools-bench-{os.getpid()}-{secrets.token_hex(4)}"
+    client.create_table(
+        TableName=name,
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+    return name
+
+
+def delete_table(client, name: str) -> None:
+    """Best effort: a failure here must not hide the error that ended the run."""
+    try:
+        client.delete_table(TableName=name)
+    except (BotoCoreError, ClientError) as exc:
+        log(f"could not delete table {name}: {exc}")
+
+
+def versions() -> dict[str, str]:
+    return {
+        "python": platform.python_version(),
+        "aws-lambda-powertools": metadata.version("aws-lambda-powertools"),
+        "boto3": metadata.version("boto3"),
+    }
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr; stdout stays empty for callers that parse it."""
+    print(f"powertools: {message}", file=sys.stderr, flush=True)
+
+
+def round_summary(data: dict[str, list[float]]) -> str:
+    return ", ".join(
+        f"{field.removesuffix('_us')} p50 {statistics.median(samples):.0f} us" for field, samples in data.items()
+    )
+
+
+def run(client, table: str, iterations: int, rounds: int) -> dict:
+    """Warm-up (discarded: connection pool, JIT of DynamoDB Local, Python caches),
+    the timed rounds, then the request probe; returns what report.py reads."""
+    counter = RequestCounter(client)
+    bench = Bench(client, table)
+    bench.round(WARMUP_CALLS)
+    rounds_data = []
+    for index in range(rounds):
+        rounds_data.append(bench.round(iterations))
+        log(f"round {index + 1}/{rounds}: {round_summary(rounds_data[-1])}")
+    return {
+        "tool": "powertools-python",
+        "versions": versions(),
+        "iterations": iterations,
+        "rounds": rounds,
+        "requests": requests_per_call(bench, counter),
+        "rounds_data": rounds_data,
+    }
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iterations", type=positive_int, default=1000, help="samples per kind and round")
+    parser.add_argument("--rounds", type=positive_int, default=5, help="rounds (statistics are medians over them)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    client = pt_common.make_client()
+    try:
+        table = create_table(client)
+    except (BotoCoreError, ClientError) as exc:
+        raise pt_common.fail(
+            f"cannot create the table on {client.meta.endpoint_url}: {exc}; {pt_common.RUN_HINT}"
+        ) from exc
+    log(f"table {table}: {args.rounds} rounds of {args.iterations} calls per kind")
+    try:
+        result = run(client, table, args.iterations, args.rounds)
+    finally:
+        delete_table(client, table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result) + "\n")
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
