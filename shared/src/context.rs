@@ -76,7 +76,9 @@ impl IdempotencyContext {
         }
     }
 
-    pub(crate) fn claimed(store: Arc<dyn Store>, lease: Lease) -> Self {
+    /// The context of a claim made directly on a [`Store`] (custom
+    /// integrations, tests): it commits recovery points through `store`.
+    pub fn from_lease(store: Arc<dyn Store>, lease: Lease) -> Self {
         IdempotencyContext {
             record_id: lease.record_id.as_str().into(),
             attempt: lease.attempt,

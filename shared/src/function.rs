@@ -320,7 +320,7 @@ impl IdempotentFunction {
                 };
             }
         };
-        let context = IdempotencyContext::claimed(self.store.clone(), lease.clone());
+        let context = IdempotencyContext::from_lease(self.store.clone(), lease.clone());
         match f(arg, Some(context.clone())).await {
             Ok(output) => {
                 match serde_json::to_string(&output) {

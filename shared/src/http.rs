@@ -435,7 +435,7 @@ where
         )
     });
 
-    let context = IdempotencyContext::claimed(config.store.clone(), lease.clone());
+    let context = IdempotencyContext::from_lease(config.store.clone(), lease.clone());
     req.extensions_mut().insert(context.clone());
     let response = match inner.call(req).instrument(span.clone()).await {
         Ok(response) => response.into_response().await,

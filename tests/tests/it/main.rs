@@ -2,6 +2,7 @@
 //! DynamoDB Local and, where the store is what is under test, also on the
 //! in-memory store.
 
+mod beyond;
 mod contract;
 mod dynamo;
 mod events;
