@@ -23,7 +23,10 @@ if [ "${1:-}" != "--inside" ]; then
   fi
   command -v valgrind >/dev/null || { echo "bench: installing valgrind (apt)" >&2; apt-get install -y -qq valgrind >&2 || true; }
   echo "bench: release build" >&2
-  cargo build --release --quiet -p orders-api -p integration-tests --bin orders-api --bin bench
+  # orders-api alone, as `sam build` builds it (no feature unification with the
+  # test crate), so cold start and RSS are the deployed binary's.
+  cargo build --release --quiet -p orders-api --bin orders-api
+  cargo build --release --quiet -p integration-tests --bin bench
   echo "bench: micro benchmarks (divan)" >&2
   cargo bench --quiet -p integration-tests --bench micro 2>/dev/null | tee "$out/micro.txt"
   exec scripts/dynamodb-local.sh "$0" --inside

@@ -26,8 +26,9 @@ target/debug/demo create-tables
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log="$root/.tools/cargo-lambda-watch.log"
-cargo lambda watch --quiet --ignore-changes --invoke-port "$port" --concurrency 2 \
+cargo lambda watch --quiet --ignore-changes --invoke-port "$port" --concurrency 2 --timeout 8 \
   --env-var "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE,ORDERS_TABLE=$ORDERS_TABLE,SIMULATED_PROVIDER_LATENCY_MS=1500" \
+  --env-var "IDEMPOTENCY_MAX_LEASE_SECONDS=3,ORDERS_API_DEMO_CRASHES=1" \
   --env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB,AWS_REGION=$AWS_REGION" \
   --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY,RUST_LOG=warn" \
   -p orders-api >"$log" 2>&1 &

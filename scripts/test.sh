@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/python-tools.sh
 source scripts/python-tools.sh
 
+# Function binaries the tests run as real processes (built alone, as Lambda
+# tooling builds them).
+cargo build -p orders-api --bin orders-api
 scripts/dynamodb-local.sh cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings

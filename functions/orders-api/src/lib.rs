@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
 use http::{header, StatusCode};
 use lambda_http::{Body, Request, Response};
@@ -37,6 +37,10 @@ pub struct Config {
     pub expires_after: Duration,
     /// `IDEMPOTENCY_MAX_LEASE_SECONDS` (default 900).
     pub max_lease: Duration,
+    /// `ORDERS_API_DEMO_CRASHES=1`: honour the demo's `x-demo-crash:
+    /// after-charge` header by exiting the process after the charge is
+    /// recorded. Never set it in production.
+    pub demo_crashes: bool,
 }
 
 impl Config {
@@ -68,6 +72,7 @@ impl Config {
                 86_400,
             )?),
             max_lease: Duration::from_secs(number("IDEMPOTENCY_MAX_LEASE_SECONDS", 900)?),
+            demo_crashes: lookup("ORDERS_API_DEMO_CRASHES").as_deref() == Some("1"),
         })
     }
 }
@@ -98,6 +103,7 @@ struct Inner {
     client: Client,
     table: String,
     provider_latency: Duration,
+    demo_crashes: bool,
 }
 
 impl Orders {
@@ -108,6 +114,7 @@ impl Orders {
                 client,
                 table: config.orders_table.clone(),
                 provider_latency: config.provider_latency,
+                demo_crashes: config.demo_crashes,
             }),
         }
     }
@@ -210,6 +217,16 @@ fn parse_order(body: &[u8]) -> Result<NewOrder, String> {
     Ok(order)
 }
 
+/// Create an order in three atomic phases separated by recovery points, so a
+/// crash resumes where it stopped instead of starting over:
+///
+/// 1. write the order (`pending`, `executions` + 1), commit `order-created`;
+/// 2. charge the provider (the one foreign call), commit `charged` with the
+///    charge id;
+/// 3. confirm the order with the charge id, answer `201`.
+///
+/// Ids come from the idempotency record (`derived_key`), so even a re-run of
+/// a phase writes the same order and charges under the same provider key.
 async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
     let order = match parse_order(req.body().as_ref()) {
         Ok(order) => order,
@@ -225,26 +242,8 @@ async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
             "POST /orders needs an Idempotency-Key header",
         );
     };
-    let order_id = ctx.derived_key("order");
-    let charge_key = ctx.derived_key("charge");
-    let charge_id = match charge(inner, &charge_key, &order).await {
-        Ok(id) => id,
-        Err(detail) => {
-            return problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                problems::DEPENDENCY_FAILED,
-                &detail,
-            )
-        }
-    };
-    match upsert_order(inner, &order_id, &order, &charge_id).await {
-        Ok(stored) => {
-            let mut response = json_response(StatusCode::CREATED, &stored);
-            if let Ok(location) = http::HeaderValue::from_str(&format!("/orders/{order_id}")) {
-                response.headers_mut().insert(header::LOCATION, location);
-            }
-            response
-        }
+    match run_phases(inner, req, ctx, &order).await {
+        Ok(response) => response,
         Err(detail) => problem(
             StatusCode::SERVICE_UNAVAILABLE,
             problems::DEPENDENCY_FAILED,
@@ -253,89 +252,186 @@ async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
     }
 }
 
+/// The phases, in order; a recovery point names the last one finished.
+const PHASES: [&str; 2] = ["order-created", "charged"];
+
+async fn run_phases(
+    inner: &Inner,
+    req: &Request,
+    ctx: &IdempotencyContext,
+    order: &NewOrder,
+) -> Result<Response<Body>, String> {
+    let order_id = ctx.derived_key("order");
+    let resumed_from = ctx.recovery_point().map(|p| p.name.clone());
+    let reached = resumed_from
+        .as_deref()
+        .and_then(|r| PHASES.iter().position(|p| *p == r));
+    let done = |phase: usize| reached.is_some_and(|r| r >= phase);
+    let checkpoint_error = |e: lambda_idempotency::Error| format!("could not record progress: {e}");
+
+    if !done(0) {
+        create_pending_order(inner, &order_id, order).await?;
+        ctx.commit(PHASES[0], serde_json::json!({ "order_id": order_id }))
+            .await
+            .map_err(checkpoint_error)?;
+    }
+    let charge = match ctx.recovery_point() {
+        Some(point) if done(1) => Charge {
+            id: point.data["charge_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            provider_calls: point.data["provider_calls"].as_i64().unwrap_or_default(),
+        },
+        _ => {
+            let charge = charge(inner, &ctx.derived_key("charge"), order).await?;
+            ctx.commit(
+                PHASES[1],
+                serde_json::json!({ "charge_id": charge.id, "provider_calls": charge.provider_calls }),
+            )
+            .await
+            .map_err(checkpoint_error)?;
+            charge
+        }
+    };
+    if inner.demo_crashes
+        && req
+            .headers()
+            .get("x-demo-crash")
+            .is_some_and(|v| v == "after-charge")
+    {
+        // The demo's simulated crash: the process dies after the charge is
+        // recorded and before the order is confirmed.
+        tracing::warn!(order_id = %order_id, "x-demo-crash: exiting after the charge");
+        std::process::exit(137);
+    }
+    let mut stored = confirm_order(inner, &order_id, &charge.id).await?;
+    stored["provider_calls"] = charge.provider_calls.into();
+    stored["resumed_from"] = resumed_from.into();
+    let mut response = json_response(StatusCode::CREATED, &stored);
+    if let Ok(location) = http::HeaderValue::from_str(&format!("/orders/{order_id}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// A charge as the provider reports it.
+struct Charge {
+    id: String,
+    /// How many times the provider was called for this key (deduplicated).
+    provider_calls: i64,
+}
+
 /// The simulated payment provider: like a real one, it deduplicates charges by
-/// the idempotency key it is given, durably (a conditional put in the orders
-/// table under `charge#<key>`), and answers after a configurable latency.
-async fn charge(inner: &Inner, key: &str, order: &NewOrder) -> Result<String, String> {
+/// the idempotency key it is given, durably (one item `charge#<key>` in the
+/// orders table), counts every call it receives, and answers after a
+/// configurable latency.
+async fn charge(inner: &Inner, key: &str, order: &NewOrder) -> Result<Charge, String> {
     tokio::time::sleep(inner.provider_latency).await;
     let mut random = [0u8; 12];
     getrandom::fill(&mut random)
         .map_err(|e| format!("provider could not draw a charge id: {e}"))?;
-    let charge_id = format!(
+    let fresh_id = format!(
         "ch_{}",
         random
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
     );
-    let result = inner
-        .client
-        .put_item()
-        .table_name(&inner.table)
-        .item("order_id", AttributeValue::S(format!("charge#{key}")))
-        .item("charge_id", AttributeValue::S(charge_id.clone()))
-        .item("amount", AttributeValue::N(order.amount.to_string()))
-        .item("currency", AttributeValue::S(order.currency.clone()))
-        .condition_expression("attribute_not_exists(order_id)")
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .send()
-        .await;
-    match result {
-        Ok(_) => Ok(charge_id),
-        Err(err) => {
-            let existing = err
-                .as_service_error()
-                .and_then(|e| match e {
-                    aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c) => c.item(),
-                    _ => None,
-                })
-                .and_then(|item| item.get("charge_id"))
-                .and_then(|v| v.as_s().ok())
-                .cloned();
-            existing.ok_or_else(|| {
-                format!(
-                    "the payment provider failed: {}; retry with the same Idempotency-Key",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(&err)
-                )
-            })
-        }
-    }
-}
-
-async fn upsert_order(
-    inner: &Inner,
-    order_id: &str,
-    order: &NewOrder,
-    charge_id: &str,
-) -> Result<serde_json::Value, String> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
     let output = inner
         .client
         .update_item()
         .table_name(&inner.table)
-        .key("order_id", AttributeValue::S(order_id.to_owned()))
+        .key("order_id", AttributeValue::S(format!("charge#{key}")))
         .update_expression(
-            "SET customer_id = :c, amount = :a, currency = :cur, charge_id = :ch, \
-             created_at = if_not_exists(created_at, :now) ADD executions :one",
+            "SET charge_id = if_not_exists(charge_id, :id), amount = :a, currency = :c ADD calls :one",
         )
-        .expression_attribute_values(":c", AttributeValue::S(order.customer_id.clone()))
+        .expression_attribute_values(":id", AttributeValue::S(fresh_id))
         .expression_attribute_values(":a", AttributeValue::N(order.amount.to_string()))
-        .expression_attribute_values(":cur", AttributeValue::S(order.currency.clone()))
-        .expression_attribute_values(":ch", AttributeValue::S(charge_id.to_owned()))
-        .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+        .expression_attribute_values(":c", AttributeValue::S(order.currency.clone()))
         .expression_attribute_values(":one", AttributeValue::N("1".into()))
         .return_values(ReturnValue::AllNew)
         .send()
         .await
         .map_err(|e| {
             format!(
-                "the orders table could not be written: {}; retry with the same Idempotency-Key",
+                "the payment provider failed: {}; retry with the same Idempotency-Key",
                 aws_sdk_dynamodb::error::DisplayErrorContext(&e)
             )
         })?;
+    let item = output.attributes().cloned().unwrap_or_default();
+    Ok(Charge {
+        id: item
+            .get("charge_id")
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default(),
+        provider_calls: item
+            .get("calls")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default(),
+    })
+}
+
+fn table_error(e: impl std::error::Error + 'static) -> String {
+    format!(
+        "the orders table could not be written: {}; retry with the same Idempotency-Key",
+        aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+    )
+}
+
+/// Phase 1: the order exists, pending; `executions` counts how often this
+/// phase, the start of the handler body, really ran.
+async fn create_pending_order(
+    inner: &Inner,
+    order_id: &str,
+    order: &NewOrder,
+) -> Result<(), String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    inner
+        .client
+        .update_item()
+        .table_name(&inner.table)
+        .key("order_id", AttributeValue::S(order_id.to_owned()))
+        .update_expression(
+            "SET customer_id = :c, amount = :a, currency = :cur, \
+             order_status = if_not_exists(order_status, :pending), \
+             created_at = if_not_exists(created_at, :now) ADD executions :one",
+        )
+        .expression_attribute_values(":c", AttributeValue::S(order.customer_id.clone()))
+        .expression_attribute_values(":a", AttributeValue::N(order.amount.to_string()))
+        .expression_attribute_values(":cur", AttributeValue::S(order.currency.clone()))
+        .expression_attribute_values(":pending", AttributeValue::S("pending".into()))
+        .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(table_error)
+}
+
+/// Phase 3: the order is confirmed with its charge.
+async fn confirm_order(
+    inner: &Inner,
+    order_id: &str,
+    charge_id: &str,
+) -> Result<serde_json::Value, String> {
+    let output = inner
+        .client
+        .update_item()
+        .table_name(&inner.table)
+        .key("order_id", AttributeValue::S(order_id.to_owned()))
+        .update_expression("SET charge_id = :ch, order_status = :confirmed")
+        .expression_attribute_values(":ch", AttributeValue::S(charge_id.to_owned()))
+        .expression_attribute_values(":confirmed", AttributeValue::S("confirmed".into()))
+        .return_values(ReturnValue::AllNew)
+        .send()
+        .await
+        .map_err(table_error)?;
     Ok(order_json(output.attributes().cloned().unwrap_or_default()))
 }
 
@@ -391,6 +487,7 @@ fn order_json(item: std::collections::HashMap<String, AttributeValue>) -> serde_
         "currency": s("currency"),
         "charge_id": s("charge_id"),
         "executions": n("executions"),
+        "status": s("order_status"),
         "created_at": n("created_at"),
     })
 }

@@ -351,6 +351,55 @@ async fn play(base: &str) -> Result<()> {
         ));
     }
     println!("  ok: executions = 1");
+
+    step(
+        8,
+        "A crash after the charge: the retry resumes at the recovery point",
+    );
+    let crash_order = r#"{"customer_id":"cus_9","amount":4200,"currency":"EUR"}"#;
+    println!("  -> POST /orders   (x-demo-crash: after-charge: the process exits after the charge is recorded)");
+    println!("     Idempotency-Key: order-0003");
+    let crashed = demo
+        .http
+        .post(format!("{}/orders", demo.url_base))
+        .header("Idempotency-Key", "order-0003")
+        .header("x-demo-crash", "after-charge")
+        .header("content-type", "application/json")
+        .body(crash_order)
+        .timeout(Duration::from_secs(15))
+        .send()
+        .await;
+    match crashed {
+        Ok(res) if res.status().is_success() => {
+            return Err(format!("the crash request succeeded: {}", res.status()))
+        }
+        Ok(res) => println!(
+            "  <- {} (the function process died mid-request)",
+            res.status()
+        ),
+        Err(e) => println!(
+            "  <- no response: {} (the function process died mid-request)",
+            chain(&e)
+        ),
+    }
+    println!("  (waiting 4 s: the crashed attempt's lease is 3 s)");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let resumed = demo
+        .send(
+            Method::POST,
+            "/orders",
+            Some("order-0003"),
+            Some(crash_order),
+        )
+        .await?;
+    resumed.expect(201, "completed by the retry")?;
+    if resumed.body["resumed_from"] != "charged" || resumed.body["provider_calls"] != 1 {
+        return Err(format!(
+            "the retry did not resume after the charge: {}",
+            resumed.body
+        ));
+    }
+    println!("  ok: resumed_from = charged, provider_calls = 1 (the card was charged once)");
     println!("\ndemo: every step answered as the contract says");
     Ok(())
 }

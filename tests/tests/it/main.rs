@@ -8,6 +8,7 @@ mod dynamo;
 mod events;
 mod fixture;
 mod orders;
+mod process;
 mod store_rules;
 mod sweeper;
 

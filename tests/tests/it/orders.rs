@@ -35,6 +35,7 @@ impl App {
             provider_latency: Duration::from_millis(provider_latency_ms),
             expires_after: Duration::from_secs(3600),
             max_lease: Duration::from_secs(900),
+            demo_crashes: false,
         };
         App { client, config }
     }
@@ -236,30 +237,59 @@ async fn concurrent_duplicate_is_409_while_the_provider_is_slow() {
 }
 
 #[tokio::test]
-async fn a_rerun_after_a_crash_writes_the_same_order_and_reuses_the_charge() {
-    // The handler as the middleware calls it: attempt 1 "crashes" after
-    // finishing its writes (its response is never stored), attempt 2 takes over.
+async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again() {
+    // Attempt 1 runs every phase but "crashes" before its completion is
+    // stored; attempt 2 takes the record over and inherits the `charged`
+    // recovery point.
     let app = App::new(0).await;
+    let store = lambda_idempotency::DynamoStore::new(
+        app.client.clone(),
+        app.config.idempotency_table.clone(),
+    );
     let mut orders = Orders::new(app.client.clone(), &app.config);
     let record = record_id("", None, "POST", "/orders", "crash");
+    let claim = |owner: &str| {
+        let now = crate::fixture::now_ms();
+        lambda_idempotency::ClaimRequest {
+            record_id: record.clone(),
+            fingerprint: "fp".into(),
+            owner: owner.into(),
+            now_ms: now,
+            lease_expires_at_ms: now + 50,
+            expires_at_s: now / 1000 + 3600,
+        }
+    };
     let mut responses = Vec::new();
-    for attempt in [1, 2] {
+    for owner in ["attempt-1", "attempt-2"] {
+        let lease = match lambda_idempotency::Store::claim(&store, &claim(owner))
+            .await
+            .unwrap()
+        {
+            lambda_idempotency::ClaimOutcome::Claimed(lease) => lease,
+            other => panic!("{other:?}"),
+        };
         let mut req = order(Some("crash"), BODY);
-        req.extensions_mut()
-            .insert(IdempotencyContext::new(record.as_str(), attempt));
-        responses.push(json(
-            &orders.ready().await.unwrap().call(req).await.unwrap(),
+        req.extensions_mut().insert(IdempotencyContext::from_lease(
+            std::sync::Arc::new(store.clone()),
+            lease,
         ));
+        let res = orders.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(res.status(), 201);
+        responses.push(json(&res));
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert_eq!(responses[1]["resumed_from"], "charged");
     assert_eq!(responses[0]["order_id"], responses[1]["order_id"]);
+    assert_eq!(responses[0]["charge_id"], responses[1]["charge_id"]);
     assert_eq!(
-        responses[0]["charge_id"], responses[1]["charge_id"],
-        "the provider deduplicated the charge"
+        responses[1]["provider_calls"], 1,
+        "the provider was not called again"
     );
     assert_eq!(
-        responses[1]["executions"], 2,
-        "executions shows the body ran twice"
+        responses[1]["executions"], 1,
+        "the order phase did not run again"
     );
+    assert_eq!(responses[1]["status"], "confirmed");
     assert_eq!(app.charges().await, 1);
     let item = app
         .client
@@ -272,5 +302,5 @@ async fn a_rerun_after_a_crash_writes_the_same_order_and_reuses_the_charge() {
         .send()
         .await
         .unwrap();
-    assert_eq!(item.item().unwrap()["executions"].as_n().unwrap(), "2");
+    assert_eq!(item.item().unwrap()["executions"].as_n().unwrap(), "1");
 }

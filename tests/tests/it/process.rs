@@ -1,0 +1,97 @@
+//! Real `orders-api` processes behind the Runtime API, killed mid-handler.
+
+use std::time::Duration;
+
+use integration_tests::runtime_api::{Outcome, RuntimeApi};
+use serde_json::{json, Value};
+
+/// The debug binary next to this test's own (built by `make test`).
+fn orders_api_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/debug");
+    let bin = dir.join("orders-api");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (`cargo build -p orders-api`, done by `make test`)",
+        bin.display()
+    );
+    bin
+}
+
+fn event(key: &str, crash: bool) -> String {
+    let mut headers = json!({"content-type": "application/json", "idempotency-key": key});
+    if crash {
+        headers["x-demo-crash"] = json!("after-charge");
+    }
+    json!({
+        "version": "2.0", "routeKey": "POST /orders", "rawPath": "/orders", "rawQueryString": "",
+        "headers": headers,
+        "requestContext": {"accountId": "123456789012", "apiId": "t", "domainName": "t.local", "domainPrefix": "t",
+            "http": {"method": "POST", "path": "/orders", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "t"},
+            "requestId": "t", "routeKey": "POST /orders", "stage": "$default", "time": "22/Nov/2026:10:15:00 +0000", "timeEpoch": 0},
+        "body": r#"{"customer_id":"cus_1","amount":700,"currency":"EUR"}"#, "isBase64Encoded": false
+    })
+    .to_string()
+}
+
+fn spawn(api: &RuntimeApi, tables: &(String, String)) -> tokio::process::Child {
+    let mut env = api.function_env("orders-api");
+    env.extend([
+        ("IDEMPOTENCY_TABLE".to_owned(), tables.0.clone()),
+        ("ORDERS_TABLE".to_owned(), tables.1.clone()),
+        ("IDEMPOTENCY_MAX_LEASE_SECONDS".to_owned(), "1".to_owned()),
+        ("ORDERS_API_DEMO_CRASHES".to_owned(), "1".to_owned()),
+        ("RUST_LOG".to_owned(), "error".to_owned()),
+    ]);
+    tokio::process::Command::new(orders_api_bin())
+        .envs(env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn orders-api")
+}
+
+#[tokio::test]
+async fn a_process_killed_after_the_charge_is_resumed_by_the_retry() {
+    let client = integration_tests::client().await;
+    let tables = (
+        integration_tests::unique_name("idempotency"),
+        integration_tests::unique_name("orders"),
+    );
+    integration_tests::create_table_from_template(&client, "IdempotencyTable", &tables.0)
+        .await
+        .unwrap();
+    integration_tests::create_table_from_template(&client, "OrdersTable", &tables.1)
+        .await
+        .unwrap();
+    let api = RuntimeApi::start().await.unwrap();
+
+    let mut first = spawn(&api, &tables);
+    let outcome = api
+        .invoke(event("k-crash", true), Duration::from_secs(5))
+        .await;
+    assert_eq!(outcome, Outcome::TimedOut, "the invocation never answered");
+    let status = tokio::time::timeout(Duration::from_secs(5), first.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(137), "the process died mid-handler");
+
+    // A fresh process (Lambda's next instance); the client retries after the lease.
+    let _second = spawn(&api, &tables);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let Outcome::Response(body) = api
+        .invoke(event("k-crash", false), Duration::from_secs(10))
+        .await
+    else {
+        panic!("the retry did not answer")
+    };
+    let response: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(response["statusCode"], 201, "{response}");
+    let order: Value = serde_json::from_str(response["body"].as_str().unwrap()).unwrap();
+    assert_eq!(order["resumed_from"], "charged");
+    assert_eq!(order["provider_calls"], 1);
+    assert_eq!(order["executions"], 1);
+    assert_eq!(order["status"], "confirmed");
+}
