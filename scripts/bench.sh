@@ -37,6 +37,9 @@ bench="$root/target/release/bench"
 n="${BENCH_ITERATIONS:-2000}"
 r="${BENCH_ROUNDS:-3}"
 
+# Both tools send the very same 1,000-byte body.
+"$py" -c 'import sys; sys.path.insert(0, "scripts/bench"); import pt_common; print(pt_common.BODY)' >"$out/body.json"
+export BENCH_BODY_FILE="$out/body.json"
 echo "bench: latency, lambda-idempotency ($r x $n)" >&2
 "$bench" latency "$n" "$r" >"$out/rust-latency.json"
 echo "bench: latency, Powertools Python ($r x $n)" >&2

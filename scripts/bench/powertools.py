@@ -32,7 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 sys.dont_write_bytecode = True
 import pt_common  # noqa: E402
 
-WARMUP_CALLS = 50
+WARMUP_CALLS = 1000
 PROBE_CALLS = 20
 
 

@@ -88,7 +88,7 @@ pub use crate::scope::TenantSource;
 pub use crate::sqs::SqsBatch;
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
-pub use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};
+pub use crate::store::{Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, Store};
 pub use crate::sweep::{Resolution, SweepPolicy, SweepSummary, Sweeper};
 
 // The README's quickstart is compiled with the doc tests.

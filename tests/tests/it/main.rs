@@ -7,6 +7,8 @@ mod contract;
 mod dynamo;
 mod events;
 mod fixture;
+mod fuzz;
+mod model;
 mod orders;
 mod process;
 mod store_rules;

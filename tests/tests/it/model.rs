@@ -1,0 +1,342 @@
+//! Model check: random interleavings of claim, complete, release, checkpoint,
+//! takeover, sweep and expiry (a virtual clock: stores compare against the
+//! caller's time) run against each store and a reference model of the rules in
+//! DESIGN section 4. Every outcome must match the model, and no interleaving
+//! may produce two completions in one life of a record or a completion by a
+//! fenced attempt.
+
+use std::sync::Arc;
+
+use lambda_idempotency::sweep::StuckRecord;
+use lambda_idempotency::{
+    ClaimOutcome, ClaimRequest, DynamoStore, Lease, MemoryStore, Resolution, Status, Store,
+    StoredBody, StoredResponse, Sweeper,
+};
+use proptest::prelude::*;
+
+const ACTORS: usize = 3;
+const RECORD_TTL_MS: u64 = 5_000;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Claim {
+        actor: usize,
+        fingerprint: u8,
+        lease_ms: u64,
+    },
+    Complete {
+        actor: usize,
+    },
+    Release {
+        actor: usize,
+    },
+    Checkpoint {
+        actor: usize,
+    },
+    Advance {
+        ms: u64,
+    },
+    Sweep,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..ACTORS, 0u8..2, 1u64..3_000).prop_map(|(actor, fingerprint, lease_ms)| Op::Claim { actor, fingerprint, lease_ms }),
+        2 => (0..ACTORS).prop_map(|actor| Op::Complete { actor }),
+        1 => (0..ACTORS).prop_map(|actor| Op::Release { actor }),
+        1 => (0..ACTORS).prop_map(|actor| Op::Checkpoint { actor }),
+        2 => (0u64..4_000).prop_map(|ms| Op::Advance { ms }),
+        1 => Just(Op::Sweep),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct ModelRecord {
+    status: Status,
+    fingerprint: String,
+    attempt: u64,
+    owner: String,
+    lease_end: u64,
+    expires_s: u64,
+    checkpoint: Option<String>,
+}
+
+/// The reference model, and the bookkeeping of the run.
+struct Model {
+    record: Option<ModelRecord>,
+    now: u64,
+    leases: [Option<Lease>; ACTORS],
+    next_owner: u64,
+    completions_this_life: u32,
+    highest_attempt: u64,
+}
+
+impl Model {
+    fn holds(&self, lease: &Lease) -> bool {
+        self.record.as_ref().is_some_and(|r| {
+            r.status == Status::InProgress && r.attempt == lease.attempt && r.owner == lease.owner
+        })
+    }
+}
+
+/// Drive one store through `ops`, checking each outcome against the model.
+async fn check(
+    store: Arc<dyn Store>,
+    sweeper: Option<&Sweeper>,
+    id: &str,
+    base_ms: u64,
+    ops: &[Op],
+) -> Result<(), String> {
+    let mut m = Model {
+        record: None,
+        now: base_ms,
+        leases: Default::default(),
+        next_owner: 0,
+        completions_this_life: 0,
+        highest_attempt: 0,
+    };
+    let response = StoredResponse::new(200, vec![], StoredBody::Text("done".into()));
+    for (step, op) in ops.iter().enumerate() {
+        let ctx = |what: String| format!("step {step} {op:?}: {what}");
+        match op {
+            Op::Advance { ms } => m.now += ms,
+            Op::Claim {
+                actor,
+                fingerprint,
+                lease_ms,
+            } => {
+                m.next_owner += 1;
+                let owner = format!("a{actor}-{}", m.next_owner);
+                let fingerprint = format!("fp{fingerprint}");
+                let lease_end = m.now + lease_ms;
+                let request = ClaimRequest {
+                    record_id: id.into(),
+                    fingerprint: fingerprint.clone(),
+                    owner: owner.clone(),
+                    now_ms: m.now,
+                    lease_expires_at_ms: lease_end,
+                    expires_at_s: ((m.now + RECORD_TTL_MS) / 1000).max(lease_end / 1000 + 1),
+                };
+                let now_s = m.now / 1000;
+                let claimable = match &m.record {
+                    None => true,
+                    Some(r) => {
+                        r.expires_s < now_s
+                            || (r.status == Status::InProgress
+                                && r.lease_end < m.now
+                                && r.fingerprint == fingerprint)
+                    }
+                };
+                let outcome = store
+                    .claim(&request)
+                    .await
+                    .map_err(|e| ctx(e.to_string()))?;
+                match (claimable, outcome) {
+                    (true, ClaimOutcome::Claimed(lease)) => {
+                        let (attempt, recovered, new_life) = match &m.record {
+                            None => (1, None, true),
+                            Some(r) if r.status == Status::InProgress && r.expires_s >= now_s => {
+                                (r.attempt + 1, r.checkpoint.clone(), false)
+                            }
+                            Some(r) => (r.attempt + 1, None, true),
+                        };
+                        if lease.attempt != attempt {
+                            return Err(ctx(format!(
+                                "attempt {} but the model says {attempt}",
+                                lease.attempt
+                            )));
+                        }
+                        if lease.recovered.as_ref().map(|c| c.name.clone()) != recovered {
+                            return Err(ctx(format!(
+                                "recovered {:?} but the model says {recovered:?}",
+                                lease.recovered
+                            )));
+                        }
+                        if new_life {
+                            m.completions_this_life = 0;
+                        }
+                        m.record = Some(ModelRecord {
+                            status: Status::InProgress,
+                            fingerprint,
+                            attempt,
+                            owner,
+                            lease_end,
+                            expires_s: request.expires_at_s,
+                            checkpoint: recovered,
+                        });
+                        m.highest_attempt = m.highest_attempt.max(attempt);
+                        m.leases[*actor] = Some(lease);
+                    }
+                    (false, ClaimOutcome::Exists(found)) => {
+                        let r = m
+                            .record
+                            .as_ref()
+                            .ok_or_else(|| ctx("store found a record the model has not".into()))?;
+                        if (
+                            found.status,
+                            found.attempt,
+                            &found.fingerprint,
+                            &found.owner,
+                        ) != (r.status, r.attempt, &r.fingerprint, &r.owner)
+                        {
+                            return Err(ctx(format!("store has {found:?}, model has {r:?}")));
+                        }
+                    }
+                    (expected, got) => {
+                        return Err(ctx(format!(
+                            "model claimable={expected}, store said {got:?}"
+                        )))
+                    }
+                }
+            }
+            Op::Complete { actor } => {
+                let Some(lease) = m.leases[*actor].clone() else {
+                    continue;
+                };
+                let allowed = m.holds(&lease);
+                let result = store
+                    .complete(&lease, &response, m.now / 1000 + RECORD_TTL_MS / 1000)
+                    .await;
+                match (allowed, result) {
+                    (true, Ok(_)) => {
+                        m.completions_this_life += 1;
+                        if m.completions_this_life > 1 {
+                            return Err(ctx("two completions in one life of the record".into()));
+                        }
+                        if let Some(r) = m.record.as_mut() {
+                            r.status = Status::Completed;
+                            r.expires_s = m.now / 1000 + RECORD_TTL_MS / 1000;
+                            r.checkpoint = None;
+                        }
+                    }
+                    (false, Err(e)) if e.is_fenced() => {}
+                    (true, Err(e)) => return Err(ctx(format!("holder's completion refused: {e}"))),
+                    (false, Ok(_)) => return Err(ctx("a fenced attempt completed".into())),
+                    (false, Err(e)) => return Err(ctx(format!("unexpected error {e}"))),
+                }
+            }
+            Op::Release { actor } => {
+                let Some(lease) = m.leases[*actor].clone() else {
+                    continue;
+                };
+                let allowed = m.holds(&lease);
+                match (allowed, store.release(&lease).await) {
+                    (true, Ok(())) => m.record = None,
+                    (false, Err(e)) if e.is_fenced() => {}
+                    (a, r) => return Err(ctx(format!("release: model allowed={a}, store {r:?}"))),
+                }
+            }
+            Op::Checkpoint { actor } => {
+                let Some(lease) = m.leases[*actor].clone() else {
+                    continue;
+                };
+                let allowed = m.holds(&lease);
+                let name = format!("step-{step}");
+                let checkpoint = lambda_idempotency::store::Checkpoint {
+                    name: name.clone(),
+                    data: serde_json::json!(step),
+                    attempt: lease.attempt,
+                };
+                match (allowed, store.checkpoint(&lease, &checkpoint).await) {
+                    (true, Ok(())) => {
+                        if let Some(r) = m.record.as_mut() {
+                            r.checkpoint = Some(name);
+                        }
+                    }
+                    (false, Err(e)) if e.is_fenced() => {}
+                    (a, r) => {
+                        return Err(ctx(format!("checkpoint: model allowed={a}, store {r:?}")))
+                    }
+                }
+            }
+            Op::Sweep => {
+                // The sweeper's rule (grace 0, policy release): an in-progress
+                // record whose lease ended is deleted by a write fenced on what
+                // it observed, unless it holds a recovery point.
+                let Some(r) = m.record.clone() else { continue };
+                if r.status != Status::InProgress || r.lease_end >= m.now {
+                    continue;
+                }
+                let observed = StuckRecord {
+                    id: id.into(),
+                    attempt: r.attempt,
+                    owner: r.owner.clone(),
+                    lease_expires_at_ms: r.lease_end,
+                    has_checkpoint: r.checkpoint.is_some(),
+                };
+                let resolution = match sweeper {
+                    Some(sweeper) => sweeper
+                        .resolve(&observed, m.now)
+                        .await
+                        .map_err(|e| ctx(e.to_string()))?,
+                    None if observed.has_checkpoint => Resolution::Resumable,
+                    None => {
+                        let lease = Lease {
+                            record_id: id.into(),
+                            owner: r.owner.clone(),
+                            attempt: r.attempt,
+                            recovered: None,
+                        };
+                        store
+                            .release(&lease)
+                            .await
+                            .map(|_| Resolution::Released)
+                            .map_err(|e| ctx(e.to_string()))?
+                    }
+                };
+                match (observed.has_checkpoint, resolution) {
+                    (false, Resolution::Released) => m.record = None,
+                    (true, Resolution::Resumable) => {}
+                    (c, got) => {
+                        return Err(ctx(format!("sweep with checkpoint={c} resolved {got:?}")))
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn base_ms() -> u64 {
+    crate::fixture::now_ms()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    #[test]
+    fn memory_store_matches_the_model(ops in proptest::collection::vec(op(), 1..40)) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let result = rt.block_on(check(Arc::new(MemoryStore::new()), None, "r", base_ms(), &ops));
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}
+
+#[test]
+fn dynamodb_local_matches_the_model() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (store, _) = rt.block_on(integration_tests::dynamo_store());
+    let sweeper = Sweeper::new(DynamoStore::clone(&store)).grace(std::time::Duration::ZERO);
+    let store: Arc<dyn Store> = Arc::new(store);
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 48,
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&proptest::collection::vec(op(), 1..30), |ops| {
+        // A fresh record per case, on one table.
+        let id = format!(
+            "{:064x}",
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+        );
+        let outcome = rt.block_on(check(store.clone(), Some(&sweeper), &id, base_ms(), &ops));
+        prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
