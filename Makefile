@@ -17,3 +17,8 @@ bench-sweep:
 # Benchmarks vs Powertools Python on DynamoDB Local; writes BENCHMARKS.md (release build).
 bench:
 	scripts/bench.sh
+
+.PHONY: reliability
+# Storm, crash and fault injection on DynamoDB Local; writes RELIABILITY.md.
+reliability:
+	scripts/reliability.sh

@@ -5,6 +5,8 @@
 //! DynamoDB Local is started by `scripts/dynamodb-local.sh` (run by `make test`),
 //! which exports `AWS_ENDPOINT_URL_DYNAMODB`.
 
+pub mod fault_proxy;
+pub mod functions;
 pub mod runtime_api;
 
 use std::sync::atomic::{AtomicU64, Ordering};

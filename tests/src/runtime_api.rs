@@ -40,6 +40,8 @@ struct Pending {
 struct Shared {
     queue: Mutex<mpsc::UnboundedReceiver<Pending>>,
     waiting: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
+    /// Invocations queued and not yet handed to a process.
+    queued: AtomicU64,
 }
 
 /// A running Runtime API server.
@@ -58,6 +60,7 @@ impl RuntimeApi {
         let shared = Arc::new(Shared {
             queue: Mutex::new(receiver),
             waiting: Mutex::new(HashMap::new()),
+            queued: AtomicU64::new(0),
         });
         let app = axum::Router::new()
             .route("/2018-06-01/runtime/invocation/next", get(next))
@@ -101,6 +104,12 @@ impl RuntimeApi {
         ]
     }
 
+    /// Invocations queued and not yet picked up by a process. An invocation
+    /// whose caller timed out may still be queued and run later, as on Lambda.
+    pub fn queued(&self) -> u64 {
+        self.shared.queued.load(Ordering::SeqCst)
+    }
+
     /// Invoke: queue `payload` for the next polling process and wait up to
     /// `timeout` for its answer. The deadline handed to the function is
     /// `timeout` from now, as Lambda's is its configured timeout.
@@ -109,6 +118,7 @@ impl RuntimeApi {
         let (tx, rx) = oneshot::channel();
         self.shared.waiting.lock().await.insert(id.clone(), tx);
         let deadline_ms = now_ms() + timeout.as_millis() as u64;
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
         if self
             .sender
             .send(Pending {

@@ -18,6 +18,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
 use http::{header, StatusCode};
 use lambda_http::{Body, Request, Response};
+use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
     DynamoStore, Idempotency, IdempotencyContext, IdempotencyLayer, TenantSource,
 };
@@ -41,6 +42,9 @@ pub struct Config {
     /// after-charge` header by exiting the process after the charge is
     /// recorded. Never set it in production.
     pub demo_crashes: bool,
+    /// `IDEMPOTENCY_METRICS_NAMESPACE`: emit the middleware's EMF metrics
+    /// under this CloudWatch namespace (off when unset).
+    pub metrics_namespace: Option<String>,
 }
 
 impl Config {
@@ -73,17 +77,24 @@ impl Config {
             )?),
             max_lease: Duration::from_secs(number("IDEMPOTENCY_MAX_LEASE_SECONDS", 900)?),
             demo_crashes: lookup("ORDERS_API_DEMO_CRASHES").as_deref() == Some("1"),
+            metrics_namespace: lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()),
         })
     }
 }
 
 /// The idempotency settings of this API, for callers that build their own store.
 pub fn idempotency_layer(store: DynamoStore, config: &Config) -> IdempotencyLayer {
-    IdempotencyLayer::new(store)
+    let layer = IdempotencyLayer::new(store)
         .require_key(true)
         .tenant(TenantSource::jwt_sub())
         .expires_after(config.expires_after)
-        .max_lease(config.max_lease)
+        .max_lease(config.max_lease);
+    match &config.metrics_namespace {
+        Some(namespace) => {
+            layer.metrics(Metrics::new(namespace).dimension("Service", "orders-api"))
+        }
+        None => layer,
+    }
 }
 
 /// The whole function: the router behind the idempotency middleware.

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use integration_tests::functions;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{DynamoStore, IdempotencyLayer, MemoryStore};
@@ -306,66 +307,19 @@ fn median(v: &mut [f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Environment of an `orders-api` process on DynamoDB Local.
-fn orders_env(api: &RuntimeApi, idempotency: &str, orders: &str) -> Vec<(String, String)> {
-    let mut env = api.function_env("orders-api");
-    for (k, v) in [
-        ("IDEMPOTENCY_TABLE", idempotency),
-        ("ORDERS_TABLE", orders),
-        ("RUST_LOG", "error"),
-    ] {
-        env.push((k.into(), v.into()));
-    }
-    env
-}
-
-async fn tables() -> Result<(String, String)> {
-    let client = integration_tests::client().await;
-    let idempotency = integration_tests::unique_name("bench-idempotency");
-    let orders = integration_tests::unique_name("bench-orders");
-    integration_tests::create_table_from_template(&client, "IdempotencyTable", &idempotency)
-        .await?;
-    integration_tests::create_table_from_template(&client, "OrdersTable", &orders).await?;
-    Ok((idempotency, orders))
-}
-
-fn http_event(key: &str, body: &str) -> String {
-    json!({
-        "version": "2.0", "routeKey": "POST /orders", "rawPath": "/orders", "rawQueryString": "",
-        "headers": {"content-type": "application/json", "idempotency-key": key},
-        "requestContext": {"accountId": "123456789012", "apiId": "bench", "domainName": "bench.local", "domainPrefix": "bench",
-            "http": {"method": "POST", "path": "/orders", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "bench"},
-            "requestId": "bench", "routeKey": "POST /orders", "stage": "$default", "time": "22/Nov/2026:10:15:00 +0000", "timeEpoch": 0},
-        "body": body, "isBase64Encoded": false
-    })
-    .to_string()
-}
-
-fn spawn_function(bin: &str, env: &[(String, String)]) -> Result<tokio::process::Child> {
-    tokio::process::Command::new(bin)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            format!("spawn {bin}: {e} (build it first: cargo build --release -p orders-api)")
-        })
-}
-
 async fn cold(runs: usize, bin: &str) -> Result<Value> {
-    let (idempotency, orders) = tables().await?;
+    let tables = functions::tables().await?;
     let order = r#"{"customer_id":"cus_42","amount":2500,"currency":"EUR"}"#;
     let mut samples = Vec::new();
     // Run 0 warms the disk cache and is not recorded.
     for i in 0..=runs {
         let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
-        let env = orders_env(&api, &idempotency, &orders);
+        let env = functions::orders_env(&api, &tables, &[]);
         let t = Instant::now();
-        let mut child = spawn_function(bin, &env)?;
+        let mut child = functions::spawn(bin, &env)?;
         let outcome = api
             .invoke(
-                http_event(&format!("cold-{i}"), order),
+                functions::post_order_event(&format!("cold-{i}"), order),
                 Duration::from_secs(30),
             )
             .await;
@@ -417,16 +371,6 @@ async fn cold_command(runs: usize, command: &[String]) -> Result<Value> {
     Ok(json!({"cold_start_ms": samples}))
 }
 
-/// Peak resident set of a process, from /proc (Linux).
-fn peak_rss_kb(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-}
-
 async fn storm(
     bin: &str,
     requests: usize,
@@ -434,12 +378,13 @@ async fn storm(
     concurrency: usize,
     processes: usize,
 ) -> Result<Value> {
-    let (idempotency, orders) = tables().await?;
+    let tables = functions::tables().await?;
+    let orders = tables.1.clone();
     let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
-    let env = orders_env(&api, &idempotency, &orders);
+    let env = functions::orders_env(&api, &tables, &[]);
     let mut children = Vec::new();
     for _ in 0..processes {
-        children.push(spawn_function(bin, &env)?);
+        children.push(functions::spawn(bin, &env)?);
     }
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let statuses = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
@@ -463,7 +408,10 @@ async fn storm(
                     100 + i % keys
                 );
                 let outcome = api
-                    .invoke(http_event(&key, &body), Duration::from_secs(30))
+                    .invoke(
+                        functions::post_order_event(&key, &body),
+                        Duration::from_secs(30),
+                    )
                     .await;
                 let label = match outcome {
                     Outcome::Response(b) => serde_json::from_slice::<Value>(&b)
@@ -487,41 +435,13 @@ async fn storm(
     let rss: Vec<u64> = children
         .iter()
         .filter_map(|c| c.id())
-        .filter_map(peak_rss_kb)
+        .filter_map(functions::peak_rss_kb)
         .collect();
     for mut c in children {
         let _ = c.kill().await;
     }
     // Every order must have run exactly once.
-    let client = integration_tests::client().await;
-    let mut executions = std::collections::BTreeMap::<String, u64>::new();
-    let mut start: Option<std::collections::HashMap<String, AttributeValue>> = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(&orders)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "scan orders: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                )
-            })?;
-        for item in page.items() {
-            if let (Some(id), Some(n)) = (
-                item.get("order_id").and_then(|v| v.as_s().ok()),
-                item.get("executions").and_then(|v| v.as_n().ok()),
-            ) {
-                executions.insert(id.clone(), n.parse().unwrap_or(0));
-            }
-        }
-        start = page.last_evaluated_key().cloned();
-        if start.is_none() {
-            break;
-        }
-    }
+    let executions = functions::order_executions(&orders).await?;
     let orders_once = executions.values().filter(|n| **n == 1).count();
     let statuses = statuses.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(json!({

@@ -36,6 +36,7 @@ impl App {
             expires_after: Duration::from_secs(3600),
             max_lease: Duration::from_secs(900),
             demo_crashes: false,
+            metrics_namespace: None,
         };
         App { client, config }
     }
