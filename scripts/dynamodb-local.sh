@@ -47,6 +47,7 @@ echo "dynamodb-local: listening on 127.0.0.1:$port (pid $ddb_pid)" >&2
 
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"
 export AWS_REGION="${AWS_REGION:-us-east-1}"
+export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-$AWS_REGION}"
 export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}"
 export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
 "$@"

@@ -16,6 +16,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo fmt --all --check
 # The SAM template, offline (cfn-lint rules included).
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint
+# Storm, crash and store-fault injection at the reduced size (the full run,
+# `make reliability`, writes RELIABILITY.md).
+RELIABILITY_SIZE=ci RELIABILITY_OUT=target/RELIABILITY-ci.md scripts/reliability.sh
 # The README demo, end to end through cargo lambda watch; it fails on any
 # answer that breaks the contract.
 scripts/demo.sh

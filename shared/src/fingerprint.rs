@@ -75,7 +75,7 @@ impl Fingerprinter {
         let mut h = Sha256::new();
         // Every part is length-prefixed so no two different requests can
         // produce the same byte stream.
-        put(&mut h, b"fp1");
+        put(&mut h, b"fp2");
         put(&mut h, method.as_bytes());
         put(&mut h, path.as_bytes());
         for (name, value) in self.headers.iter().zip(headers) {
@@ -99,12 +99,12 @@ impl Fingerprinter {
         };
         put(h, b"json");
         match &self.fields {
-            None => put(h, canonical(&value).as_bytes()),
+            None => put_canonical(h, &value),
             Some(pointers) => {
                 for pointer in pointers {
                     put(h, pointer.as_bytes());
                     match value.pointer(pointer) {
-                        Some(v) => put(h, canonical(v).as_bytes()),
+                        Some(v) => put_canonical(h, v),
                         None => put(h, b"\0absent"),
                     }
                 }
@@ -113,9 +113,30 @@ impl Fingerprinter {
     }
 }
 
-/// serde_json's default `Map` is ordered by key, so serialising sorts keys.
-fn canonical(value: &serde_json::Value) -> String {
-    value.to_string()
+/// Hash the canonical JSON of `value` (serde_json's default `Map` is ordered
+/// by key, so serialising sorts keys), streamed into the hasher rather than
+/// built as a string, then its length: a length suffix keeps parts unambiguous
+/// as the prefix does elsewhere.
+fn put_canonical(h: &mut Sha256, value: &serde_json::Value) {
+    struct Hashing<'a> {
+        hasher: &'a mut Sha256,
+        len: u64,
+    }
+    impl std::io::Write for Hashing<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.hasher.update(buf);
+            self.len += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Hashing { hasher: h, len: 0 };
+    // Serialising a `Value` into a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut out, value);
+    let len = out.len;
+    h.update(len.to_be_bytes());
 }
 
 fn put(h: &mut Sha256, bytes: &[u8]) {

@@ -310,6 +310,9 @@ impl IdempotentFunction {
                             }
                         })
                     }
+                    (Status::Completed, Some(stored)) if is_too_large_marker(&stored) => {
+                        Err(EventError::OutputTooLarge { record_id: id })
+                    }
                     (Status::Completed, _) => Err(EventError::Abandoned { record_id: id }),
                     (Status::InProgress, _) => Err(EventError::InProgress {
                         record_id: id,
@@ -335,7 +338,7 @@ impl IdempotentFunction {
                         {
                             Ok(Completion::Stored) => {}
                             Ok(Completion::Oversized { bytes }) => {
-                                tracing::warn!(record_id = %id, bytes, "output too large to store; duplicates will get Abandoned-like errors")
+                                tracing::warn!(record_id = %id, bytes, "output too large to store; duplicates will get EventError::OutputTooLarge")
                             }
                             Err(e) if e.is_fenced() => {
                                 tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key")
@@ -366,6 +369,12 @@ impl IdempotentFunction {
     }
 }
 
+/// Is this stored response the marker of an output too large to keep?
+fn is_too_large_marker(stored: &StoredResponse) -> bool {
+    serde_json::from_slice::<serde_json::Value>(stored.body.bytes())
+        .is_ok_and(|v| v["type"] == crate::problem::RESPONSE_TOO_LARGE.uri)
+}
+
 /// Why an idempotent function or event did not produce an output.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -389,6 +398,11 @@ pub enum EventError<E> {
     },
     /// The first call never finished and the sweeper failed the key.
     Abandoned {
+        /// The record id.
+        record_id: String,
+    },
+    /// The first call's output was too large to store; it is not run again.
+    OutputTooLarge {
         /// The record id.
         record_id: String,
     },
@@ -426,6 +440,10 @@ impl<E: fmt::Display> fmt::Display for EventError<E> {
                 f,
                 "idempotency record {record_id} was abandoned by its first call and failed by the sweeper"
             ),
+            EventError::OutputTooLarge { record_id } => write!(
+                f,
+                "the output of idempotency record {record_id} was too large to store; the call was not run again"
+            ),
             EventError::CorruptOutput { record_id, source } => write!(
                 f,
                 "the stored output of idempotency record {record_id} does not fit the output type: {source}"
@@ -446,6 +464,7 @@ impl<E> EventError<E> {
             EventError::PayloadMismatch { .. } => "Idempotency.PayloadMismatch",
             EventError::KeyMissing { .. } => "Idempotency.KeyMissing",
             EventError::Abandoned { .. } => "Idempotency.Abandoned",
+            EventError::OutputTooLarge { .. } => "Idempotency.OutputTooLarge",
             EventError::CorruptOutput { .. } => "Idempotency.CorruptOutput",
             EventError::Store(_) => "Idempotency.StoreUnavailable",
             EventError::Handler(_) => "Handler",

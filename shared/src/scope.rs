@@ -186,6 +186,106 @@ pub fn record_id(
 mod tests {
     use super::*;
 
+    fn v2(authorizer: serde_json::Value) -> Request {
+        let event = serde_json::json!({
+            "version": "2.0", "routeKey": "POST /orders", "rawPath": "/orders", "rawQueryString": "",
+            "headers": {}, "isBase64Encoded": false,
+            "requestContext": {"accountId": "1", "apiId": "a", "domainName": "d", "domainPrefix": "d",
+                "http": {"method": "POST", "path": "/orders", "protocol": "HTTP/1.1", "sourceIp": "1.2.3.4", "userAgent": "u"},
+                "requestId": "r", "routeKey": "POST /orders", "stage": "$default", "time": "t", "timeEpoch": 0,
+                "authorizer": authorizer}
+        });
+        lambda_http::request::from_str(&event.to_string()).expect("HTTP API event")
+    }
+
+    fn v1(authorizer: serde_json::Value, identity: serde_json::Value) -> Request {
+        let event = serde_json::json!({
+            "resource": "/orders", "path": "/orders", "httpMethod": "POST", "headers": {}, "multiValueHeaders": {},
+            "queryStringParameters": null, "multiValueQueryStringParameters": null, "pathParameters": null,
+            "stageVariables": null, "body": null, "isBase64Encoded": false,
+            "requestContext": {"resourceId": "r", "resourcePath": "/orders", "httpMethod": "POST", "path": "/prod/orders",
+                "accountId": "1", "protocol": "HTTP/1.1", "stage": "prod", "requestId": "r", "apiId": "a",
+                "identity": identity, "authorizer": authorizer}
+        });
+        lambda_http::request::from_str(&event.to_string()).expect("REST API event")
+    }
+
+    #[test]
+    fn every_tenant_source_reads_its_field() {
+        let jwt = v2(
+            serde_json::json!({"jwt": {"claims": {"sub": "user-1", "org": "acme"}, "scopes": null}}),
+        );
+        assert_eq!(
+            TenantSource::jwt_sub().resolve(&jwt).as_deref(),
+            Some("user-1")
+        );
+        assert_eq!(
+            TenantSource::jwt_claim("org").resolve(&jwt).as_deref(),
+            Some("acme")
+        );
+        let cognito = v1(
+            serde_json::json!({"claims": {"sub": "user-2"}}),
+            serde_json::json!({}),
+        );
+        assert_eq!(
+            TenantSource::jwt_sub().resolve(&cognito).as_deref(),
+            Some("user-2")
+        );
+
+        let lambda_v2 = v2(serde_json::json!({"lambda": {"tenant": "t-9", "plan": 3}}));
+        assert_eq!(
+            TenantSource::authorizer_field("tenant")
+                .resolve(&lambda_v2)
+                .as_deref(),
+            Some("t-9")
+        );
+        assert_eq!(
+            TenantSource::authorizer_field("plan")
+                .resolve(&lambda_v2)
+                .as_deref(),
+            Some("3")
+        );
+        let lambda_v1 = v1(
+            serde_json::json!({"tenant": "t-8", "principalId": "p"}),
+            serde_json::json!({}),
+        );
+        assert_eq!(
+            TenantSource::authorizer_field("tenant")
+                .resolve(&lambda_v1)
+                .as_deref(),
+            Some("t-8")
+        );
+
+        let arn = "arn:aws:iam::1:user/alice";
+        let iam_v2 = v2(serde_json::json!({"iam": {"userArn": arn}}));
+        assert_eq!(
+            TenantSource::iam_principal().resolve(&iam_v2).as_deref(),
+            Some(arn)
+        );
+        let iam_v1 = v1(serde_json::json!({}), serde_json::json!({"userArn": arn}));
+        assert_eq!(
+            TenantSource::iam_principal().resolve(&iam_v1).as_deref(),
+            Some(arn)
+        );
+
+        let mut context = lambda_http::Context::default();
+        context.tenant_id = Some("tenant-7".into());
+        let with_tenant = http::Request::new(lambda_http::Body::Empty).with_lambda_context(context);
+        assert_eq!(
+            TenantSource::lambda_tenant_id()
+                .resolve(&with_tenant)
+                .as_deref(),
+            Some("tenant-7")
+        );
+
+        // Absent or empty: the anonymous scope.
+        assert_eq!(TenantSource::jwt_sub().resolve(&lambda_v2), None);
+        assert_eq!(TenantSource::iam_principal().resolve(&jwt), None);
+        assert_eq!(TenantSource::anonymous().resolve(&jwt), None);
+        let empty = v2(serde_json::json!({"jwt": {"claims": {"sub": ""}, "scopes": null}}));
+        assert_eq!(TenantSource::jwt_sub().resolve(&empty), None);
+    }
+
     #[test]
     fn every_scope_part_separates_records() {
         let base = record_id("", Some("a"), "POST", "/orders", "k");

@@ -295,9 +295,21 @@ async fn cpu_probe(kind: &str, n: usize) -> Result<Value> {
     let body = body();
     let svc = IdempotencyLayer::new(MemoryStore::new()).layer(handler(Duration::ZERO));
     let count = match kind {
+        "bare" => {
+            run_requests(
+                &handler(Duration::ZERO),
+                (0..n).map(|i| format!("k{i}")),
+                &body,
+            )
+            .await?
+        }
         "first" => run_requests(&svc, (0..n).map(|i| format!("k{i}")), &body).await?,
         "replay" => run_requests(&svc, std::iter::repeat_n("k".to_owned(), n), &body).await?,
-        other => return Err(format!("cpu-probe kind {other:?}: use first or replay")),
+        other => {
+            return Err(format!(
+                "cpu-probe kind {other:?}: use bare, first or replay"
+            ))
+        }
     };
     Ok(json!({"requests": count}))
 }

@@ -464,3 +464,53 @@ async fn the_example_consumer_processes_the_sample_events_once() {
         "{err}"
     );
 }
+
+async fn oversized_output_case(store: impl lambda_idempotency::Store + 'static) {
+    let runs = Runs::default();
+    let function = IdempotentFunction::new(store, "export");
+    // Hex of a pseudo-random sequence: gzip halves it at best, far above 200 bytes.
+    let mut x: u64 = 0x853c_49e6_748f_ea9b;
+    let big: String = (0..10_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from_digit((x % 16) as u32, 16).unwrap_or('0')
+        })
+        .collect();
+    let first: Result<String, EventError<String>> = function
+        .call(json!({"n": 1}), |_| async {
+            runs.bump();
+            Ok(big.clone())
+        })
+        .await;
+    assert_eq!(
+        first.unwrap().len(),
+        10_000,
+        "the first caller gets the output"
+    );
+    let second: Result<String, EventError<String>> = function
+        .call(json!({"n": 1}), |_| async {
+            runs.bump();
+            Ok(String::new())
+        })
+        .await;
+    let err = second.unwrap_err();
+    assert!(matches!(err, EventError::OutputTooLarge { .. }), "{err}");
+    assert_eq!(err.error_type(), "Idempotency.OutputTooLarge");
+    assert_eq!(runs.count(), 1, "never run again");
+}
+
+#[tokio::test]
+async fn oversized_output_is_a_distinct_error_on_the_memory_store() {
+    oversized_output_case(lambda_idempotency::MemoryStore::with_max_response_bytes(
+        200,
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn oversized_output_is_a_distinct_error_on_dynamodb_local() {
+    let (store, _) = integration_tests::dynamo_store().await;
+    oversized_output_case(store.max_response_bytes(200)).await;
+}
