@@ -172,7 +172,6 @@ enum Canon<'a> {
 
 impl Canon<'_> {
     fn write<W: std::io::Write>(&self, w: &mut W) {
-        use std::io::Write;
         // Writes into the hasher cannot fail.
         match self {
             Canon::Null => drop(w.write_all(b"null")),
