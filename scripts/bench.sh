@@ -117,4 +117,5 @@ json.dump(rust, open(os.path.join(out, "rust.json"), "w"))
 PY
 "$py" scripts/bench/report.py --rust "$out/rust.json" --powertools "$out/powertools.json" \
   --out-md BENCHMARKS.md --out-svg docs/benchmarks.svg
+cat scripts/bench/NOTES.md >>BENCHMARKS.md
 echo "bench: wrote BENCHMARKS.md and docs/benchmarks.svg" >&2

@@ -293,16 +293,20 @@ struct Spawner {
     bin: String,
     env: Vec<(String, String)>,
     fenced: Arc<AtomicU64>,
+    emf_lines: Arc<AtomicU64>,
 }
 
 impl Spawner {
     fn spawn(&self) -> Result<tokio::process::Child> {
         let mut child = functions::spawn(&self.bin, &self.env)?;
         if let Some(stdout) = child.stdout.take() {
-            let fenced = self.fenced.clone();
+            let (fenced, emf_lines) = (self.fenced.clone(), self.emf_lines.clone());
             tokio::spawn(async move {
                 let mut lines = tokio::io::BufReader::new(stdout).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
+                    if line.contains("\"_aws\":") {
+                        emf_lines.fetch_add(1, Ordering::Relaxed);
+                    }
                     if line.contains("\"FencedWrite\":1") {
                         fenced.fetch_add(1, Ordering::Relaxed);
                     }
@@ -323,6 +327,7 @@ struct CrashReport {
     swept_released: u64,
     swept_resumable_then_failed: u64,
     fenced_writes: u64,
+    emf_lines: u64,
     orders_with_rerun_phase: usize,
     charges_with_repeated_call: usize,
     stale_completions: usize,
@@ -342,10 +347,12 @@ async fn crash(bin: &str, size: Size, violations: &Violations) -> Result<CrashRe
         ],
     );
     let fenced = Arc::new(AtomicU64::new(0));
+    let emf_lines = Arc::new(AtomicU64::new(0));
     let spawner = Arc::new(Spawner {
         bin: bin.to_owned(),
         env,
         fenced: fenced.clone(),
+        emf_lines: emf_lines.clone(),
     });
     let pool = Arc::new(tokio::sync::Mutex::new(
         (0..processes)
@@ -377,18 +384,25 @@ async fn crash(bin: &str, size: Size, violations: &Violations) -> Result<CrashRe
                 if (x >> 8).is_multiple_of(4) {
                     // Freeze a process past its lease: its client times out and
                     // retries, a new attempt takes over, and when the frozen one
-                    // wakes up its writes must be fenced.
-                    if let Some(pid) = pool[victim].id() {
+                    // wakes up its writes must be fenced. It leaves the pool (a
+                    // fresh process takes its place) so no kill cuts it short.
+                    let Ok(fresh) = spawner.spawn() else { continue };
+                    let mut frozen = std::mem::replace(&mut pool[victim], fresh);
+                    if let Some(pid) = frozen.id() {
                         pauses.fetch_add(1, Ordering::Relaxed);
                         tokio::spawn(async move {
                             let signal = |sig: &str| {
                                 std::process::Command::new("kill")
                                     .args([sig, &pid.to_string()])
+                                    .stderr(std::process::Stdio::null())
                                     .status()
                             };
                             let _ = signal("-STOP");
                             tokio::time::sleep(Duration::from_secs(6)).await;
                             let _ = signal("-CONT");
+                            // Time to finish its stale invocation, then retire.
+                            tokio::time::sleep(Duration::from_secs(3)).await;
+                            let _ = frozen.kill().await;
                         });
                     }
                     continue;
@@ -442,8 +456,9 @@ async fn crash(bin: &str, size: Size, violations: &Violations) -> Result<CrashRe
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Frozen processes wake up within 6 s; let them finish (and be fenced).
-    tokio::time::sleep(Duration::from_millis(7_000)).await;
+    // Frozen processes wake up within 6 s and retire 3 s later; let them
+    // finish (and be fenced) before the sweep.
+    tokio::time::sleep(Duration::from_millis(10_000)).await;
     drop(pool);
 
     // The sweeper resolves what the abandoned clients left in progress:
@@ -566,6 +581,7 @@ async fn crash(bin: &str, size: Size, violations: &Violations) -> Result<CrashRe
         swept_released: released.released,
         swept_resumable_then_failed: failed.failed,
         fenced_writes: fenced.load(Ordering::Relaxed),
+        emf_lines: emf_lines.load(Ordering::Relaxed),
         orders_with_rerun_phase: reruns,
         charges_with_repeated_call: repeated_calls,
         stale_completions: stale,
@@ -881,7 +897,7 @@ fn render(
     let _ = writeln!(md, "| outcome | count |\n|---|---|\n| 201, original | {} |\n| 201, identical replay | {} |\n| 409 in progress | {} |\n| orders | {} |\n| orders with `executions` = 1 | {} |\n| peak RSS of a process | {} KB |\n", s.originals, s.replays, s.conflicts, s.orders, s.orders_once, s.peak_rss_kb.map_or("n/a".into(), |v| v.to_string()));
     let _ = writeln!(md, "## 2. Crash injection\n");
     let _ = writeln!(md, "{} keys; `orders-api` processes SIGKILLed at random while handlers run (provider latency 120 ms, lease 1 s); clients retry after the lease, every fifth gives up after its first failure; then the sweeper runs.\n", c.keys);
-    let _ = writeln!(md, "| measure | count |\n|---|---|\n| processes killed (SIGKILL) | {} |\n| processes frozen past their lease (SIGSTOP 6 s) | {} |\n| invocations interrupted | {} |\n| keys completed | {} |\n| keys abandoned by their client | {} |\n| records released by the sweeper (`release`) | {} |\n| records holding a recovery point, left by `release`, failed by a `fail` sweep | {} |\n| fenced writes rejected (EMF `FencedWrite`) | {} |\n| stale completions accepted | {} |\n| orders whose first phase ran twice (crash between its write and its recovery point) | {} |\n| charges whose provider was called twice (crash between the call and its recovery point; deduplicated by the derived key) | {} |\n", c.kills, c.pauses, c.interrupted, c.completed, c.abandoned, c.swept_released, c.swept_resumable_then_failed, c.fenced_writes, c.stale_completions, c.orders_with_rerun_phase, c.charges_with_repeated_call);
+    let _ = writeln!(md, "| measure | count |\n|---|---|\n| processes killed (SIGKILL) | {} |\n| processes frozen past their lease (SIGSTOP 6 s) | {} |\n| invocations interrupted | {} |\n| keys completed | {} |\n| keys abandoned by their client | {} |\n| records released by the sweeper (`release`) | {} |\n| records holding a recovery point, left by `release`, failed by a `fail` sweep | {} |\n| EMF metric lines read from the processes | {} |\n| fenced writes rejected (EMF `FencedWrite`) | {} |\n| stale completions accepted | {} |\n| orders whose first phase ran twice (crash between its write and its recovery point) | {} |\n| charges whose provider was called twice (crash between the call and its recovery point; deduplicated by the derived key) | {} |\n", c.kills, c.pauses, c.interrupted, c.completed, c.abandoned, c.swept_released, c.swept_resumable_then_failed, c.emf_lines, c.fenced_writes, c.stale_completions, c.orders_with_rerun_phase, c.charges_with_repeated_call);
     let _ = writeln!(md, "## 3. Store fault injection\n");
     let _ = writeln!(md, "{} keys through the middleware on a `DynamoStore` whose SDK (300 ms attempt timeout, standard retries) talks to DynamoDB Local through a fault proxy for {} s, then without faults until every key completes.\n", f.keys, f.seconds);
     let _ = writeln!(md, "| measure | count |\n|---|---|\n| requests passed | {} |\n| throttling errors injected | {} |\n| 500s injected | {} |\n| delays past the SDK timeout injected | {} |\n| responses dropped after the request was applied | {} |\n| client 503 problems (all with Retry-After) | {} |\n| client 409s | {} |\n| handler executions | {} |\n| keys executed twice | {} |\n| lost completions (stored response never acknowledged) | {} |\n| executions without a held claim | {} |\n", f.passed, f.throttled, f.server_errors, f.delayed, f.dropped, f.responses_503, f.responses_409, f.executions, f.keys_executed_twice, f.lost_completions, f.unclaimed_runs);
