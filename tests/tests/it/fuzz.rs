@@ -153,7 +153,9 @@ fn is_upstream_decoder_panic(file: &str) -> bool {
     // Registry sources live in `.../index.crates.io-*/<crate>-<version>/src/...`.
     std::path::Path::new(file).components().any(|part| {
         let part = part.as_os_str().to_string_lossy();
-        UPSTREAM_DECODER_CRATES.iter().any(|name| part.starts_with(name))
+        UPSTREAM_DECODER_CRATES
+            .iter()
+            .any(|name| part.starts_with(name))
     })
 }
 
