@@ -22,8 +22,8 @@
 //!
 //! # async fn f(store: DynamoStore) -> Result<(), lambda_idempotency::Error> {
 //! let sweeper = Sweeper::new(store).policy(SweepPolicy::Release).grace(Duration::from_secs(60));
-//! let summary = sweeper.sweep(None).await?;
-//! println!("{}", serde_json::to_string(&summary).unwrap());
+//! let summary = sweeper.sweep(None).await;
+//! println!("found {}, released {}, errors {}", summary.found, summary.released, summary.errors);
 //! # Ok(()) }
 //! ```
 
@@ -107,7 +107,11 @@ pub struct SweepSummary {
     pub resumable: u64,
     /// Index pages read.
     pub pages: u64,
-    /// True when the sweep stopped before its deadline with shards left.
+    /// Reads or writes that failed (throttling, network); each was logged,
+    /// the sweep went on, and the next sweep retries what they left.
+    pub errors: u64,
+    /// True when records may be left unresolved for the next sweep: the sweep
+    /// stopped before its deadline, or a shard could not be read to its end.
     pub remaining: bool,
 }
 
@@ -124,6 +128,7 @@ impl SweepSummary {
                 ("SweepFenced", self.fenced),
                 ("SweepResumable", self.resumable),
                 ("SweepPages", self.pages),
+                ("SweepErrors", self.errors),
                 ("SweepRemaining", u64::from(self.remaining)),
             ],
             timestamp_ms,
@@ -159,6 +164,11 @@ impl Sweeper {
             failed_expires_after: Duration::from_secs(24 * 3600),
             concurrency: 16,
         }
+    }
+
+    /// The table this sweeper resolves records of.
+    pub fn table(&self) -> &str {
+        self.store.table()
     }
 
     /// How many records of a page are resolved at once (default 16).
@@ -317,7 +327,7 @@ impl Sweeper {
                     .condition_expression(condition)
                     .update_expression(
                         "SET #status = :completed, #expires_at = :expires, #rs = :rs, #rh = :rh, #rk = :rk, #rb = :rb \
-                         REMOVE #shard, #at",
+                         REMOVE #shard, #at, #checkpoint",
                     )
                     .expression_attribute_names("#expires_at", EXPIRES_AT)
                     .expression_attribute_names("#rs", RESPONSE_STATUS)
@@ -326,6 +336,7 @@ impl Sweeper {
                     .expression_attribute_names("#rb", RESPONSE_BODY)
                     .expression_attribute_names("#shard", SWEEP_SHARD)
                     .expression_attribute_names("#at", SWEEP_AT)
+                    .expression_attribute_names("#checkpoint", CHECKPOINT)
                     .expression_attribute_values(":completed", s(Status::Completed.as_str()))
                     .expression_attribute_values(":expires", n(expires))
                     .expression_attribute_values(":rs", n(u64::from(problem.status)))
@@ -351,7 +362,12 @@ impl Sweeper {
 
     /// Sweep every shard, page by page, until done or until `stop_before`
     /// ahead of `deadline_ms` (epoch ms; `None` = no deadline).
-    pub async fn sweep(&self, deadline_ms: Option<u64>) -> Result<SweepSummary, Error> {
+    ///
+    /// A failed read or write does not end the sweep: it is logged and
+    /// counted in [`SweepSummary::errors`] (a shard whose page could not be
+    /// read is left for the next sweep, which sets `remaining`), so one
+    /// throttled request costs one record, not the whole run.
+    pub async fn sweep(&self, deadline_ms: Option<u64>) -> SweepSummary {
         let mut summary = SweepSummary::default();
         let margin = u64::try_from(self.stop_before.as_millis()).unwrap_or(u64::MAX);
         let out_of_time =
@@ -361,35 +377,60 @@ impl Sweeper {
             loop {
                 if out_of_time() {
                     summary.remaining = true;
-                    return Ok(summary);
+                    return summary;
                 }
                 let now = crate::http::now_ms();
-                let (page, next) = self.stuck(shard, cursor, now).await?;
+                let (page, next) = match self.stuck(shard, cursor, now).await {
+                    Ok(page) => page,
+                    Err(err) => {
+                        tracing::error!(shard, error = %err, "sweep: reading a shard failed; the next sweep retries it");
+                        summary.errors += 1;
+                        summary.remaining = true;
+                        break;
+                    }
+                };
                 summary.pages += 1;
                 summary.found += page.len() as u64;
-                // Each record is an independent fenced write: resolve a page's
-                // records concurrently, a bounded number at a time.
-                let mut pending = page.into_iter();
-                let mut running = tokio::task::JoinSet::new();
-                loop {
-                    while running.len() < self.concurrency {
-                        let Some(record) = pending.next() else { break };
-                        let sweeper = self.clone();
-                        running.spawn(async move {
-                            let resolution = sweeper.resolve(&record, crate::http::now_ms()).await;
-                            (record, resolution)
-                        });
-                    }
-                    let Some(joined) = running.join_next().await else {
-                        break;
-                    };
-                    let (record, resolution) = joined.map_err(|e| {
-                        Error::new(
-                            ErrorKind::StoreUnavailable,
-                            format!("a sweep task failed: {e}"),
-                        )
-                    })?;
-                    let resolution = resolution?;
+                self.resolve_page(page, now, &mut summary).await;
+                match next {
+                    Some(key) => cursor = Some(key),
+                    None => break,
+                }
+            }
+        }
+        summary
+    }
+
+    /// Resolve a page's records concurrently, a bounded number at a time:
+    /// each is an independent fenced write.
+    async fn resolve_page(&self, page: Vec<StuckRecord>, now: u64, summary: &mut SweepSummary) {
+        let mut pending = page.into_iter();
+        let mut running = tokio::task::JoinSet::new();
+        loop {
+            while running.len() < self.concurrency {
+                let Some(record) = pending.next() else { break };
+                let sweeper = self.clone();
+                running.spawn(async move {
+                    let resolution = sweeper.resolve(&record, crate::http::now_ms()).await;
+                    (record, resolution)
+                });
+            }
+            let Some(joined) = running.join_next().await else {
+                break;
+            };
+            let (record, resolution) = match joined {
+                Ok(done) => done,
+                Err(err) => {
+                    // Only a panic inside the SDK could get here; the record
+                    // stays stuck and the next sweep sees it again.
+                    tracing::error!(error = %err, "sweep: a resolve task failed");
+                    summary.errors += 1;
+                    continue;
+                }
+            };
+            let age_ms = now.saturating_sub(record.lease_expires_at_ms);
+            match resolution {
+                Ok(resolution) => {
                     match resolution {
                         Resolution::Released => summary.released += 1,
                         Resolution::Failed => summary.failed += 1,
@@ -399,18 +440,23 @@ impl Sweeper {
                     tracing::info!(
                         record_id = %record.id,
                         attempt = record.attempt,
-                        age_ms = now.saturating_sub(record.lease_expires_at_ms),
+                        age_ms,
                         resolution = ?resolution,
                         "swept stuck idempotency record"
                     );
                 }
-                match next {
-                    Some(key) => cursor = Some(key),
-                    None => break,
+                Err(err) => {
+                    summary.errors += 1;
+                    tracing::error!(
+                        record_id = %record.id,
+                        attempt = record.attempt,
+                        age_ms,
+                        error = %err,
+                        "sweep: resolving a stuck record failed; the next sweep retries it"
+                    );
                 }
             }
         }
-        Ok(summary)
     }
 }
 

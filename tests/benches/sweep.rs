@@ -33,7 +33,15 @@ async fn main() {
             for i in (w..items).step_by(workers) {
                 let now = now_ms();
                 let request = ClaimRequest {
-                    record_id: format!("{:064x}", (i as u128 + 1) * 0x9e37_79b9_7f4a_7c15),
+                    // Ids as the middleware makes them (hashes): spread over
+                    // the 16 index shards as in production.
+                    record_id: lambda_idempotency::scope::record_id(
+                        "bench",
+                        None,
+                        "POST",
+                        "/orders",
+                        &format!("key-{i}"),
+                    ),
                     fingerprint: "fp".into(),
                     owner: format!("owner-{i}"),
                     now_ms: now,
@@ -59,7 +67,8 @@ async fn main() {
         .page_size(100);
     let before = counter.get();
     let started = Instant::now();
-    let summary = sweeper.sweep(None).await.expect("sweep");
+    let summary = sweeper.sweep(None).await;
+    assert_eq!(summary.errors, 0, "{summary:?}");
     let sweep_time = started.elapsed();
     assert_eq!(summary.released as usize, items, "{summary:?}");
     let requests = counter.get() - before;

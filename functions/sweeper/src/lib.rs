@@ -59,17 +59,32 @@ impl Config {
 }
 
 /// Handle one scheduled invocation: sweep until done or near the deadline.
+///
+/// The summary and its EMF line are written even when some requests failed
+/// (`errors`, also a metric to alarm on). The invocation fails only when no
+/// index page could be read at all (a wrong table name, missing permissions,
+/// DynamoDB down), so that misconfiguration shows up as a failed invocation.
 pub async fn handle(
     sweeper: &Sweeper,
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<SweepSummary, lambda_runtime::Error> {
-    let summary = sweeper.sweep(Some(event.context.deadline)).await?;
+    let summary = sweeper.sweep(Some(event.context.deadline)).await;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0);
     println!("{}", summary.emf("sweeper", now));
     tracing::info!(?summary, "sweep finished");
+    if summary.pages == 0 && summary.errors > 0 {
+        return Err(format!(
+            "the sweep could not read the `sweep` index of table `{}` ({} failed queries, \
+             see the error log lines): check IDEMPOTENCY_TABLE, the index and the function's \
+             dynamodb:Query permission",
+            sweeper.table(),
+            summary.errors
+        )
+        .into());
+    }
     Ok(summary)
 }
 

@@ -59,8 +59,22 @@ pub mod schema {
     pub const SWEEP_AT: &str = "sweep_at";
     /// Name of the sparse sweeper index.
     pub const SWEEP_INDEX: &str = "sweep";
-    /// Number of sweeper index shards: the first hex digit of the record id.
+    /// Number of sweeper index shards (`0` to `f`), see [`sweep_shard`].
     pub const SWEEP_SHARDS: u32 = 16;
+
+    /// The sweeper index shard of a record: the first hex digit of its id when
+    /// the id is a hex hash (as every id this crate makes is), else the first
+    /// hex digit of the id's SHA-256, so any id spreads evenly over the shards.
+    pub fn sweep_shard(record_id: &str) -> char {
+        match record_id.chars().next() {
+            Some(c @ ('0'..='9' | 'a'..='f')) => c,
+            _ => {
+                use sha2::{Digest, Sha256};
+                let first = Sha256::digest(record_id.as_bytes())[0] >> 4;
+                char::from_digit(u32::from(first), 16).unwrap_or('0')
+            }
+        }
+    }
 }
 
 use schema::*;
@@ -142,11 +156,7 @@ impl DynamoStore {
 #[async_trait::async_trait]
 impl Store for DynamoStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
-        let shard = request
-            .record_id
-            .get(..1)
-            .unwrap_or("0")
-            .to_ascii_lowercase();
+        let shard = sweep_shard(&request.record_id).to_string();
         let result = self
             .client
             .update_item()

@@ -6,8 +6,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    problem, schema, ClaimOutcome, ClaimRequest, DynamoStore, IdempotencyLayer, Lease, Resolution,
-    Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper, REPLAYED_HEADER,
+    problem, schema, Checkpoint, ClaimOutcome, ClaimRequest, DynamoStore, IdempotencyLayer, Lease,
+    Resolution, Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper,
+    REPLAYED_HEADER,
 };
 use tower::{Layer, ServiceExt};
 
@@ -34,13 +35,28 @@ async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> Lease {
     }
 }
 
-/// `n` stuck records (lease 1 ms), plus one completed and one live record.
+/// A record id as the middleware makes it (a hash, so ids spread over the 16
+/// index shards).
+fn hashed_id(key: &str) -> String {
+    lambda_idempotency::scope::record_id("", None, "POST", "/orders", key)
+}
+
+/// Ids of the completed and the live neighbour records of [`populate`].
+fn completed_id() -> String {
+    hashed_id("completed-record")
+}
+fn live_id() -> String {
+    hashed_id("live-record")
+}
+
+/// `n` stuck records (lease 1 ms), plus one completed and one live record in
+/// the same index shards as some stuck ones.
 async fn populate(store: &DynamoStore, n: usize) -> Vec<String> {
-    let ids: Vec<String> = (0..n).map(|i| format!("{:064x}", i * 7919 + 1)).collect();
+    let ids: Vec<String> = (0..n).map(|i| hashed_id(&format!("stuck-{i}"))).collect();
     for id in &ids {
         claim(store, id, 1).await;
     }
-    let done = claim(store, "completed-record", 1).await;
+    let done = claim(store, &completed_id(), 1).await;
     store
         .complete(
             &done,
@@ -49,7 +65,7 @@ async fn populate(store: &DynamoStore, n: usize) -> Vec<String> {
         )
         .await
         .unwrap();
-    claim(store, "live-record", 600_000).await;
+    claim(store, &live_id(), 600_000).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     ids
 }
@@ -72,13 +88,21 @@ async fn item(
 }
 
 async fn untouched_neighbours(store: &DynamoStore) {
-    let done = item(store, "completed-record")
+    let done = item(store, &completed_id())
         .await
         .expect("completed record kept");
     assert_eq!(done[schema::STATUS].as_s().unwrap(), "COMPLETED");
-    let live = item(store, "live-record").await.expect("live record kept");
+    let live = item(store, &live_id()).await.expect("live record kept");
     assert_eq!(live[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
-    assert_eq!(live[schema::OWNER].as_s().unwrap(), "owner-live-record");
+    assert_eq!(
+        live[schema::OWNER].as_s().unwrap(),
+        &format!("owner-{}", live_id())
+    );
+    // The live record is in the index, in a shard the sweep read.
+    assert_eq!(
+        live[schema::SWEEP_SHARD].as_s().unwrap(),
+        &schema::sweep_shard(&live_id()).to_string()
+    );
 }
 
 #[tokio::test]
@@ -89,8 +113,7 @@ async fn release_policy_deletes_stuck_records_only() {
         .grace(Duration::ZERO)
         .page_size(5)
         .sweep(None)
-        .await
-        .unwrap();
+        .await;
     assert_eq!(summary.found, 37);
     assert_eq!(summary.released, 37);
     assert_eq!(
@@ -99,16 +122,19 @@ async fn release_policy_deletes_stuck_records_only() {
     );
     assert!(!summary.remaining);
     assert!(summary.pages >= 16, "one page per shard at least");
+    let shards: std::collections::HashSet<char> =
+        ids.iter().map(|id| schema::sweep_shard(id)).collect();
+    assert!(
+        shards.len() >= 10,
+        "stuck records spread over shards: {shards:?}"
+    );
+    assert_eq!(summary.errors, 0);
     for id in &ids {
         assert!(item(&store, id).await.is_none(), "{id} released");
     }
     untouched_neighbours(&store).await;
     // A second sweep finds nothing.
-    let again = Sweeper::new(store)
-        .grace(Duration::ZERO)
-        .sweep(None)
-        .await
-        .unwrap();
+    let again = Sweeper::new(store).grace(Duration::ZERO).sweep(None).await;
     assert_eq!(again.found, 0);
 }
 
@@ -119,8 +145,7 @@ async fn grace_period_keeps_recently_expired_leases() {
     let summary = Sweeper::new(store)
         .grace(Duration::from_secs(60))
         .sweep(None)
-        .await
-        .unwrap();
+        .await;
     assert_eq!(summary.found, 0);
 }
 
@@ -141,15 +166,26 @@ fn crash_prone_service(
 /// A request whose invocation dies mid-handler (its future is dropped), leaving
 /// the record in progress, as a crash or timeout does.
 async fn crash_midway(store: &DynamoStore, key: &str) {
+    let (started_tx, started_rx) = tokio::sync::mpsc::channel::<()>(1);
     let svc = IdempotencyLayer::new(store.clone())
         .max_lease(Duration::from_millis(50))
-        .layer(tower::service_fn(|_req: Request| async {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok::<_, lambda_http::Error>(Response::new(Body::Empty))
+        .layer(tower::service_fn(move |_req: Request| {
+            let started = started_tx.clone();
+            async move {
+                let _ = started.send(()).await;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, lambda_http::Error>(Response::new(Body::Empty))
+            }
         }));
     let task = tokio::spawn(svc.oneshot(post("/orders", Some(key), "{}")));
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    // The handler runs only once the claim succeeded: kill it from there.
+    let mut started_rx = started_rx;
+    tokio::time::timeout(Duration::from_secs(30), started_rx.recv())
+        .await
+        .expect("the handler started")
+        .expect("the handler started");
     task.abort();
+    // Past the 50 ms lease.
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
@@ -160,8 +196,7 @@ async fn released_key_runs_again_on_the_next_retry() {
     let summary = Sweeper::new(store.clone())
         .grace(Duration::ZERO)
         .sweep(None)
-        .await
-        .unwrap();
+        .await;
     assert_eq!(summary.released, 1);
     let runs = Runs::default();
     let res = crash_prone_service(&store, &runs)
@@ -181,8 +216,7 @@ async fn fail_policy_stores_a_problem_that_replays() {
         .policy(SweepPolicy::Fail)
         .grace(Duration::ZERO)
         .sweep(None)
-        .await
-        .unwrap();
+        .await;
     assert_eq!((summary.found, summary.failed), (1, 1));
     let runs = Runs::default();
     for _ in 0..2 {
@@ -214,11 +248,11 @@ async fn fail_policy_stores_a_problem_that_replays() {
 #[tokio::test]
 async fn record_reclaimed_between_query_and_write_is_fenced() {
     let store = store().await;
-    let id = format!("{:064x}", 42);
+    let id = hashed_id("reclaimed");
     claim(&store, &id, 1).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
-    let shard = u32::from_str_radix(&id[..1], 16).unwrap();
+    let shard = schema::sweep_shard(&id).to_digit(16).unwrap();
     let (found, _) = sweeper.stuck(shard, None, now_ms()).await.unwrap();
     assert_eq!(found.len(), 1);
 
@@ -261,7 +295,8 @@ async fn two_sweepers_at_once_resolve_each_record_once() {
     let (first, second) = (sweeper.clone(), sweeper.clone());
     let a = tokio::spawn(async move { first.sweep(None).await });
     let b = tokio::spawn(async move { second.sweep(None).await });
-    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert_eq!(a.errors + b.errors, 0);
     assert_eq!(a.released + b.released, 60, "{a:?} {b:?}");
     assert_eq!(
         a.fenced + b.fenced,
@@ -277,53 +312,120 @@ async fn two_sweepers_at_once_resolve_each_record_once() {
 #[tokio::test]
 async fn records_with_a_recovery_point_are_resumable_unless_failing() {
     let store = store().await;
-    let id = format!("{:064x}", 7);
-    claim(&store, &id, 1).await;
-    // What a committed recovery point leaves on the record.
+    let id = hashed_id("resumable");
+    let lease = claim(&store, &id, 1).await;
+    // The handler commits a recovery point, then its invocation dies.
     store
-        .client()
-        .update_item()
-        .table_name(store.table())
-        .key(schema::ID, AttributeValue::S(id.clone()))
-        .update_expression("SET #c = :c")
-        .expression_attribute_names("#c", schema::CHECKPOINT)
-        .expression_attribute_values(":c", AttributeValue::M(Default::default()))
-        .send()
+        .checkpoint(
+            &lease,
+            &Checkpoint {
+                name: "charged".into(),
+                data: serde_json::json!({ "charge_id": "ch_1" }),
+                attempt: lease.attempt,
+            },
+        )
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let summary = Sweeper::new(store.clone())
         .grace(Duration::ZERO)
         .sweep(None)
-        .await
-        .unwrap();
+        .await;
     assert_eq!(
         (summary.found, summary.resumable, summary.released),
         (1, 1, 0)
     );
-    assert!(item(&store, &id).await.is_some());
+    let kept = item(&store, &id).await.expect("resumable record kept");
+    assert!(kept.contains_key(schema::CHECKPOINT));
+    // The next retry takes over and resumes from the recovery point.
+    let now = now_ms();
+    let retry = ClaimRequest {
+        record_id: id.clone(),
+        fingerprint: "fp".into(),
+        owner: "retry".into(),
+        now_ms: now,
+        lease_expires_at_ms: now + 1,
+        expires_at_s: now / 1000 + 3600,
+    };
+    match store.claim(&retry).await.unwrap() {
+        ClaimOutcome::Claimed(l) => {
+            assert_eq!(l.attempt, 2);
+            assert_eq!(l.recovered.map(|c| c.name), Some("charged".to_owned()));
+        }
+        other => panic!("takeover: {other:?}"),
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The `fail` policy fails it even so, and drops the recovery point.
     let summary = Sweeper::new(store.clone())
         .policy(SweepPolicy::Fail)
         .grace(Duration::ZERO)
         .sweep(None)
-        .await
-        .unwrap();
+        .await;
     assert_eq!((summary.found, summary.failed), (1, 1));
+    let failed = item(&store, &id).await.expect("failed record kept");
+    assert_eq!(failed[schema::STATUS].as_s().unwrap(), "COMPLETED");
+    assert!(!failed.contains_key(schema::CHECKPOINT));
 }
 
 #[tokio::test]
-async fn sweep_stops_before_the_deadline_and_reports_remaining() {
+async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes() {
     let store = store().await;
-    populate(&store, 5).await;
+    let ids = populate(&store, 100).await;
     let sweeper = Sweeper::new(store.clone())
         .grace(Duration::ZERO)
+        .page_size(1)
         .stop_before(Duration::from_secs(2));
-    let summary = sweeper.sweep(Some(now_ms() + 1000)).await.unwrap();
+    // Already inside the margin: nothing is read.
+    let summary = sweeper.sweep(Some(now_ms() + 1000)).await;
     assert!(summary.remaining);
-    assert_eq!(summary.found, 0);
-    let summary = sweeper.sweep(Some(now_ms() + 60_000)).await.unwrap();
-    assert!(!summary.remaining);
-    assert_eq!(summary.released, 5);
+    assert_eq!((summary.found, summary.pages), (0, 0));
+    // 40 ms of room for 100+ single-record pages: it stops partway.
+    let first = sweeper.sweep(Some(now_ms() + 2040)).await;
+    assert!(first.remaining, "{first:?}");
+    assert!(first.released < 100, "{first:?}");
+    let second = sweeper.sweep(Some(now_ms() + 60_000)).await;
+    assert!(!second.remaining, "{second:?}");
+    assert_eq!(
+        first.released + second.released,
+        100,
+        "{first:?} {second:?}"
+    );
+    assert_eq!(first.errors + second.errors, 0);
+    for id in &ids {
+        assert!(item(&store, id).await.is_none(), "{id} released");
+    }
+    untouched_neighbours(&store).await;
+}
+
+#[tokio::test]
+async fn an_unreadable_index_is_counted_and_fails_the_function() {
+    let store = store().await;
+    let missing = DynamoStore::new(store.client().clone(), "no-such-table");
+    let summary = Sweeper::new(missing.clone()).sweep(None).await;
+    assert_eq!(
+        summary.errors, 16,
+        "one failed query per shard: {summary:?}"
+    );
+    assert_eq!(summary.pages, 0);
+    assert!(summary.remaining, "shards left unread");
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 60_000;
+    let config = sweeper::Config {
+        table: "no-such-table".into(),
+        policy: SweepPolicy::Release,
+        grace: Duration::ZERO,
+    };
+    let err = sweeper::handle(
+        &config.sweeper(store.client().clone()),
+        lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("no-such-table") && err.contains("IDEMPOTENCY_TABLE"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
