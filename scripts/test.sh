@@ -16,6 +16,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo fmt --all --check
 # The SAM template, offline (cfn-lint rules included).
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint
+# The SAM transform itself, with and without the optional JWT authorizer.
+AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
 # Storm, crash and store-fault injection at the reduced size (the full run,
 # `make reliability`, writes RELIABILITY.md).
 RELIABILITY_SIZE=ci RELIABILITY_OUT=target/RELIABILITY-ci.md scripts/reliability.sh

@@ -135,49 +135,72 @@ pub fn template_path() -> std::path::PathBuf {
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct TableDefinition {
-    attribute_definitions: Vec<AttrDef>,
-    key_schema: Vec<KeyDef>,
+    /// `AttributeDefinitions`.
+    pub attribute_definitions: Vec<AttrDef>,
+    /// `KeySchema`.
+    pub key_schema: Vec<KeyDef>,
+    /// `BillingMode` (`PAY_PER_REQUEST` = on-demand).
     #[serde(default)]
-    global_secondary_indexes: Vec<IndexDef>,
+    pub billing_mode: Option<String>,
+    /// `GlobalSecondaryIndexes`.
     #[serde(default)]
-    time_to_live_specification: Option<TtlDef>,
-}
-
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct AttrDef {
-    attribute_name: String,
-    attribute_type: String,
-}
-
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct KeyDef {
-    attribute_name: String,
-    key_type: String,
-}
-
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct IndexDef {
-    index_name: String,
-    key_schema: Vec<KeyDef>,
-    projection: ProjectionDef,
-}
-
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct ProjectionDef {
-    projection_type: String,
+    pub global_secondary_indexes: Vec<IndexDef>,
+    /// `TimeToLiveSpecification`.
     #[serde(default)]
-    non_key_attributes: Vec<String>,
+    pub time_to_live_specification: Option<TtlDef>,
 }
 
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct TtlDef {
-    attribute_name: String,
-    enabled: bool,
+/// Part of [`TableDefinition`].
+pub struct AttrDef {
+    /// `attribute_name`.
+    pub attribute_name: String,
+    /// `attribute_type`.
+    pub attribute_type: String,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+/// Part of [`TableDefinition`].
+pub struct KeyDef {
+    /// `attribute_name`.
+    pub attribute_name: String,
+    /// `key_type`.
+    pub key_type: String,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+/// Part of [`TableDefinition`].
+pub struct IndexDef {
+    /// `index_name`.
+    pub index_name: String,
+    /// `key_schema`.
+    pub key_schema: Vec<KeyDef>,
+    /// `projection`.
+    pub projection: ProjectionDef,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+/// Part of [`TableDefinition`].
+pub struct ProjectionDef {
+    /// `projection_type`.
+    pub projection_type: String,
+    #[serde(default)]
+    /// `non_key_attributes`.
+    pub non_key_attributes: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+/// Part of [`TableDefinition`].
+pub struct TtlDef {
+    /// `attribute_name`.
+    pub attribute_name: String,
+    /// `enabled`.
+    pub enabled: bool,
 }
 
 /// The table resource `logical_id` of template.yaml.
@@ -222,7 +245,9 @@ pub async fn create_table_from_template(
     let mut request = client
         .create_table()
         .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest);
+        .billing_mode(BillingMode::from(
+            def.billing_mode.as_deref().unwrap_or("PROVISIONED"),
+        ));
     for a in &def.attribute_definitions {
         request = request.attribute_definitions(
             AttributeDefinition::builder()

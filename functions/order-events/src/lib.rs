@@ -13,9 +13,7 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use lambda_idempotency::{
-    DynamoStore, EventError, IdempotencyContext, IdempotentFunction, SqsBatch,
-};
+use lambda_idempotency::{DynamoStore, IdempotencyContext, IdempotentFunction, SqsBatch};
 use serde::{Deserialize, Serialize};
 
 /// An order event as producers publish it.
@@ -100,7 +98,7 @@ impl Consumer {
         &self,
         payload: serde_json::Value,
         context: &lambda_runtime::Context,
-    ) -> Result<Output, lambda_runtime::Error> {
+    ) -> Result<Output, lambda_runtime::Diagnostic> {
         if payload.get("Records").is_some() {
             let event: SqsEvent = serde_json::from_value(payload)
                 .map_err(|e| format!("the payload has `Records` but is not an SQS event: {e}"))?;
@@ -130,11 +128,10 @@ impl Consumer {
                 self.confirm(&event, ctx).await
             })
             .await
-            .map_err(|e: EventError<String>| -> lambda_runtime::Error {
-                // A typed error type ("Idempotency.InProgress", ...) makes the
-                // asynchronous invocation fail, so Lambda retries it later.
-                format!("{}: {e}", e.error_type()).into()
-            })?;
+            // The invocation fails with the error's own type as Lambda's
+            // `errorType` ("Idempotency.InProgress", ...), so an in-progress
+            // duplicate is retried later and shows as what it is.
+            .map_err(lambda_runtime::Diagnostic::from)?;
         Ok(Output::Confirmation(confirmation))
     }
 

@@ -236,6 +236,10 @@ fn parse_order(body: &[u8]) -> Result<NewOrder, String> {
 ///    charge id;
 /// 3. confirm the order with the charge id, answer `201`.
 ///
+/// `executions` counts every run of the handler body: a fresh run adds 1 in
+/// phase 1, a run resumed from a recovery point (which skips phase 1) adds 1
+/// in phase 3 and to `resumed_runs` as well.
+///
 /// Ids come from the idempotency record (`derived_key`), so even a re-run of
 /// a phase writes the same order and charges under the same provider key.
 async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
@@ -316,7 +320,7 @@ async fn run_phases(
         tracing::warn!(order_id = %order_id, "x-demo-crash: exiting after the charge");
         std::process::exit(137);
     }
-    let mut stored = confirm_order(inner, &order_id, &charge.id).await?;
+    let mut stored = confirm_order(inner, &order_id, &charge.id, resumed_from.is_some()).await?;
     stored["provider_calls"] = charge.provider_calls.into();
     stored["resumed_from"] = resumed_from.into();
     let mut response = json_response(StatusCode::CREATED, &stored);
@@ -425,20 +429,31 @@ async fn create_pending_order(
         .map_err(table_error)
 }
 
-/// Phase 3: the order is confirmed with its charge.
+/// Phase 3: the order is confirmed with its charge. A resumed run counts
+/// itself here, as it skipped phase 1.
 async fn confirm_order(
     inner: &Inner,
     order_id: &str,
     charge_id: &str,
+    resumed: bool,
 ) -> Result<serde_json::Value, String> {
-    let output = inner
+    let mut update = inner
         .client
         .update_item()
         .table_name(&inner.table)
         .key("order_id", AttributeValue::S(order_id.to_owned()))
-        .update_expression("SET charge_id = :ch, order_status = :confirmed")
         .expression_attribute_values(":ch", AttributeValue::S(charge_id.to_owned()))
-        .expression_attribute_values(":confirmed", AttributeValue::S("confirmed".into()))
+        .expression_attribute_values(":confirmed", AttributeValue::S("confirmed".into()));
+    update = if resumed {
+        update
+            .update_expression(
+                "SET charge_id = :ch, order_status = :confirmed ADD executions :one, resumed_runs :one",
+            )
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+    } else {
+        update.update_expression("SET charge_id = :ch, order_status = :confirmed")
+    };
+    let output = update
         .return_values(ReturnValue::AllNew)
         .send()
         .await
@@ -498,6 +513,7 @@ fn order_json(item: std::collections::HashMap<String, AttributeValue>) -> serde_
         "currency": s("currency"),
         "charge_id": s("charge_id"),
         "executions": n("executions"),
+        "resumed_runs": n("resumed_runs").unwrap_or(0),
         "status": s("order_status"),
         "created_at": n("created_at"),
     })

@@ -399,7 +399,14 @@ async fn play(base: &str) -> Result<()> {
             resumed.body
         ));
     }
+    if resumed.body["executions"] != 2 || resumed.body["resumed_runs"] != 1 {
+        return Err(format!(
+            "the order should count two runs of the body, one resumed: {}",
+            resumed.body
+        ));
+    }
     println!("  ok: resumed_from = charged, provider_calls = 1 (the card was charged once)");
+    println!("  ok: executions = 2, resumed_runs = 1 (the body ran twice; the retry skipped the done phases)");
     println!("\ndemo: every step answered as the contract says");
     Ok(())
 }

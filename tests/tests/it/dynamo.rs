@@ -231,3 +231,54 @@ async fn scan_one(
     assert_eq!(items.len(), 1);
     items[0].clone()
 }
+
+#[test]
+fn the_template_tables_match_the_library_schema() {
+    use lambda_idempotency::schema;
+    let table = integration_tests::table_definition("IdempotencyTable").unwrap();
+    assert_eq!(
+        table.billing_mode.as_deref(),
+        Some("PAY_PER_REQUEST"),
+        "on-demand"
+    );
+    let key: Vec<_> = table
+        .key_schema
+        .iter()
+        .map(|k| (k.attribute_name.as_str(), k.key_type.as_str()))
+        .collect();
+    assert_eq!(key, [(schema::ID, "HASH")]);
+    // DynamoDB Local never expires items: only this ties the TTL attribute
+    // the template enables to the one the library writes (epoch seconds).
+    let ttl = table.time_to_live_specification.expect("TTL enabled");
+    assert!(ttl.enabled);
+    assert_eq!(ttl.attribute_name, schema::EXPIRES_AT);
+    let index = table
+        .global_secondary_indexes
+        .iter()
+        .find(|i| i.index_name == schema::SWEEP_INDEX)
+        .expect("the sweeper's sparse index");
+    let index_key: Vec<_> = index
+        .key_schema
+        .iter()
+        .map(|k| (k.attribute_name.as_str(), k.key_type.as_str()))
+        .collect();
+    assert_eq!(
+        index_key,
+        [(schema::SWEEP_SHARD, "HASH"), (schema::SWEEP_AT, "RANGE")]
+    );
+    // What the sweeper reads from the index without touching the table.
+    for attribute in [schema::ATTEMPT, schema::OWNER, schema::CHECKPOINT] {
+        assert!(
+            index.projection.projection_type == "ALL"
+                || index
+                    .projection
+                    .non_key_attributes
+                    .iter()
+                    .any(|a| a == attribute),
+            "index projects {attribute}"
+        );
+    }
+    let orders = integration_tests::table_definition("OrdersTable").unwrap();
+    assert_eq!(orders.billing_mode.as_deref(), Some("PAY_PER_REQUEST"));
+    assert_eq!(orders.key_schema[0].attribute_name, "order_id");
+}

@@ -449,19 +449,16 @@ async fn the_example_consumer_processes_the_sample_events_once() {
     let mut other = sample("async-invoke-order-event.json");
     other["order_id"] = json!("ord-9");
     let err = consumer.handle(other, &context).await.unwrap_err();
-    assert!(
-        err.to_string().starts_with("Idempotency.PayloadMismatch"),
-        "{err}"
-    );
+    assert_eq!(err.error_type, "Idempotency.PayloadMismatch", "{err:?}");
     // A payload that is neither shape is a clear error.
     let err = consumer
         .handle(json!({"hello": 1}), &context)
         .await
         .unwrap_err();
     assert!(
-        err.to_string()
+        err.error_message
             .contains("neither an SQS event nor an order event"),
-        "{err}"
+        "{err:?}"
     );
 }
 

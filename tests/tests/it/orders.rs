@@ -287,8 +287,9 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
         "the provider was not called again"
     );
     assert_eq!(
-        responses[1]["executions"], 1,
-        "the order phase did not run again"
+        (&responses[1]["executions"], &responses[1]["resumed_runs"]),
+        (&serde_json::json!(2), &serde_json::json!(1)),
+        "the body ran twice, the second time resumed (the order phase did not run again)"
     );
     assert_eq!(responses[1]["status"], "confirmed");
     assert_eq!(app.charges().await, 1);
@@ -303,5 +304,6 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
         .send()
         .await
         .unwrap();
-    assert_eq!(item.item().unwrap()["executions"].as_n().unwrap(), "1");
+    assert_eq!(item.item().unwrap()["executions"].as_n().unwrap(), "2");
+    assert_eq!(item.item().unwrap()["resumed_runs"].as_n().unwrap(), "1");
 }
