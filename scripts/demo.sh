@@ -24,31 +24,48 @@ cargo build --quiet -p orders-api --bin orders-api
 cargo build --quiet -p integration-tests --bin demo
 target/debug/demo create-tables
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log="$root/.tools/cargo-lambda-watch.log"
-cargo lambda watch --quiet --ignore-changes --invoke-port "$port" --concurrency 2 --timeout 8 \
-  --env-var "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE,ORDERS_TABLE=$ORDERS_TABLE,SIMULATED_PROVIDER_LATENCY_MS=1500" \
-  --env-var "IDEMPOTENCY_MAX_LEASE_SECONDS=3,ORDERS_API_DEMO_CRASHES=1" \
-  --env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB,AWS_REGION=$AWS_REGION" \
-  --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY,RUST_LOG=warn" \
-  -p orders-api >"$log" 2>&1 &
-watch_pid=$!
+: >"$log"
+watch_pid=""
+start_watch() {
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  cargo lambda watch --quiet --ignore-changes --invoke-port "$port" --concurrency 2 --timeout 15 \
+    --env-var "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE,ORDERS_TABLE=$ORDERS_TABLE,SIMULATED_PROVIDER_LATENCY_MS=1500" \
+    --env-var "IDEMPOTENCY_MAX_LEASE_SECONDS=3,ORDERS_API_DEMO_CRASHES=1" \
+    --env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB,AWS_REGION=$AWS_REGION" \
+    --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY,RUST_LOG=warn" \
+    -p orders-api >>"$log" 2>&1 &
+  watch_pid=$!
+  for _ in $(seq 1 150); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+    kill -0 "$watch_pid" 2>/dev/null || { echo "demo: cargo lambda watch exited:" >&2; cat "$log" >&2; exit 1; }
+    sleep 0.2
+  done
+  echo "demo: cargo lambda watch serving orders-api on 127.0.0.1:$port" >&2
+}
 stop_watch() {
-  # cargo lambda watch starts one orders-api process per concurrent instance.
+  [ -n "$watch_pid" ] || return 0
+  # cargo lambda watch starts one orders-api process per concurrent instance:
+  # stop the ones this watch started (its descendants), then watch itself.
+  local children
+  children=$(pgrep -P "$watch_pid" 2>/dev/null || true)
+  for child in $children; do pkill -P "$child" 2>/dev/null || true; done
   pkill -P "$watch_pid" 2>/dev/null || true
   kill "$watch_pid" 2>/dev/null || true
   wait "$watch_pid" 2>/dev/null || true
-  pkill -f "$root/target/debug/orders-api" 2>/dev/null || true
+  watch_pid=""
 }
 trap stop_watch EXIT
-for _ in $(seq 1 150); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-  kill -0 $watch_pid 2>/dev/null || { echo "demo: cargo lambda watch exited:" >&2; cat "$log" >&2; exit 1; }
-  sleep 0.2
-done
-echo "demo: cargo lambda watch serving orders-api on 127.0.0.1:$port" >&2
-
-if ! target/debug/demo play "http://127.0.0.1:$port"; then
+fail() {
   echo "--- cargo lambda watch log ---" >&2; tail -n 40 "$log" >&2
   exit 1
-fi
+}
+
+start_watch
+target/debug/demo play "http://127.0.0.1:$port" || fail
+# Step 8 killed a function process mid-request. cargo lambda watch does not
+# replace a dead instance (and its other instance is left with a broken
+# runtime API connection), so start a fresh watch: Lambda's next instance.
+stop_watch
+start_watch
+target/debug/demo resume "http://127.0.0.1:$port" || fail

@@ -21,7 +21,13 @@ async fn main() {
             Some(url) => play(url.trim_end_matches('/')).await,
             None => Err("usage: demo play <cargo-lambda-watch-url>".into()),
         },
-        _ => Err("usage: demo create-tables | demo play <cargo-lambda-watch-url>".into()),
+        Some("resume") => match args.get(1) {
+            Some(url) => resume(url.trim_end_matches('/')).await,
+            None => Err("usage: demo resume <cargo-lambda-watch-url>".into()),
+        },
+        _ => Err(
+            "usage: demo create-tables | demo play <watch-url> | demo resume <watch-url>".into(),
+        ),
     };
     if let Err(e) = result {
         eprintln!("demo failed: {e}");
@@ -229,15 +235,23 @@ fn step(n: u32, title: &str) {
     println!("\n== {n}. {title}");
 }
 
-async fn play(base: &str) -> Result<()> {
-    let demo = Demo {
+fn demo(base: &str) -> Result<Demo> {
+    Ok(Demo {
         http: Client::builder()
             .timeout(Duration::from_secs(120))
             .build()
             .map_err(|e| e.to_string())?,
         url_base: format!("{base}/lambda-url/orders-api"),
         invoke_url: format!("{base}/2015-03-31/functions/orders-api/invocations"),
-    };
+    })
+}
+
+/// The crashing order of step 8 (sent by `play`, retried by `resume`).
+const CRASH_ORDER: &str = r#"{"customer_id":"cus_9","amount":4200,"currency":"EUR"}"#;
+
+/// Steps 1 to 8, up to the crash: the function process dies mid-request.
+async fn play(base: &str) -> Result<()> {
+    let demo = demo(base)?;
     let order = r#"{"customer_id":"cus_42","amount":2500,"currency":"EUR"}"#;
 
     step(
@@ -356,7 +370,6 @@ async fn play(base: &str) -> Result<()> {
         8,
         "A crash after the charge: the retry resumes at the recovery point",
     );
-    let crash_order = r#"{"customer_id":"cus_9","amount":4200,"currency":"EUR"}"#;
     println!("  -> POST /orders   (x-demo-crash: after-charge: the process exits after the charge is recorded)");
     println!("     Idempotency-Key: order-0003");
     let crashed = demo
@@ -365,7 +378,7 @@ async fn play(base: &str) -> Result<()> {
         .header("Idempotency-Key", "order-0003")
         .header("x-demo-crash", "after-charge")
         .header("content-type", "application/json")
-        .body(crash_order)
+        .body(CRASH_ORDER)
         .timeout(Duration::from_secs(15))
         .send()
         .await;
@@ -382,6 +395,14 @@ async fn play(base: &str) -> Result<()> {
             chain(&e)
         ),
     }
+    Ok(())
+}
+
+/// Step 8, after the crash: a new function instance serves the retry, which
+/// takes the record over and resumes from the recovery point.
+async fn resume(base: &str) -> Result<()> {
+    let demo = demo(base)?;
+    println!("  (a new function instance is up, as Lambda starts one after a crash)");
     println!("  (waiting 4 s: the crashed attempt's lease is 3 s)");
     tokio::time::sleep(Duration::from_secs(4)).await;
     let resumed = demo
@@ -389,7 +410,7 @@ async fn play(base: &str) -> Result<()> {
             Method::POST,
             "/orders",
             Some("order-0003"),
-            Some(crash_order),
+            Some(CRASH_ORDER),
         )
         .await?;
     resumed.expect(201, "completed by the retry")?;
