@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make reliability`: storm, crash injection and store fault injection against
-# DynamoDB Local (see tests/src/bin/reliability.rs); writes RELIABILITY.md.
+# `make reliability`: the property tests (fuzzing, model check), then storm,
+# crash injection and store fault injection, all against DynamoDB Local (see
+# tests/src/bin/reliability.rs); writes RELIABILITY.md from what they measured.
 #   RELIABILITY_SIZE=full (default) | ci (the reduced run `make test` does)
 #   RELIABILITY_OUT (default RELIABILITY.md)
 set -euo pipefail
@@ -10,5 +11,11 @@ out="${RELIABILITY_OUT:-RELIABILITY.md}"
 # orders-api alone, as Lambda tooling builds it; the driver separately.
 cargo build --quiet -p orders-api --bin orders-api
 cargo build --quiet -p integration-tests --bin reliability
-scripts/dynamodb-local.sh target/debug/reliability "$size" target/debug/orders-api "$out" >/dev/null
+# Sections 4 and 5: each property test appends what its cases met to this
+# file (tests/tests/it/fuzz.rs, model.rs); the driver reports it.
+log="$PWD/target/reliability-properties-$size.jsonl"
+rm -f "$log"
+RELIABILITY_PROPERTY_LOG="$log" scripts/dynamodb-local.sh \
+  cargo test --quiet -p integration-tests --test it -- fuzz:: model::
+scripts/dynamodb-local.sh target/debug/reliability "$size" target/debug/orders-api "$out" "$log" >/dev/null
 echo "reliability ($size): no violations; report in $out"

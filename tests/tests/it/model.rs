@@ -3,7 +3,8 @@
 //! caller's time) run against each store and a reference model of the rules in
 //! DESIGN section 4. Every outcome must match the model, and no interleaving
 //! may produce two completions in one life of a record or a completion by a
-//! fenced attempt.
+//! fenced attempt. Each run tallies the outcomes it met (claims won, fenced
+//! writes refused, ...), reported like the fuzz tests' (see `crate::fuzz::Tally`).
 
 use std::sync::Arc;
 
@@ -13,6 +14,8 @@ use lambda_idempotency::{
     StoredBody, StoredResponse, Sweeper,
 };
 use proptest::prelude::*;
+
+use crate::fuzz::Tally;
 
 const ACTORS: usize = 3;
 const RECORD_TTL_MS: u64 = 5_000;
@@ -86,7 +89,10 @@ async fn check(
     id: &str,
     base_ms: u64,
     ops: &[Op],
+    tally: &Tally,
 ) -> Result<(), String> {
+    tally.add("cases");
+    tally.add_n("operations", ops.len() as u64);
     let mut m = Model {
         record: None,
         now: base_ms,
@@ -152,6 +158,14 @@ async fn check(
                                 lease.recovered
                             )));
                         }
+                        tally.add(match (&m.record, new_life) {
+                            (None, _) => "claims won, record absent",
+                            (Some(_), true) => "claims won, record expired",
+                            (Some(_), false) => "claims won by takeover",
+                        });
+                        if recovered.is_some() {
+                            tally.add("takeovers resuming a recovery point");
+                        }
                         if new_life {
                             m.completions_this_life = 0;
                         }
@@ -168,6 +182,7 @@ async fn check(
                         m.leases[*actor] = Some(lease);
                     }
                     (false, ClaimOutcome::Exists(found)) => {
+                        tally.add("claims refused");
                         let r = m
                             .record
                             .as_ref()
@@ -199,6 +214,7 @@ async fn check(
                     .await;
                 match (allowed, result) {
                     (true, Ok(_)) => {
+                        tally.add("completions");
                         m.completions_this_life += 1;
                         if m.completions_this_life > 1 {
                             return Err(ctx("two completions in one life of the record".into()));
@@ -209,7 +225,7 @@ async fn check(
                             r.checkpoint = None;
                         }
                     }
-                    (false, Err(e)) if e.is_fenced() => {}
+                    (false, Err(e)) if e.is_fenced() => tally.add("fenced completions refused"),
                     (true, Err(e)) => return Err(ctx(format!("holder's completion refused: {e}"))),
                     (false, Ok(_)) => return Err(ctx("a fenced attempt completed".into())),
                     (false, Err(e)) => return Err(ctx(format!("unexpected error {e}"))),
@@ -221,8 +237,11 @@ async fn check(
                 };
                 let allowed = m.holds(&lease);
                 match (allowed, store.release(&lease).await) {
-                    (true, Ok(())) => m.record = None,
-                    (false, Err(e)) if e.is_fenced() => {}
+                    (true, Ok(())) => {
+                        tally.add("releases");
+                        m.record = None;
+                    }
+                    (false, Err(e)) if e.is_fenced() => tally.add("fenced releases refused"),
                     (a, r) => return Err(ctx(format!("release: model allowed={a}, store {r:?}"))),
                 }
             }
@@ -239,11 +258,12 @@ async fn check(
                 };
                 match (allowed, store.checkpoint(&lease, &checkpoint).await) {
                     (true, Ok(())) => {
+                        tally.add("recovery points");
                         if let Some(r) = m.record.as_mut() {
                             r.checkpoint = Some(name);
                         }
                     }
-                    (false, Err(e)) if e.is_fenced() => {}
+                    (false, Err(e)) if e.is_fenced() => tally.add("fenced recovery points refused"),
                     (a, r) => {
                         return Err(ctx(format!("checkpoint: model allowed={a}, store {r:?}")))
                     }
@@ -285,8 +305,11 @@ async fn check(
                     }
                 };
                 match (observed.has_checkpoint, resolution) {
-                    (false, Resolution::Released) => m.record = None,
-                    (true, Resolution::Resumable) => {}
+                    (false, Resolution::Released) => {
+                        tally.add("sweeps releasing");
+                        m.record = None;
+                    }
+                    (true, Resolution::Resumable) => tally.add("sweeps leaving a recovery point"),
                     (c, got) => {
                         return Err(ctx(format!("sweep with checkpoint={c} resolved {got:?}")))
                     }
@@ -301,14 +324,21 @@ fn base_ms() -> u64 {
     crate::fixture::now_ms()
 }
 
+static MEMORY: Tally = Tally::new();
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
-    #[test]
-    fn memory_store_matches_the_model(ops in proptest::collection::vec(op(), 1..40)) {
+    fn memory_store_property(ops in proptest::collection::vec(op(), 1..40)) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let result = rt.block_on(check(Arc::new(MemoryStore::new()), None, "r", base_ms(), &ops));
+        let result = rt.block_on(check(Arc::new(MemoryStore::new()), None, "r", base_ms(), &ops, &MEMORY));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
+}
+
+#[test]
+fn memory_store_matches_the_model() {
+    memory_store_property();
+    MEMORY.report("model::memory");
 }
 
 #[test]
@@ -322,6 +352,7 @@ fn dynamodb_local_matches_the_model() {
     let sweeper = Sweeper::new(DynamoStore::clone(&store)).grace(std::time::Duration::ZERO);
     let store: Arc<dyn Store> = Arc::new(store);
     let counter = std::sync::atomic::AtomicU64::new(0);
+    let tally = Tally::new();
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: 48,
         ..ProptestConfig::default()
@@ -332,11 +363,19 @@ fn dynamodb_local_matches_the_model() {
             "{:064x}",
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
         );
-        let outcome = rt.block_on(check(store.clone(), Some(&sweeper), &id, base_ms(), &ops));
+        let outcome = rt.block_on(check(
+            store.clone(),
+            Some(&sweeper),
+            &id,
+            base_ms(),
+            &ops,
+            &tally,
+        ));
         prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
         Ok(())
     });
     if let Err(e) = result {
         panic!("{e}");
     }
+    tally.report("model::dynamodb_local");
 }
