@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make bench`: performance against the goals of the benchmarks issue, side by
 # side with Powertools for AWS Lambda (Python), both on the same DynamoDB Local
-# in the same run. Writes BENCHMARKS.md and docs/benchmarks.svg and prints the
-# main table. Release builds only.
+# in the same run. Writes BENCHMARKS.md and docs/benchmarks.svg (target/bench
+# keeps the raw JSON) and prints the goals and latency tables. Release builds
+# only.
 #
 #   BENCH_ITERATIONS (default 2000) samples per kind per round
 #   BENCH_ROUNDS     (default 3) rounds; the report takes medians over rounds
@@ -28,7 +29,7 @@ if [ "${1:-}" != "--inside" ]; then
   cargo build --release --quiet -p orders-api --bin orders-api
   cargo build --release --quiet -p integration-tests --bin bench
   echo "bench: micro benchmarks (divan)" >&2
-  cargo bench --quiet -p integration-tests --bench micro 2>/dev/null | tee "$out/micro.txt"
+  cargo bench --quiet -p integration-tests --bench micro 2>"$out/micro.err" | tee "$out/micro.txt"
   exec scripts/dynamodb-local.sh "$0" --inside
 fi
 
@@ -37,13 +38,14 @@ bench="$root/target/release/bench"
 n="${BENCH_ITERATIONS:-2000}"
 r="${BENCH_ROUNDS:-3}"
 
-# Both tools send the very same 1,000-byte body.
-"$py" -c 'import sys; sys.path.insert(0, "scripts/bench"); import pt_common; print(pt_common.BODY)' >"$out/body.json"
-export BENCH_BODY_FILE="$out/body.json"
+# Both tools send the very same 1,000-byte body, scripts/bench/body.json
+# (compiled into the Rust driver and the micro benchmarks, read by pt_common.py).
+# Two shared cores: the load average goes into the report as a noise marker.
+cut -d' ' -f1 /proc/loadavg >"$out/load-start"
 # Rounds alternate between the tools, so both meet DynamoDB Local equally
 # warmed; a first round of each warms the engine and is discarded.
 echo "bench: warm-up round of each tool (discarded)" >&2
-"$bench" latency 1000 1 >/dev/null
+"$bench" latency 500 1 >/dev/null
 "$py" scripts/bench/powertools.py --iterations 1000 --rounds 1 --out "$out/powertools-warmup.json"
 for i in $(seq 1 "$r"); do
   echo "bench: latency round $i/$r: lambda-idempotency, then Powertools Python ($n samples per kind)" >&2
@@ -60,7 +62,7 @@ for prefix, merged in (("rust-latency", "rust-latency.json"), ("powertools", "po
     result["rounds_data"] = [rd for p in parts for rd in p["rounds_data"]]
     json.dump(result, open(os.path.join(out, merged), "w"))
 PY
-echo "bench: CPU per request (in-memory store)" >&2
+echo "bench: library CPU per request (thread CPU time, in-memory store)" >&2
 "$bench" cpu 20000 >"$out/cpu.json"
 instructions() {
   # Instructions of N requests minus those of N/2: the per-request cost
@@ -75,10 +77,11 @@ instructions() {
 if command -v valgrind >/dev/null; then
   echo "bench: instructions per request (callgrind; library = wrapped - bare handler)" >&2
   bare=$(instructions bare)
-  printf '{"first_instructions": %s, "replay_instructions": %s, "bare_handler_instructions": %s}\n' \
-    "$(( $(instructions first) - bare ))" "$(( $(instructions replay) - bare ))" "$bare" >"$out/instructions.json"
+  printf '{"first_instructions": %s, "replay_instructions": %s, "cached_replay_instructions": %s, "bare_handler_instructions": %s}\n' \
+    "$(( $(instructions first) - bare ))" "$(( $(instructions replay) - bare ))" \
+    "$(( $(instructions cached) - bare ))" "$bare" >"$out/instructions.json"
 else
-  echo '{"first_instructions": null, "replay_instructions": null}' >"$out/instructions.json"
+  echo '{}' >"$out/instructions.json"
 fi
 echo "bench: cold start, orders-api through the Runtime API (10 runs)" >&2
 "$bench" cold 10 "$root/target/release/orders-api" >"$out/cold.json"
@@ -92,7 +95,7 @@ c.create_table(TableName=t, AttributeDefinitions=[{"AttributeName": "id", "Attri
                KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
 PY
 "$bench" cold-command 10 "$py" scripts/bench/powertools_cold.py >"$out/powertools-cold.json"
-echo "bench: duplicate storm on orders-api (10,000 requests, 1,000 keys, concurrency 32, 4 processes)" >&2
+echo "bench: duplicate storm on orders-api (10,000 requests, 1,000 keys, 10 racing duplicates each, concurrency 32, 4 processes)" >&2
 "$bench" storm "$root/target/release/orders-api" 10000 1000 32 4 >"$out/storm.json"
 
 "$py" - "$out" <<'PY'
@@ -103,6 +106,8 @@ rust = load("rust-latency.json")
 cpu, ins, cold, ptcold, storm = (load(n) for n in ("cpu.json", "instructions.json", "cold.json", "powertools-cold.json", "storm.json"))
 rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
 cores = os.cpu_count()
+load_start = open(os.path.join(out, "load-start")).read().strip()
+load_end = open("/proc/loadavg").read().split()[0]
 rust.update({
     "versions": {"rustc": rustc},
     "cpu": {**cpu, **ins},
@@ -110,12 +115,14 @@ rust.update({
     "powertools_cold_start_ms": ptcold["cold_start_ms"],
     "peak_rss_kb": storm.get("peak_rss_kb"),
     "storm": storm,
-    "machine": f"{platform.machine()}, {cores} cores, {platform.system()} {platform.release()}; DynamoDB Local (in-memory) on loopback",
+    "machine": f"{platform.machine()}, {cores} cores, {platform.system()} {platform.release()}; "
+               f"DynamoDB Local (in-memory) on loopback; 1-minute load average {load_start} at the start, "
+               f"{load_end} at the end (the cores are shared: expect noise)",
     "command": "make bench",
 })
 json.dump(rust, open(os.path.join(out, "rust.json"), "w"))
 PY
 "$py" scripts/bench/report.py --rust "$out/rust.json" --powertools "$out/powertools.json" \
+  --micro "$out/micro.txt" --notes scripts/bench/NOTES.md \
   --out-md BENCHMARKS.md --out-svg docs/benchmarks.svg
-cat scripts/bench/NOTES.md >>BENCHMARKS.md
 echo "bench: wrote BENCHMARKS.md and docs/benchmarks.svg" >&2

@@ -4,11 +4,13 @@ reference the Rust library is compared with.
     scripts/dynamodb-local.sh .tools/bench-venv/bin/python scripts/bench/powertools.py \
         --iterations 1000 --rounds 5 --out target/bench/powertools.json
 
-Each round times, one call per sample: N bare conditional PutItem calls (the
-round-trip floor the overhead is measured against), N first executions (fresh
-keys) and N replays of those now completed keys. The per-round samples go to
---out in microseconds; report.py turns them into statistics. The table is
-created fresh and deleted at the end.
+Each round times N iterations, one call per sample, each iteration one call of
+every kind in turn: a bare conditional PutItem (the round-trip floor the
+overhead is measured against), a first execution of a fresh key, a replay of
+that now completed key, and a replay served by Powertools' local cache
+(`use_local_cache`). The per-round samples go to --out in microseconds;
+report.py turns them into statistics. The table is created fresh and deleted at
+the end.
 """
 
 from __future__ import annotations
@@ -56,61 +58,71 @@ class RequestCounter:
         return sum(self.by_operation.values())
 
 
-def sample_us(call, inputs) -> tuple[list[float], list]:
-    """Time each call alone with perf_counter_ns; returns the samples in µs and
-    the results, which are checked after the timing, not inside it."""
-    samples, results = [], []
-    for item in inputs:
-        start = time.perf_counter_ns()
-        result = call(item)
-        samples.append((time.perf_counter_ns() - start) / 1000)
-        results.append(result)
-    return samples, results
+def timed(call, arg) -> tuple[float, object]:
+    """One call timed alone with perf_counter_ns: (µs, result). Results are
+    checked after the round, not inside the timing."""
+    start = time.perf_counter_ns()
+    result = call(arg)
+    return (time.perf_counter_ns() - start) / 1000, result
 
 
 class Bench:
-    """The three kinds of call, on one table and one client."""
+    """The kinds of call, on one table and one client: a bare conditional
+    PutItem, the decorated handler (first execution and replay), and the same
+    handler with Powertools' local cache on (cached replay)."""
 
     def __init__(self, client, table: str):
         self.client = client
         self.table = table
         self.handler = pt_common.make_handler(client, table)
+        self.cached_handler = pt_common.make_handler(client, table, local_cache=True)
         self.context = pt_common.FakeLambdaContext()
         self._serial = itertools.count()
+        # The key the cached replays repeat: completed once through the cached
+        # handler, which keeps the record in its LRU.
+        self.cached_event = pt_common.make_event(self.fresh_keys("cached", 1)[0])
+        check_responses([self.cached_handler(self.cached_event, self.context)])
 
     def fresh_keys(self, kind: str, n: int) -> list[str]:
         """Keys never used before in this (fresh) table."""
         return [f"{kind}-{next(self._serial)}" for _ in range(n)]
 
-    def bare(self, n: int) -> list[float]:
+    def put(self, key: str):
         """A conditional PutItem of a small new item: the cheapest write that
         still takes DynamoDB's conditional path, like the idempotency claim."""
+        return self.client.put_item(
+            TableName=self.table,
+            Item={"id": {"S": key}},
+            ConditionExpression="attribute_not_exists(id)",
+        )
 
-        def put(key: str):
-            return self.client.put_item(
-                TableName=self.table,
-                Item={"id": {"S": key}},
-                ConditionExpression="attribute_not_exists(id)",
-            )
+    def invoke(self, event: dict):
+        return self.handler(event, self.context)
 
-        samples, _ = sample_us(put, self.fresh_keys("bare", n))
-        return samples
-
-    def invoke(self, keys: list[str]) -> list[float]:
-        """The decorated handler once per key; the events are built beforehand
-        so only the invocation is timed."""
-        events = [pt_common.make_event(key) for key in keys]
-        samples, responses = sample_us(lambda event: self.handler(event, self.context), events)
-        check_responses(responses)
-        return samples
+    def invoke_cached(self, event: dict):
+        return self.cached_handler(event, self.context)
 
     def round(self, n: int) -> dict[str, list[float]]:
-        """N bare calls, N first executions, then N replays of those keys."""
-        bare = self.bare(n)
-        keys = self.fresh_keys("order", n)
-        first = self.invoke(keys)
-        replay = self.invoke(keys)
-        return {"bare_us": bare, "first_us": first, "replay_us": replay}
+        """N iterations, each timing one of every kind in turn (so drift of the
+        machine or of DynamoDB Local hits every kind alike): a bare PutItem, a
+        first execution of a fresh key, a replay of that key, and a cached
+        replay. Events are built before their call is timed."""
+        data: dict[str, list[float]] = {"bare_us": [], "first_us": [], "replay_us": [], "cached_replay_us": []}
+        responses = []
+        bare_keys = self.fresh_keys("bare", n)
+        for bare_key, key in zip(bare_keys, self.fresh_keys("order", n), strict=True):
+            us, _ = timed(self.put, bare_key)
+            data["bare_us"].append(us)
+            for field, call, event in (
+                ("first_us", self.invoke, pt_common.make_event(key)),
+                ("replay_us", self.invoke, pt_common.make_event(key)),
+                ("cached_replay_us", self.invoke_cached, self.cached_event),
+            ):
+                us, response = timed(call, event)
+                data[field].append(us)
+                responses.append(response)
+        check_responses(responses)
+        return data
 
 
 def check_responses(responses: list) -> None:
@@ -123,12 +135,18 @@ def check_responses(responses: list) -> None:
 
 
 def requests_per_call(bench: Bench, counter: RequestCounter) -> dict[str, float]:
-    """Average requests per first execution and per replay, over PROBE_CALLS each."""
+    """Average requests per first execution, replay and cached replay, over
+    PROBE_CALLS each, counted on the wire by botocore's before-send event."""
     keys = bench.fresh_keys("probe", PROBE_CALLS)
+    probes = {
+        "first": (bench.invoke, [pt_common.make_event(k) for k in keys]),
+        "replay": (bench.invoke, [pt_common.make_event(k) for k in keys]),
+        "cached_replay": (bench.invoke_cached, [bench.cached_event] * PROBE_CALLS),
+    }
     measured = {}
-    for kind in ("first", "replay"):
+    for kind, (call, events) in probes.items():
         counter.reset()
-        bench.invoke(keys)
+        check_responses([call(event) for event in events])
         measured[kind] = counter.total() / PROBE_CALLS
         log(f"requests per {kind}: {measured[kind]:.2f} ({format_operations(counter.by_operation)})")
     return measured
@@ -182,8 +200,8 @@ def round_summary(data: dict[str, list[float]]) -> str:
 def run(client, table: str, iterations: int, rounds: int) -> dict:
     """Warm-up (discarded: connection pool, JIT of DynamoDB Local, Python caches),
     the timed rounds, then the request probe; returns what report.py reads."""
-    counter = RequestCounter(client)
     bench = Bench(client, table)
+    counter = RequestCounter(client)
     bench.round(WARMUP_CALLS)
     rounds_data = []
     for index in range(rounds):

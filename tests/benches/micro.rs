@@ -1,22 +1,28 @@
-//! Micro benchmarks (divan) of the library's hot paths, on a ~1 KB JSON body:
-//! key parsing, fingerprinting, record encoding, and the whole middleware on
-//! the in-memory store. `cargo bench -p integration-tests --bench micro`.
+//! Micro benchmarks (divan) of the library's hot paths, on the 1,000-byte JSON
+//! body of the end-to-end benchmark (`scripts/bench/body.json`): key parsing,
+//! fingerprinting, record encoding, and the whole middleware on the in-memory
+//! store next to the bare handler it wraps (the difference is the library).
+//! Requests are built outside the timed region. `make bench` runs them and
+//! puts the medians in BENCHMARKS.md; alone:
+//! `cargo bench -p integration-tests --bench micro`.
+
+use std::time::Duration;
 
 use divan::Bencher;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{key, Fingerprinter, IdempotencyLayer, MemoryStore, StoredResponse};
-use tower::{Layer, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 fn main() {
     divan::main();
 }
 
-fn body() -> String {
-    let items: Vec<serde_json::Value> = (0..12)
-        .map(|i| serde_json::json!({"sku": format!("SKU-{i:04}"), "quantity": i + 1, "unit_price": 1000 + i}))
-        .collect();
-    serde_json::json!({"customer_id": "cus_42", "amount": 2500, "currency": "EUR", "items": items})
-        .to_string()
+/// The body every benchmark sends, shared with the end-to-end driver and the
+/// Powertools side.
+const BODY: &str = include_str!("../../scripts/bench/body.json");
+
+fn body() -> &'static str {
+    BODY.trim_end()
 }
 
 #[divan::bench]
@@ -35,16 +41,14 @@ fn parse_sf_string_key() -> usize {
 
 #[divan::bench]
 fn fingerprint_1kb_json(bencher: Bencher) {
-    let body = body();
     let fp = Fingerprinter::new();
-    bencher.bench(|| fp.fingerprint("POST", "/orders", &[], divan::black_box(body.as_bytes())));
+    bencher.bench(|| fp.fingerprint("POST", "/orders", &[], divan::black_box(body().as_bytes())));
 }
 
 #[divan::bench]
 fn fingerprint_1kb_selected_fields(bencher: Bencher) {
-    let body = body();
     let fp = Fingerprinter::new().fields(["/amount", "/currency"]);
-    bencher.bench(|| fp.fingerprint("POST", "/orders", &[], divan::black_box(body.as_bytes())));
+    bencher.bench(|| fp.fingerprint("POST", "/orders", &[], divan::black_box(body().as_bytes())));
 }
 
 #[divan::bench]
@@ -58,49 +62,91 @@ fn record_round_trip(bencher: Bencher) {
     bencher.bench(|| StoredResponse::from_http(divan::black_box(&response)).to_http());
 }
 
-fn request(key: &str, body: &str) -> Request {
+fn request(key: &str) -> Request {
     http::Request::post("/orders")
+        .header("content-type", "application/json")
         .header("idempotency-key", key)
-        .body(Body::from(body.to_owned()))
+        .body(Body::from(body()))
         .expect("static request")
 }
 
-fn service(
-) -> impl tower::Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone {
-    IdempotencyLayer::new(MemoryStore::new()).layer(tower::service_fn(|req: Request| async move {
+/// The handler of the end-to-end benchmark: 201 with the body, no work.
+fn handler() -> impl Service<
+    Request,
+    Response = Response<Body>,
+    Error = lambda_http::Error,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(|req: Request| async move {
         Ok::<_, lambda_http::Error>(
             Response::builder()
                 .status(201)
+                .header("content-type", "application/json")
                 .body(Body::from(req.body().as_ref().to_vec()))?,
         )
-    }))
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+}
+
+/// Time `svc` on requests from `make_request`, built outside the timing; the
+/// responses are dropped outside it too.
+fn bench_service<S>(bencher: Bencher, svc: S, mut make_request: impl FnMut() -> Request)
+where
+    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+{
+    let rt = runtime();
+    bencher
+        .with_inputs(&mut make_request)
+        .bench_local_values(|req| rt.block_on(svc.clone().oneshot(req)));
+}
+
+/// A service with one completed record under key `k`.
+fn with_completed_key<S>(svc: S) -> S
+where
+    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+{
+    let _ = runtime().block_on(svc.clone().oneshot(request("k")));
+    svc
+}
+
+#[divan::bench]
+fn bare_handler(bencher: Bencher) {
+    let mut n = 0u64;
+    bench_service(bencher, handler(), move || {
+        n += 1;
+        request(&format!("k{n}"))
+    });
 }
 
 #[divan::bench]
 fn middleware_first_execution(bencher: Bencher) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
-    let svc = service();
-    let body = body();
+    let svc = IdempotencyLayer::new(MemoryStore::new()).layer(handler());
     let mut n = 0u64;
-    bencher.bench_local(|| {
+    bench_service(bencher, svc, move || {
         n += 1;
-        rt.block_on(svc.clone().oneshot(request(&format!("k{n}"), &body)))
-            .map(|r| r.status())
+        request(&format!("k{n}"))
     });
 }
 
 #[divan::bench]
 fn middleware_replay(bencher: Bencher) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
-    let svc = service();
-    let body = body();
-    let _ = rt.block_on(svc.clone().oneshot(request("k", &body)));
-    bencher.bench_local(|| {
-        rt.block_on(svc.clone().oneshot(request("k", &body)))
-            .map(|r| r.status())
-    });
+    let svc = with_completed_key(IdempotencyLayer::new(MemoryStore::new()).layer(handler()));
+    bench_service(bencher, svc, || request("k"));
+}
+
+#[divan::bench]
+fn middleware_cached_replay(bencher: Bencher) {
+    let svc = with_completed_key(
+        IdempotencyLayer::new(MemoryStore::new())
+            .local_cache(1_000, Duration::from_secs(300))
+            .layer(handler()),
+    );
+    bench_service(bencher, svc, || request("k"));
 }

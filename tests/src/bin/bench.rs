@@ -1,44 +1,81 @@
 //! The end-to-end benchmark driver behind `make bench` (run it in release).
 //!
-//! Subcommands (DynamoDB Local must be running; `scripts/bench.sh` arranges it):
-//! - `latency N R OUT`: bare round trip, first execution and replay through the
-//!   HTTP middleware on `DynamoStore`, R rounds of N samples, request counts;
-//! - `cpu N`: nanoseconds per request on `MemoryStore` (1 KB JSON body);
-//! - `cpu-probe first|replay N`: N requests only, for instruction counting
-//!   under callgrind;
+//! Subcommands; each prints one JSON object on stdout. DynamoDB Local must be
+//! running for `latency`, `cold` and `storm` (`scripts/bench.sh` arranges it):
+//! - `latency N R`: R rounds of N iterations on DynamoDB Local. Each iteration
+//!   times one call of every kind in turn, so drift hits every kind alike:
+//!   the bare conditional `PutItem` (the issue's round-trip floor), a first
+//!   execution and a replay of that key through the HTTP middleware, a replay
+//!   from the in-process cache (`.local_cache(..)`), and the library's own
+//!   requests issued alone through `Store::claim` / `Store::complete` (claim of
+//!   an absent record, completion with the 1 KB response, claim of a completed
+//!   record = a replay's request). First execution, replay and the exact
+//!   requests are timed again on a table without the sparse `sweep` index.
+//!   Requests are counted by an SDK interceptor around every timed call, and
+//!   per invocation kind by a separate probe (first, replay, in progress,
+//!   cached replay);
+//! - `cpu N`: thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) per request on a
+//!   current-thread runtime and `MemoryStore`, requests built before the timed
+//!   loop, wrapped handler minus the bare handler, medians of 7 runs of N;
+//! - `cpu-probe bare|first|replay|cached N`: N pre-built requests only, for
+//!   instruction counting under callgrind;
 //! - `cold K ORDERS_API_BIN`: process spawn to first response of `orders-api`
 //!   through the Runtime API, K times;
 //! - `cold-command K CMD ARGS...`: process spawn to its first stdout line
 //!   (Powertools Python's import + setup + first invocation), K times;
 //! - `storm ORDERS_API_BIN REQUESTS KEYS CONCURRENCY PROCESSES`: the duplicate
-//!   storm against real `orders-api` processes; peak RSS and execution counts.
+//!   storm against real `orders-api` processes, each key's duplicates sent
+//!   back to back so they race; peak RSS, statuses and execution counts.
 //!
-//! Each prints one JSON object on stdout.
+//! Every request carries `scripts/bench/body.json`, the 1,000-byte JSON body
+//! the Powertools side sends too.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, TimeToLiveSpecification,
+};
 use integration_tests::functions;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
+use integration_tests::RequestCounter;
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::{DynamoStore, IdempotencyLayer, MemoryStore};
+use lambda_idempotency::{
+    schema, ClaimOutcome, ClaimRequest, DynamoStore, Fingerprinter, IdempotencyLayer, MemoryStore,
+    Status, Store, StoredResponse, REPLAYED_HEADER,
+};
 use serde_json::{json, Value};
 use tower::{Layer, Service, ServiceExt};
 
 type Result<T> = std::result::Result<T, String>;
 
+/// The body of every benchmark request, shared with the Powertools side and
+/// the micro benchmarks.
+const BODY: &str = include_str!("../../../scripts/bench/body.json");
+
+/// Entries and age of the in-process cache of the cached-replay variant.
+const CACHE_ENTRIES: usize = 1_000;
+const CACHE_MAX_AGE: Duration = Duration::from_secs(300);
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => fail(format!("tokio runtime: {e}")),
-    };
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
     let num = |i: usize, default: u64| args.get(i).and_then(|v| v.parse().ok()).unwrap_or(default);
+    // CPU figures come from one thread doing all the work; the rest needs the
+    // multi-threaded runtime (concurrent invocations, the Runtime API server).
+    let single = matches!(arg(0).as_str(), "cpu" | "cpu-probe");
+    let runtime = if single {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    };
+    let runtime = runtime.unwrap_or_else(|e| fail(format!("tokio runtime: {e}")));
     let result = runtime.block_on(async {
         match arg(0).as_str() {
             "latency" => latency(num(1, 2000) as usize, num(2, 3) as usize).await,
@@ -72,26 +109,15 @@ fn fail(message: String) -> ! {
     std::process::exit(1)
 }
 
-/// The payload of every benchmark: the file named by `BENCH_BODY_FILE` (the
-/// exact 1,000-byte body the Powertools side sends), else a ~1 KB order.
-fn body() -> String {
-    if let Some(text) = std::env::var("BENCH_BODY_FILE")
-        .ok()
-        .and_then(|p| std::fs::read_to_string(p).ok())
-    {
-        return text.trim_end().to_owned();
-    }
-    let items: Vec<Value> = (0..12)
-        .map(|i| json!({"sku": format!("SKU-{i:04}"), "quantity": i + 1, "unit_price": 1000 + i}))
-        .collect();
-    json!({"customer_id": "cus_42", "amount": 2500, "currency": "EUR", "items": items}).to_string()
+fn body() -> &'static str {
+    BODY.trim_end()
 }
 
-fn request(key: &str, body: &str) -> Request {
+fn request(key: &str) -> Request {
     http::Request::post("/orders")
         .header("content-type", "application/json")
         .header("idempotency-key", key)
-        .body(Body::from(body.to_owned()))
+        .body(Body::from(body()))
         .expect("static request")
 }
 
@@ -107,103 +133,415 @@ fn handler(
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        Ok::<_, lambda_http::Error>(
-            Response::builder()
-                .status(201)
-                .header("content-type", "application/json")
-                .body(Body::from(req.body().as_ref().to_vec()))?,
-        )
+        handler_response(req.body().as_ref())
     })
+}
+
+fn handler_response(body: &[u8]) -> std::result::Result<Response<Body>, lambda_http::Error> {
+    Ok(Response::builder()
+        .status(201)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_vec()))?)
 }
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-async fn latency(n: usize, rounds: usize) -> Result<Value> {
-    let (store, counter) = integration_tests::dynamo_store().await;
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn is_replayed(res: &Response<Body>) -> bool {
+    res.headers().get(REPLAYED_HEADER).is_some()
+}
+
+/// Latency samples of one kind of call, and the DynamoDB requests counted
+/// around those very calls.
+#[derive(Default)]
+struct Series {
+    us: Vec<f64>,
+    requests: u64,
+}
+
+#[derive(Default)]
+struct Samples(BTreeMap<&'static str, Series>);
+
+impl Samples {
+    fn add(&mut self, kind: &'static str, us: f64, requests: u64) {
+        let series = self.0.entry(kind).or_default();
+        series.us.push(us);
+        series.requests += requests;
+    }
+
+    /// `{"<kind>_us": [...]}` and `{"<kind>": requests}`.
+    fn into_json(
+        self,
+    ) -> (
+        serde_json::Map<String, Value>,
+        serde_json::Map<String, Value>,
+    ) {
+        let mut samples = serde_json::Map::new();
+        let mut requests = serde_json::Map::new();
+        for (kind, series) in self.0 {
+            samples.insert(format!("{kind}_us"), json!(series.us));
+            requests.insert(kind.to_owned(), json!(series.requests));
+        }
+        (samples, requests)
+    }
+}
+
+/// One idempotency table with its store, its own request counter, and the
+/// middleware on it.
+struct Target<S> {
+    store: DynamoStore,
+    counter: RequestCounter,
+    svc: S,
+}
+
+fn target(
+    store: DynamoStore,
+    counter: RequestCounter,
+) -> Target<impl Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone> {
     let svc = IdempotencyLayer::new(store.clone()).layer(handler(Duration::ZERO));
-    let body = body();
-    let mut seq = 0u64;
-    let mut fresh = || {
-        seq += 1;
-        format!("bench-{seq}")
+    Target {
+        store,
+        counter,
+        svc,
+    }
+}
+
+/// Time one call through a service; the response is checked by the caller,
+/// after the timing.
+async fn timed_call<S>(svc: &S, req: Request) -> Result<(f64, Response<Body>)>
+where
+    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+{
+    let t = Instant::now();
+    let res = svc.clone().oneshot(req).await.map_err(|e| e.to_string())?;
+    Ok((micros(t.elapsed()), res))
+}
+
+/// Keys, record ids and owner tokens never used before in this process.
+#[derive(Default)]
+struct Fresh(u64);
+
+impl Fresh {
+    fn key(&mut self, prefix: &str) -> String {
+        self.0 += 1;
+        format!("{prefix}-{}-{}", std::process::id(), self.0)
+    }
+
+    /// 32 hex digits, the shape of the middleware's random owner token.
+    fn owner(&mut self) -> String {
+        self.0 += 1;
+        format!("{:016x}{:016x}", std::process::id(), self.0)
+    }
+}
+
+/// What the samples of one table are called.
+struct Names {
+    first: &'static str,
+    replay: &'static str,
+    claim: &'static str,
+    complete: &'static str,
+    replay_claim: &'static str,
+}
+
+const GSI: Names = Names {
+    first: "first",
+    replay: "replay",
+    claim: "claim",
+    complete: "complete",
+    replay_claim: "replay_claim",
+};
+
+const NO_GSI: Names = Names {
+    first: "no_gsi_first",
+    replay: "no_gsi_replay",
+    claim: "no_gsi_claim",
+    complete: "no_gsi_complete",
+    replay_claim: "no_gsi_replay_claim",
+};
+
+/// The claim the middleware would send for `key`: the same record id, the
+/// same fingerprint of the body, a 32-hex-digit owner, a 15-minute lease and a
+/// 24-hour expiry (the defaults outside Lambda).
+fn claim_request(key: &str, owner: String, fingerprint: &str) -> ClaimRequest {
+    let now = now_ms();
+    let lease = now + 15 * 60 * 1000;
+    ClaimRequest {
+        record_id: lambda_idempotency::scope::record_id("", None, "POST", "/orders", key),
+        fingerprint: fingerprint.to_owned(),
+        owner,
+        now_ms: now,
+        lease_expires_at_ms: lease,
+        expires_at_s: now / 1000 + 24 * 3600,
+    }
+}
+
+/// The library's own requests, issued alone: claim of an absent record,
+/// completion with the handler's 1 KB response, and claim of that now
+/// completed record (what a replay sends). Through `Store`, so the requests
+/// are exactly the library's; the timing includes the store's building of
+/// the request and decoding of the answer (microseconds of library CPU).
+async fn exact_requests<S>(
+    t: &Target<S>,
+    names: &Names,
+    fresh: &mut Fresh,
+    fingerprint: &str,
+    stored: &StoredResponse,
+    samples: &mut Samples,
+) -> Result<()> {
+    let key = fresh.key("exact");
+    let claim = claim_request(&key, fresh.owner(), fingerprint);
+    let before = t.counter.get();
+    let start = Instant::now();
+    let outcome = t.store.claim(&claim).await.map_err(|e| e.to_string())?;
+    samples.add(
+        names.claim,
+        micros(start.elapsed()),
+        t.counter.get() - before,
+    );
+    let ClaimOutcome::Claimed(lease) = outcome else {
+        return Err(format!("claim of a fresh key found a record: {outcome:?}"));
     };
+
+    let expires_at = now_ms() / 1000 + 24 * 3600;
+    let before = t.counter.get();
+    let start = Instant::now();
+    t.store
+        .complete(&lease, stored, expires_at)
+        .await
+        .map_err(|e| e.to_string())?;
+    samples.add(
+        names.complete,
+        micros(start.elapsed()),
+        t.counter.get() - before,
+    );
+
+    let again = claim_request(&key, fresh.owner(), fingerprint);
+    let before = t.counter.get();
+    let start = Instant::now();
+    let outcome = t.store.claim(&again).await.map_err(|e| e.to_string())?;
+    samples.add(
+        names.replay_claim,
+        micros(start.elapsed()),
+        t.counter.get() - before,
+    );
+    match outcome {
+        ClaimOutcome::Exists(record)
+            if record.status == Status::Completed && record.response.is_some() =>
+        {
+            Ok(())
+        }
+        other => Err(format!(
+            "claim of a completed record did not find it: {other:?}"
+        )),
+    }
+}
+
+/// A first execution of a fresh key, then a replay of it, through the middleware.
+async fn first_and_replay<S>(
+    t: &Target<S>,
+    names: &Names,
+    fresh: &mut Fresh,
+    samples: &mut Samples,
+) -> Result<()>
+where
+    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+{
+    let key = fresh.key("bench");
+    let req = request(&key);
+    let before = t.counter.get();
+    let (us, res) = timed_call(&t.svc, req).await?;
+    samples.add(names.first, us, t.counter.get() - before);
+    if res.status() != 201 || is_replayed(&res) {
+        return Err(format!("first execution answered {}", res.status()));
+    }
+    let req = request(&key);
+    let before = t.counter.get();
+    let (us, res) = timed_call(&t.svc, req).await?;
+    samples.add(names.replay, us, t.counter.get() - before);
+    if res.status() != 201 || !is_replayed(&res) {
+        return Err(format!("replay answered {} unreplayed", res.status()));
+    }
+    Ok(())
+}
+
+/// Everything one latency iteration uses.
+struct Env<'a, A, B, C> {
+    gsi: &'a Target<A>,
+    plain: &'a Target<B>,
+    cached_svc: &'a C,
+    cached_key: &'a str,
+    fingerprint: &'a str,
+    stored: &'a StoredResponse,
+}
+
+impl<A, B, C> Env<'_, A, B, C>
+where
+    A: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+    B: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+    C: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+{
+    /// One call of every kind, each timed alone, in a fixed order.
+    async fn iteration(&self, fresh: &mut Fresh, samples: &mut Samples) -> Result<()> {
+        let gsi = self.gsi;
+        let key = fresh.key("bare");
+        let before = gsi.counter.get();
+        let start = Instant::now();
+        bare_put(&gsi.store, &key).await?;
+        samples.add("bare", micros(start.elapsed()), gsi.counter.get() - before);
+
+        first_and_replay(gsi, &GSI, fresh, samples).await?;
+
+        let before = gsi.counter.get();
+        let (us, res) = timed_call(self.cached_svc, request(self.cached_key)).await?;
+        samples.add("cached_replay", us, gsi.counter.get() - before);
+        if res.status() != 201 || !is_replayed(&res) {
+            return Err(format!(
+                "cached replay answered {} unreplayed",
+                res.status()
+            ));
+        }
+
+        exact_requests(gsi, &GSI, fresh, self.fingerprint, self.stored, samples).await?;
+        first_and_replay(self.plain, &NO_GSI, fresh, samples).await?;
+        exact_requests(
+            self.plain,
+            &NO_GSI,
+            fresh,
+            self.fingerprint,
+            self.stored,
+            samples,
+        )
+        .await
+    }
+}
+
+async fn latency(n: usize, rounds: usize) -> Result<Value> {
+    let (gsi_store, gsi_counter) = integration_tests::dynamo_store().await;
+    let plain_table = create_table_without_gsi().await?;
+    let plain_counter = RequestCounter::default();
+    let plain_client =
+        integration_tests::client_with(vec![aws_sdk_dynamodb::config::SharedInterceptor::new(
+            plain_counter.clone(),
+        )])
+        .await;
+    let gsi = target(gsi_store.clone(), gsi_counter.clone());
+    let plain = target(DynamoStore::new(plain_client, plain_table), plain_counter);
+    let cached_svc = IdempotencyLayer::new(gsi_store.clone())
+        .local_cache(CACHE_ENTRIES, CACHE_MAX_AGE)
+        .layer(handler(Duration::ZERO));
+    let tables = json!({
+        "gsi": describe(&gsi.store).await?,
+        "no_gsi": describe(&plain.store).await?,
+    });
+
+    let fingerprint = Fingerprinter::new().fingerprint("POST", "/orders", &[], body().as_bytes());
+    let stored =
+        StoredResponse::from_http(&handler_response(body().as_bytes()).map_err(|e| e.to_string())?);
+    let mut fresh = Fresh::default();
+    let cached_key = fresh.key("cached");
+    let res = cached_svc
+        .clone()
+        .oneshot(request(&cached_key))
+        .await
+        .map_err(|e| e.to_string())?;
+    if res.status() != 201 {
+        return Err(format!(
+            "cached key's first execution answered {}",
+            res.status()
+        ));
+    }
 
     // Warm-up: connections, caches, and DynamoDB Local's JIT, which takes a
     // thousand or so calls to settle.
-    for _ in 0..1000 {
-        svc.clone()
-            .oneshot(request(&fresh(), &body))
-            .await
-            .map_err(|e| e.to_string())?;
-        bare_put(&store, &fresh()).await?;
+    let mut warm = Samples::default();
+    let env = Env {
+        gsi: &gsi,
+        plain: &plain,
+        cached_svc: &cached_svc,
+        cached_key: &cached_key,
+        fingerprint: &fingerprint,
+        stored: &stored,
+    };
+    for _ in 0..300 {
+        env.iteration(&mut fresh, &mut warm).await?;
     }
 
     let mut rounds_data = Vec::new();
     for _ in 0..rounds {
-        let (mut bare, mut first, mut replay) = (Vec::new(), Vec::new(), Vec::new());
+        let mut samples = Samples::default();
         for _ in 0..n {
-            let key = fresh();
-            let t = Instant::now();
-            bare_put(&store, &key).await?;
-            bare.push(micros(t.elapsed()));
+            env.iteration(&mut fresh, &mut samples).await?;
         }
-        let replay_key = fresh();
-        svc.clone()
-            .oneshot(request(&replay_key, &body))
-            .await
-            .map_err(|e| e.to_string())?;
-        for _ in 0..n {
-            let req = request(&fresh(), &body);
-            let t = Instant::now();
-            let res = svc.clone().oneshot(req).await.map_err(|e| e.to_string())?;
-            first.push(micros(t.elapsed()));
-            if res.status() != 201 {
-                return Err(format!("first execution answered {}", res.status()));
-            }
-            let req = request(&replay_key, &body);
-            let t = Instant::now();
-            let res = svc.clone().oneshot(req).await.map_err(|e| e.to_string())?;
-            replay.push(micros(t.elapsed()));
-            if res.headers().get("idempotent-replayed").is_none() {
-                return Err("replay was not replayed".into());
-            }
-        }
-        rounds_data.push(json!({"bare_us": bare, "first_us": first, "replay_us": replay}));
+        let (mut data, requests) = samples.into_json();
+        data.insert("requests_counted".into(), Value::Object(requests));
+        data.insert("calls".into(), json!(n));
+        rounds_data.push(Value::Object(data));
     }
 
-    // Requests per invocation, counted by the SDK interceptor.
+    // Requests per invocation kind, counted by the SDK interceptor.
     let per_call = |before: u64, after: u64, calls: u64| (after - before) as f64 / calls as f64;
+    let counter = &gsi.counter;
     let before = counter.get();
     for _ in 0..50 {
-        svc.clone()
-            .oneshot(request(&fresh(), &body))
+        let res = gsi
+            .svc
+            .clone()
+            .oneshot(request(&fresh.key("probe")))
             .await
             .map_err(|e| e.to_string())?;
+        if res.status() != 201 {
+            return Err(format!("probe answered {}", res.status()));
+        }
     }
     let first_requests = per_call(before, counter.get(), 50);
-    let key = fresh();
-    svc.clone()
-        .oneshot(request(&key, &body))
+    let key = fresh.key("probe");
+    gsi.svc
+        .clone()
+        .oneshot(request(&key))
         .await
         .map_err(|e| e.to_string())?;
     let before = counter.get();
     for _ in 0..50 {
-        svc.clone()
-            .oneshot(request(&key, &body))
+        let res = gsi
+            .svc
+            .clone()
+            .oneshot(request(&key))
             .await
             .map_err(|e| e.to_string())?;
+        if !is_replayed(&res) {
+            return Err("probe replay was not replayed".into());
+        }
     }
     let replay_requests = per_call(before, counter.get(), 50);
-    let slow = IdempotencyLayer::new(store.clone()).layer(handler(Duration::from_millis(500)));
-    let busy = fresh();
-    let running = tokio::spawn(slow.clone().oneshot(request(&busy, &body)));
+    let before = counter.get();
+    for _ in 0..50 {
+        let res = cached_svc
+            .clone()
+            .oneshot(request(&cached_key))
+            .await
+            .map_err(|e| e.to_string())?;
+        if !is_replayed(&res) {
+            return Err("probe cached replay was not replayed".into());
+        }
+    }
+    let cached_requests = per_call(before, counter.get(), 50);
+    let slow = IdempotencyLayer::new(gsi.store.clone()).layer(handler(Duration::from_millis(500)));
+    let busy = fresh.key("busy");
+    let running = tokio::spawn(slow.clone().oneshot(request(&busy)));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = counter.get();
-    let res = svc
+    let res = gsi
+        .svc
         .clone()
-        .oneshot(request(&busy, &body))
+        .oneshot(request(&busy))
         .await
         .map_err(|e| e.to_string())?;
     let in_progress_requests = per_call(before, counter.get(), 1);
@@ -219,12 +557,99 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
         "tool": "lambda-idempotency",
         "iterations": n,
         "rounds": rounds,
-        "requests": {"first": first_requests, "replay": replay_requests, "in_progress": in_progress_requests, "cached_replay": null},
+        "body_bytes": body().len(),
+        "local_cache": {"entries": CACHE_ENTRIES, "max_age_s": CACHE_MAX_AGE.as_secs()},
+        "tables": tables,
+        "requests": {
+            "first": first_requests,
+            "replay": replay_requests,
+            "in_progress": in_progress_requests,
+            "cached_replay": cached_requests,
+        },
         "rounds_data": rounds_data,
     }))
 }
 
-/// The bare floor: one conditional PutItem with the same client.
+/// The idempotency table's schema without the sparse `sweep` index: same key,
+/// same TTL attribute, on-demand.
+async fn create_table_without_gsi() -> Result<String> {
+    let client = integration_tests::client().await;
+    let name = integration_tests::unique_name("idempotency-no-gsi");
+    client
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(schema::ID)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(schema::ID)
+                .key_type(KeyType::Hash)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "create table {name}: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(e)
+            )
+        })?;
+    client
+        .update_time_to_live()
+        .table_name(&name)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .attribute_name(schema::EXPIRES_AT)
+                .enabled(true)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "enable TTL on {name}: {}",
+                aws_sdk_dynamodb::error::DisplayErrorContext(e)
+            )
+        })?;
+    Ok(name)
+}
+
+/// A table's name and global secondary indexes, as DynamoDB Local reports them.
+async fn describe(store: &DynamoStore) -> Result<Value> {
+    let out = integration_tests::client()
+        .await
+        .describe_table()
+        .table_name(store.table())
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "describe {}: {}",
+                store.table(),
+                aws_sdk_dynamodb::error::DisplayErrorContext(e)
+            )
+        })?;
+    let indexes: Vec<String> = out
+        .table()
+        .map(|t| {
+            t.global_secondary_indexes()
+                .iter()
+                .filter_map(|i| i.index_name().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(json!({"name": store.table(), "global_secondary_indexes": indexes}))
+}
+
+/// The bare floor: one conditional PutItem of a small item with the same client.
 async fn bare_put(store: &DynamoStore, key: &str) -> Result<()> {
     store
         .client()
@@ -244,74 +669,163 @@ async fn bare_put(store: &DynamoStore, key: &str) -> Result<()> {
         })
 }
 
-async fn run_requests<S>(svc: &S, keys: impl Iterator<Item = String>, body: &str) -> Result<usize>
+/// CPU time consumed by the calling thread, in nanoseconds (user + system),
+/// from `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`. Declared here rather than
+/// through a crate: the C library is linked anyway.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn thread_cpu_ns() -> Result<u64> {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec (64-bit Linux layout) for the call's duration.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Err("clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed".into());
+    }
+    Ok(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn thread_cpu_ns() -> Result<u64> {
+    Err("thread CPU time is only read on 64-bit Linux".into())
+}
+
+/// Nanoseconds per request: thread CPU time and, for comparison, wall time.
+#[derive(Clone, Copy, Default)]
+struct Cost {
+    cpu: f64,
+    wall: f64,
+}
+
+/// Run pre-built requests through `svc` one after another and return their
+/// cost per request. Only the invocations are timed: the requests exist
+/// beforehand and the responses are checked and dropped after.
+async fn cpu_pass<S>(svc: &S, reqs: Vec<Request>, replayed: bool) -> Result<Cost>
 where
     S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
 {
-    let mut count = 0;
-    for key in keys {
-        svc.clone()
-            .oneshot(request(&key, body))
-            .await
-            .map_err(|e| e.to_string())?;
-        count += 1;
+    let n = reqs.len();
+    let mut responses = Vec::with_capacity(n);
+    let wall = Instant::now();
+    let start = thread_cpu_ns()?;
+    for req in reqs {
+        responses.push(svc.clone().oneshot(req).await.map_err(|e| e.to_string())?);
     }
-    Ok(count)
+    let cpu = thread_cpu_ns()? - start;
+    let wall = wall.elapsed().as_nanos() as f64;
+    if let Some(bad) = responses
+        .iter()
+        .find(|r| r.status() != 201 || is_replayed(r) != replayed)
+    {
+        return Err(format!(
+            "cpu pass: answer {} (replayed: {}), expected 201 (replayed: {replayed})",
+            bad.status(),
+            is_replayed(bad)
+        ));
+    }
+    Ok(Cost {
+        cpu: cpu as f64 / n as f64,
+        wall: wall / n as f64,
+    })
+}
+
+fn requests(keys: impl Iterator<Item = String>) -> Vec<Request> {
+    keys.map(|k| request(&k)).collect()
+}
+
+/// Thread CPU per request of the four variants in one run, each on a fresh store.
+async fn cpu_run(n: usize, run: usize) -> Result<[Cost; 4]> {
+    let distinct = |kind: &'static str| (0..n).map(move |i| format!("{kind}-{run}-{i}"));
+    let bare = cpu_pass(&handler(Duration::ZERO), requests(distinct("bare")), false).await?;
+
+    let svc = IdempotencyLayer::new(MemoryStore::new()).layer(handler(Duration::ZERO));
+    let first = cpu_pass(&svc, requests(distinct("first")), false).await?;
+
+    let svc = IdempotencyLayer::new(MemoryStore::new()).layer(handler(Duration::ZERO));
+    svc.clone()
+        .oneshot(request("k"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let replay = cpu_pass(&svc, requests(std::iter::repeat_n("k".to_owned(), n)), true).await?;
+
+    let svc = IdempotencyLayer::new(MemoryStore::new())
+        .local_cache(CACHE_ENTRIES, CACHE_MAX_AGE)
+        .layer(handler(Duration::ZERO));
+    svc.clone()
+        .oneshot(request("k"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let cached = cpu_pass(&svc, requests(std::iter::repeat_n("k".to_owned(), n)), true).await?;
+    Ok([bare, first, replay, cached])
 }
 
 async fn cpu(n: usize) -> Result<Value> {
-    let body = body();
-    let measure = |replay: bool| {
-        let body = body.clone();
-        async move {
-            let store = MemoryStore::new();
-            let svc = IdempotencyLayer::new(store).layer(handler(Duration::ZERO));
-            if replay {
-                run_requests(&svc, std::iter::once("k".to_owned()), &body).await?;
-            }
-            let keys = (0..n).map(move |i| {
-                if replay {
-                    "k".to_owned()
-                } else {
-                    format!("k{i}")
-                }
-            });
-            let t = Instant::now();
-            run_requests(&svc, keys, &body).await?;
-            Ok::<_, String>(t.elapsed().as_nanos() as f64 / n as f64)
-        }
-    };
-    // Medians of 5 runs each.
-    let mut first = Vec::new();
-    let mut replay = Vec::new();
-    for _ in 0..5 {
-        first.push(measure(false).await?);
-        replay.push(measure(true).await?);
+    const RUNS: usize = 7;
+    // A discarded run warms the allocator and the caches.
+    cpu_run(n / 4, 0).await?;
+    let mut runs = Vec::new();
+    for run in 1..=RUNS {
+        runs.push(cpu_run(n, run).await?);
     }
-    Ok(json!({"first_ns": median(&mut first), "replay_ns": median(&mut replay)}))
+    // Medians over runs of each variant, and of wrapped minus bare within a run.
+    let gross = |i: usize, f: fn(&Cost) -> f64| {
+        median(&mut runs.iter().map(|r| f(&r[i])).collect::<Vec<_>>())
+    };
+    let net = |i: usize, f: fn(&Cost) -> f64| {
+        median(&mut runs.iter().map(|r| f(&r[i]) - f(&r[0])).collect::<Vec<_>>())
+    };
+    let cpu = |c: &Cost| c.cpu;
+    let wall = |c: &Cost| c.wall;
+    Ok(json!({
+        "method": "thread CPU time (CLOCK_THREAD_CPUTIME_ID), current-thread runtime, MemoryStore, pre-built requests",
+        "runs": RUNS, "requests_per_run": n, "body_bytes": body().len(),
+        "first_ns": net(1, cpu), "replay_ns": net(2, cpu), "cached_replay_ns": net(3, cpu),
+        "bare_handler_ns": gross(0, cpu),
+        "gross_ns": {"first": gross(1, cpu), "replay": gross(2, cpu), "cached_replay": gross(3, cpu)},
+        "wall_net_ns": {"first": net(1, wall), "replay": net(2, wall), "cached_replay": net(3, wall)},
+    }))
 }
 
 async fn cpu_probe(kind: &str, n: usize) -> Result<Value> {
-    let body = body();
-    let svc = IdempotencyLayer::new(MemoryStore::new()).layer(handler(Duration::ZERO));
-    let count = match kind {
-        "bare" => {
-            run_requests(
-                &handler(Duration::ZERO),
-                (0..n).map(|i| format!("k{i}")),
-                &body,
-            )
-            .await?
+    let distinct = (0..n).map(|i| format!("k{i}"));
+    let same = std::iter::repeat_n("k".to_owned(), n);
+    let wrapped = |cache: bool| {
+        let layer = IdempotencyLayer::new(MemoryStore::new());
+        let layer = if cache {
+            layer.local_cache(CACHE_ENTRIES, CACHE_MAX_AGE)
+        } else {
+            layer
+        };
+        layer.layer(handler(Duration::ZERO))
+    };
+    let cost = match kind {
+        "bare" => cpu_pass(&handler(Duration::ZERO), requests(distinct), false).await?,
+        "first" => cpu_pass(&wrapped(false), requests(distinct), false).await?,
+        "replay" | "cached" => {
+            let svc = wrapped(kind == "cached");
+            svc.clone()
+                .oneshot(request("k"))
+                .await
+                .map_err(|e| e.to_string())?;
+            cpu_pass(&svc, requests(same), true).await?
         }
-        "first" => run_requests(&svc, (0..n).map(|i| format!("k{i}")), &body).await?,
-        "replay" => run_requests(&svc, std::iter::repeat_n("k".to_owned(), n), &body).await?,
         other => {
             return Err(format!(
-                "cpu-probe kind {other:?}: use bare, first or replay"
+                "cpu-probe kind {other:?}: use bare, first, replay or cached"
             ))
         }
     };
-    Ok(json!({"requests": count}))
+    Ok(json!({"requests": n, "cpu_ns_per_request": cost.cpu}))
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -383,6 +897,29 @@ async fn cold_command(runs: usize, command: &[String]) -> Result<Value> {
     Ok(json!({"cold_start_ms": samples}))
 }
 
+/// How many invocations of each key were in flight at once (sent to the
+/// Runtime API and not yet answered), at most.
+#[derive(Default)]
+struct InFlight {
+    now: HashMap<usize, usize>,
+    peak: HashMap<usize, usize>,
+}
+
+impl InFlight {
+    fn enter(&mut self, key: usize) {
+        let now = self.now.entry(key).or_default();
+        *now += 1;
+        let peak = self.peak.entry(key).or_default();
+        *peak = (*peak).max(*now);
+    }
+
+    fn leave(&mut self, key: usize) {
+        if let Some(now) = self.now.get_mut(&key) {
+            *now -= 1;
+        }
+    }
+}
+
 async fn storm(
     bin: &str,
     requests: usize,
@@ -390,6 +927,11 @@ async fn storm(
     concurrency: usize,
     processes: usize,
 ) -> Result<Value> {
+    if keys == 0 || requests < keys {
+        return Err(format!(
+            "storm: {requests} requests over {keys} keys: need at least one request per key"
+        ));
+    }
     let tables = functions::tables().await?;
     let orders = tables.1.clone();
     let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
@@ -399,38 +941,55 @@ async fn storm(
         children.push(functions::spawn(bin, &env)?);
     }
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let statuses = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
-        String,
-        usize,
-    >::new()));
+    let statuses = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
+    let in_flight = Arc::new(Mutex::new(InFlight::default()));
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..concurrency {
-        let (api, next, statuses) = (api.clone(), next.clone(), statuses.clone());
+        let (api, next, statuses, in_flight) = (
+            api.clone(),
+            next.clone(),
+            statuses.clone(),
+            in_flight.clone(),
+        );
         workers.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if i >= requests {
                     break;
                 }
-                let key = format!("storm-{}", i % keys);
+                // Each key's duplicates are consecutive (10 per key for 10,000
+                // requests over 1,000 keys), so the workers that take them
+                // send them at the same moment: they race for the claim.
+                let k = i * keys / requests;
+                let key = format!("storm-{k}");
                 let body = format!(
-                    r#"{{"customer_id":"cus_{}","amount":{},"currency":"EUR"}}"#,
-                    i % keys,
-                    100 + i % keys
+                    r#"{{"customer_id":"cus_{k}","amount":{},"currency":"EUR"}}"#,
+                    100 + k
                 );
+                if let Ok(mut f) = in_flight.lock() {
+                    f.enter(k);
+                }
                 let outcome = api
                     .invoke(
                         functions::post_order_event(&key, &body),
                         Duration::from_secs(30),
                     )
                     .await;
+                if let Ok(mut f) = in_flight.lock() {
+                    f.leave(k);
+                }
                 let label = match outcome {
-                    Outcome::Response(b) => serde_json::from_slice::<Value>(&b)
-                        .ok()
-                        .and_then(|v| v["statusCode"].as_u64())
-                        .map(|s| s.to_string())
-                        .unwrap_or_else(|| "unparsable".into()),
+                    Outcome::Response(b) => match serde_json::from_slice::<Value>(&b) {
+                        Ok(v) => match v["statusCode"].as_u64() {
+                            Some(s) if v["headers"][REPLAYED_HEADER].is_string() => {
+                                format!("{s} replayed")
+                            }
+                            Some(s) => s.to_string(),
+                            None => "unparsable".into(),
+                        },
+                        Err(_) => "unparsable".into(),
+                    },
                     Outcome::Error(_) => "error".into(),
                     Outcome::TimedOut => "timeout".into(),
                 };
@@ -456,10 +1015,16 @@ async fn storm(
     let executions = functions::order_executions(&orders).await?;
     let orders_once = executions.values().filter(|n| **n == 1).count();
     let statuses = statuses.lock().map(|s| s.clone()).unwrap_or_default();
+    let peaks: Vec<usize> = in_flight
+        .lock()
+        .map(|f| f.peak.values().copied().collect())
+        .unwrap_or_default();
     Ok(json!({
         "requests": requests, "keys": keys, "concurrency": concurrency, "processes": processes,
         "seconds": elapsed.as_secs_f64(),
         "statuses": statuses,
+        "same_key_in_flight_max": peaks.iter().max(),
+        "keys_with_concurrent_duplicates": peaks.iter().filter(|p| **p >= 2).count(),
         "orders": executions.len(), "orders_executed_once": orders_once,
         "executions_ok": executions.len() == keys && orders_once == keys,
         "peak_rss_kb_per_process": rss,
