@@ -662,15 +662,35 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// A fresh owner token: SHA-256 of a secret seed, drawn from the operating
+/// system once per process, and a counter, cut to 128 bits. Unpredictable and
+/// unique like a token drawn from the OS on every call, without a system call
+/// on every claim.
 pub(crate) fn owner_token() -> Result<String, Error> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        Error::new(
-            ErrorKind::Randomness,
-            format!("could not draw a random owner token from the operating system: {e}"),
-        )
-    })?;
-    Ok(hex(&bytes))
+    use sha2::{Digest, Sha256};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = match SEED.get() {
+        Some(seed) => seed,
+        None => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).map_err(|e| {
+                Error::new(
+                    ErrorKind::Randomness,
+                    format!("could not draw a random seed for owner tokens from the operating system: {e}"),
+                )
+            })?;
+            // A concurrent first call may have won; either seed is as good.
+            SEED.get_or_init(|| seed)
+        }
+    };
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let digest = Sha256::new()
+        .chain_update(seed)
+        .chain_update(n.to_be_bytes())
+        .finalize();
+    Ok(hex(&digest[..16]))
 }
 
 #[cfg(test)]
@@ -696,8 +716,13 @@ mod tests {
     }
 
     #[test]
-    fn owner_tokens_are_random() {
-        assert_ne!(owner_token().unwrap(), owner_token().unwrap());
+    fn owner_tokens_are_distinct_128_bit_hex() {
+        let tokens: std::collections::HashSet<String> =
+            (0..1000).map(|_| owner_token().unwrap()).collect();
+        assert_eq!(tokens.len(), 1000);
+        assert!(tokens
+            .iter()
+            .all(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit())));
     }
 
     #[test]
