@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use divan::Bencher;
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, IntoResponse, Request, Response};
 use lambda_idempotency::{key, Fingerprinter, IdempotencyLayer, MemoryStore, StoredResponse};
 use tower::{Layer, Service, ServiceExt};
 
@@ -95,8 +95,9 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// Time `svc` on requests from `make_request`, built outside the timing; the
-/// responses are dropped outside it too.
+/// Time `svc` on requests from `make_request`, built outside the timing, its
+/// answers converted as `lambda_http::run` converts them; the responses are
+/// dropped outside the timing too.
 fn bench_service<S>(bencher: Bencher, svc: S, mut make_request: impl FnMut() -> Request)
 where
     S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
@@ -104,7 +105,15 @@ where
     let rt = runtime();
     bencher
         .with_inputs(&mut make_request)
-        .bench_local_values(|req| rt.block_on(svc.clone().oneshot(req)));
+        .bench_local_values(|req| {
+            rt.block_on(async {
+                // Converted as `lambda_http::run` converts a handler's answer.
+                match svc.clone().oneshot(req).await {
+                    Ok(res) => Ok(res.into_response().await),
+                    Err(e) => Err(e),
+                }
+            })
+        });
 }
 
 /// A service with one completed record under key `k`.

@@ -9,15 +9,19 @@
 //!   from the in-process cache (`.local_cache(..)`), and the library's own
 //!   requests issued alone through `Store::claim` / `Store::complete` (claim of
 //!   an absent record, completion with the 1 KB response, claim of a completed
-//!   record = a replay's request). First execution, replay and the exact
-//!   requests are timed again on a table without the sparse `sweep` index.
+//!   record = a replay's request). The bare `PutItem`, first execution,
+//!   replay and the exact requests are timed again on a table without the
+//!   sparse `sweep` index. The middleware runs over a store wrapper that
+//!   times its store calls, so each call's own time (outside the store) is
+//!   recorded too.
 //!   Requests are counted by an SDK interceptor around every timed call, and
 //!   per invocation kind by a separate probe (first, replay, in progress,
 //!   cached replay);
 //! - `cpu N`: thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) per request on a
-//!   current-thread runtime and `MemoryStore`, requests built before the timed
-//!   loop, wrapped handler minus the bare handler, medians of 7 runs of N;
-//! - `cpu-probe bare|first|replay|cached N`: N pre-built requests only, for
+//!   current-thread runtime and `MemoryStore`, requests built and responses
+//!   dropped in batches of 64 outside the timing, wrapped handler minus the
+//!   bare handler, median over the batches of 7 runs of N (and the mean);
+//! - `cpu-probe bare|first|replay|cached N`: N requests only, for
 //!   instruction counting under callgrind;
 //! - `cold K ORDERS_API_BIN`: process spawn to first response of `orders-api`
 //!   through the Runtime API, K times;
@@ -41,15 +45,18 @@ use aws_sdk_dynamodb::types::{
 use integration_tests::functions;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use integration_tests::RequestCounter;
-use lambda_http::{Body, Request, Response};
+use lambda_http::{Body, IntoResponse, Request, Response};
 use lambda_idempotency::{
-    schema, ClaimOutcome, ClaimRequest, DynamoStore, Fingerprinter, IdempotencyLayer, MemoryStore,
-    Status, Store, StoredResponse, REPLAYED_HEADER,
+    schema, Checkpoint, ClaimOutcome, ClaimRequest, Completion, DynamoStore, Fingerprinter,
+    IdempotencyLayer, Lease, MemoryStore, Status, Store, StoredResponse, REPLAYED_HEADER,
 };
 use serde_json::{json, Value};
 use tower::{Layer, Service, ServiceExt};
 
 type Result<T> = std::result::Result<T, String>;
+
+/// What the library's store calls return.
+type StoreResult<T> = std::result::Result<T, lambda_idempotency::Error>;
 
 /// The body of every benchmark request, shared with the Powertools side and
 /// the micro benchmarks.
@@ -195,10 +202,11 @@ impl Samples {
 }
 
 /// One idempotency table with its store, its own request counter, and the
-/// middleware on it.
+/// middleware on it (over a [`TimedStore`] reading `in_store`).
 struct Target<S> {
     store: DynamoStore,
     counter: RequestCounter,
+    in_store: StoreClock,
     svc: S,
 }
 
@@ -206,11 +214,73 @@ fn target(
     store: DynamoStore,
     counter: RequestCounter,
 ) -> Target<impl Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone> {
-    let svc = IdempotencyLayer::new(store.clone()).layer(handler(Duration::ZERO));
+    let in_store = StoreClock::default();
+    let timed = TimedStore {
+        inner: store.clone(),
+        clock: in_store.clone(),
+    };
+    let svc = IdempotencyLayer::new(timed).layer(handler(Duration::ZERO));
     Target {
         store,
         counter,
+        in_store,
         svc,
+    }
+}
+
+/// Nanoseconds spent inside store calls, summed.
+#[derive(Clone, Debug, Default)]
+struct StoreClock(Arc<std::sync::atomic::AtomicU64>);
+
+impl StoreClock {
+    fn add(&self, since: Instant) {
+        let ns = since.elapsed().as_nanos() as u64;
+        self.0.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn micros(&self) -> f64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1000.0
+    }
+}
+
+/// A store that times every call it passes on: the latency of a call
+/// through the middleware minus its time inside the store is what the
+/// middleware itself adds (plus the two clock reads per store call).
+#[derive(Debug)]
+struct TimedStore {
+    inner: DynamoStore,
+    clock: StoreClock,
+}
+
+#[async_trait::async_trait]
+impl Store for TimedStore {
+    async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimOutcome> {
+        let start = Instant::now();
+        let out = self.inner.claim(request).await;
+        self.clock.add(start);
+        out
+    }
+    async fn complete(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+    ) -> StoreResult<Completion> {
+        let start = Instant::now();
+        let out = self.inner.complete(lease, response, expires_at_s).await;
+        self.clock.add(start);
+        out
+    }
+    async fn release(&self, lease: &Lease) -> StoreResult<()> {
+        let start = Instant::now();
+        let out = self.inner.release(lease).await;
+        self.clock.add(start);
+        out
+    }
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> StoreResult<()> {
+        let start = Instant::now();
+        let out = self.inner.checkpoint(lease, checkpoint).await;
+        self.clock.add(start);
+        out
     }
 }
 
@@ -246,6 +316,9 @@ impl Fresh {
 struct Names {
     first: &'static str,
     replay: &'static str,
+    /// A first execution's and a replay's latency outside store calls.
+    first_own: &'static str,
+    replay_own: &'static str,
     claim: &'static str,
     complete: &'static str,
     replay_claim: &'static str,
@@ -254,6 +327,8 @@ struct Names {
 const GSI: Names = Names {
     first: "first",
     replay: "replay",
+    first_own: "first_own",
+    replay_own: "replay_own",
     claim: "claim",
     complete: "complete",
     replay_claim: "replay_claim",
@@ -262,6 +337,8 @@ const GSI: Names = Names {
 const NO_GSI: Names = Names {
     first: "no_gsi_first",
     replay: "no_gsi_replay",
+    first_own: "no_gsi_first_own",
+    replay_own: "no_gsi_replay_own",
     claim: "no_gsi_claim",
     complete: "no_gsi_complete",
     replay_claim: "no_gsi_replay_claim",
@@ -357,15 +434,19 @@ where
     let key = fresh.key("bench");
     let req = request(&key);
     let before = t.counter.get();
+    let in_store = t.in_store.micros();
     let (us, res) = timed_call(&t.svc, req).await?;
     samples.add(names.first, us, t.counter.get() - before);
+    samples.add(names.first_own, us - (t.in_store.micros() - in_store), 0);
     if res.status() != 201 || is_replayed(&res) {
         return Err(format!("first execution answered {}", res.status()));
     }
     let req = request(&key);
     let before = t.counter.get();
+    let in_store = t.in_store.micros();
     let (us, res) = timed_call(&t.svc, req).await?;
     samples.add(names.replay, us, t.counter.get() - before);
+    samples.add(names.replay_own, us - (t.in_store.micros() - in_store), 0);
     if res.status() != 201 || !is_replayed(&res) {
         return Err(format!("replay answered {} unreplayed", res.status()));
     }
@@ -410,6 +491,18 @@ where
         }
 
         exact_requests(gsi, &GSI, fresh, self.fingerprint, self.stored, samples).await?;
+        // The floor on the table without the index too: DynamoDB Local
+        // charges an index on every write to the table, indexed or not.
+        let plain = self.plain;
+        let key = fresh.key("bare");
+        let before = plain.counter.get();
+        let start = Instant::now();
+        bare_put(&plain.store, &key).await?;
+        samples.add(
+            "no_gsi_bare",
+            micros(start.elapsed()),
+            plain.counter.get() - before,
+        );
         first_and_replay(self.plain, &NO_GSI, fresh, samples).await?;
         exact_requests(
             self.plain,
@@ -700,29 +793,47 @@ fn thread_cpu_ns() -> Result<u64> {
     Err("thread CPU time is only read on 64-bit Linux".into())
 }
 
-/// Nanoseconds per request: thread CPU time and, for comparison, wall time.
-#[derive(Clone, Copy, Default)]
+/// Nanoseconds per request of every batch of a pass: thread CPU time and,
+/// for comparison, wall time.
+#[derive(Clone, Default)]
 struct Cost {
-    cpu: f64,
-    wall: f64,
+    cpu: Vec<f64>,
+    wall: Vec<f64>,
 }
 
-/// Run pre-built requests through `svc` one after another and return their
-/// cost per request. Only the invocations are timed: the requests exist
-/// beforehand and the responses are checked and dropped after.
-async fn cpu_pass<S>(svc: &S, reqs: Vec<Request>, replayed: bool) -> Result<Cost>
+/// Requests are built, and responses checked and dropped, in batches of this
+/// many, outside the timing.
+const CPU_BATCH: usize = 64;
+
+/// Run requests for `keys` through `svc` one after another and return their
+/// cost per request, CPU and wall nanoseconds. Only the invocations are
+/// timed: the requests are built before, and the responses checked and
+/// dropped after, as a warm Lambda process handles one request and drops it
+/// before the next. (Building all requests up front and keeping every
+/// response would add the page faults and cache misses of a working set of
+/// tens of megabytes, which is the benchmark's, not the library's.)
+async fn time_batch<S>(
+    svc: &S,
+    keys: impl Iterator<Item = String>,
+    replayed: bool,
+) -> Result<(f64, f64)>
 where
     S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
 {
-    let n = reqs.len();
-    let mut responses = Vec::with_capacity(n);
-    let wall = Instant::now();
+    let batch = requests(keys);
+    let n = batch.len().max(1) as f64;
+    let mut responses = Vec::with_capacity(batch.len());
+    let started = Instant::now();
     let start = thread_cpu_ns()?;
-    for req in reqs {
-        responses.push(svc.clone().oneshot(req).await.map_err(|e| e.to_string())?);
+    for req in batch {
+        // As `lambda_http::run` serves a handler: its answer is converted
+        // with `IntoResponse` (the middleware converts the inner handler's
+        // answer too, so that second conversion counts).
+        let res = svc.clone().oneshot(req).await.map_err(|e| e.to_string())?;
+        responses.push(res.into_response().await);
     }
-    let cpu = thread_cpu_ns()? - start;
-    let wall = wall.elapsed().as_nanos() as f64;
+    let cpu = (thread_cpu_ns()? - start) as f64 / n;
+    let wall = micros(started.elapsed()) * 1000.0 / n;
     if let Some(bad) = responses
         .iter()
         .find(|r| r.status() != 201 || is_replayed(r) != replayed)
@@ -733,40 +844,92 @@ where
             is_replayed(bad)
         ));
     }
-    Ok(Cost {
-        cpu: cpu as f64 / n as f64,
-        wall: wall / n as f64,
-    })
+    Ok((cpu, wall))
+}
+
+impl Cost {
+    fn add(&mut self, (cpu, wall): (f64, f64)) {
+        self.cpu.push(cpu);
+        self.wall.push(wall);
+    }
+}
+
+/// `keys` through `svc` in batches of [`CPU_BATCH`]; `fresh` gives each
+/// batch a new service (with an empty store).
+async fn cpu_pass<S>(
+    svc: S,
+    fresh: Option<fn() -> S>,
+    keys: impl Iterator<Item = String>,
+    replayed: bool,
+) -> Result<Cost>
+where
+    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+{
+    let keys: Vec<String> = keys.collect();
+    let mut cost = Cost::default();
+    for chunk in keys.chunks(CPU_BATCH) {
+        let svc = fresh.map_or_else(|| svc.clone(), |f| f());
+        cost.add(time_batch(&svc, chunk.iter().cloned(), replayed).await?);
+    }
+    Ok(cost)
 }
 
 fn requests(keys: impl Iterator<Item = String>) -> Vec<Request> {
     keys.map(|k| request(&k)).collect()
 }
 
-/// Thread CPU per request of the four variants in one run, each on a fresh store.
-async fn cpu_run(n: usize, run: usize) -> Result<[Cost; 4]> {
-    let distinct = |kind: &'static str| (0..n).map(move |i| format!("{kind}-{run}-{i}"));
-    let bare = cpu_pass(&handler(Duration::ZERO), requests(distinct("bare")), false).await?;
+/// The services the CPU figures compare.
+fn bare() -> impl Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone {
+    handler(Duration::ZERO)
+}
 
-    let svc = IdempotencyLayer::new(MemoryStore::new()).layer(handler(Duration::ZERO));
-    let first = cpu_pass(&svc, requests(distinct("first")), false).await?;
+fn wrapped(
+    cache: bool,
+) -> impl Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone {
+    let layer = IdempotencyLayer::new(MemoryStore::new());
+    let layer = if cache {
+        layer.local_cache(CACHE_ENTRIES, CACHE_MAX_AGE)
+    } else {
+        layer
+    };
+    layer.layer(handler(Duration::ZERO))
+}
 
-    let svc = IdempotencyLayer::new(MemoryStore::new()).layer(handler(Duration::ZERO));
+/// `wrapped(cache)` with the key `k` completed.
+async fn wrapped_with_k(
+    cache: bool,
+) -> Result<impl Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone> {
+    let svc = wrapped(cache);
     svc.clone()
         .oneshot(request("k"))
         .await
         .map_err(|e| e.to_string())?;
-    let replay = cpu_pass(&svc, requests(std::iter::repeat_n("k".to_owned(), n)), true).await?;
+    Ok(svc)
+}
 
-    let svc = IdempotencyLayer::new(MemoryStore::new())
-        .local_cache(CACHE_ENTRIES, CACHE_MAX_AGE)
-        .layer(handler(Duration::ZERO));
-    svc.clone()
-        .oneshot(request("k"))
-        .await
-        .map_err(|e| e.to_string())?;
-    let cached = cpu_pass(&svc, requests(std::iter::repeat_n("k".to_owned(), n)), true).await?;
-    Ok([bare, first, replay, cached])
+/// Thread CPU per request of the variants in one run: bare, first execution
+/// (a fresh store per batch, so the store holds at most one batch of
+/// records), replay, cached replay, and first execution on one store that
+/// grows to `n` records (each with its 1 KB response) over the run. The
+/// variants take turns batch by batch, so a change in the machine's speed
+/// meets all of them alike, as the latency rounds interleave their calls.
+async fn cpu_run(n: usize, run: usize) -> Result<[Cost; 5]> {
+    let bare_svc = bare();
+    let replay_svc = wrapped_with_k(false).await?;
+    let cached_svc = wrapped_with_k(true).await?;
+    let grown_svc = wrapped(false);
+    let mut costs: [Cost; 5] = Default::default();
+    for start in (0..n).step_by(CPU_BATCH) {
+        let end = (start + CPU_BATCH).min(n);
+        let keys = |kind: &'static str| (start..end).map(move |i| format!("{kind}-{run}-{i}"));
+        let same = || std::iter::repeat_n("k".to_owned(), end - start);
+        costs[0].add(time_batch(&bare_svc, keys("bare"), false).await?);
+        costs[1].add(time_batch(&wrapped(false), keys("first"), false).await?);
+        costs[2].add(time_batch(&replay_svc, same(), true).await?);
+        costs[3].add(time_batch(&cached_svc, same(), true).await?);
+        costs[4].add(time_batch(&grown_svc, keys("grown"), false).await?);
+    }
+    Ok(costs)
 }
 
 async fn cpu(n: usize) -> Result<Value> {
@@ -777,47 +940,58 @@ async fn cpu(n: usize) -> Result<Value> {
     for run in 1..=RUNS {
         runs.push(cpu_run(n, run).await?);
     }
-    // Medians over runs of each variant, and of wrapped minus bare within a run.
-    let gross = |i: usize, f: fn(&Cost) -> f64| {
-        median(&mut runs.iter().map(|r| f(&r[i])).collect::<Vec<_>>())
+    // Every batch of every run, per variant. The typical request is the
+    // median batch: a batch that an interrupt, a page fault or a neighbour on
+    // the shared cores slowed down moves a mean, not the median.
+    let batches = |i: usize, f: fn(&Cost) -> &Vec<f64>| -> Vec<f64> {
+        runs.iter().flat_map(|r| f(&r[i]).iter().copied()).collect()
     };
-    let net = |i: usize, f: fn(&Cost) -> f64| {
-        median(&mut runs.iter().map(|r| f(&r[i]) - f(&r[0])).collect::<Vec<_>>())
+    fn cpu(c: &Cost) -> &Vec<f64> {
+        &c.cpu
+    }
+    fn wall(c: &Cost) -> &Vec<f64> {
+        &c.wall
+    }
+    let med = |i: usize, f: fn(&Cost) -> &Vec<f64>| median(&mut batches(i, f));
+    let mean = |i: usize| {
+        let all = batches(i, cpu);
+        all.iter().sum::<f64>() / all.len().max(1) as f64
     };
-    let cpu = |c: &Cost| c.cpu;
-    let wall = |c: &Cost| c.wall;
+    let net = |i: usize, f: fn(&Cost) -> &Vec<f64>| med(i, f) - med(0, f);
+    let names = [
+        "bare",
+        "first",
+        "replay",
+        "cached_replay",
+        "first_grown_store",
+    ];
+    let per = |f: &dyn Fn(usize) -> f64| -> Value {
+        (1..names.len())
+            .map(|i| (names[i].to_owned(), json!(f(i))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
     Ok(json!({
-        "method": "thread CPU time (CLOCK_THREAD_CPUTIME_ID), current-thread runtime, MemoryStore, pre-built requests",
-        "runs": RUNS, "requests_per_run": n, "body_bytes": body().len(),
+        "method": format!("thread CPU time (CLOCK_THREAD_CPUTIME_ID), current-thread runtime, MemoryStore, requests built and responses dropped in batches of {CPU_BATCH} outside the timing; per request = median over the batches of all runs"),
+        "runs": RUNS, "requests_per_run": n, "batch": CPU_BATCH, "body_bytes": body().len(),
         "first_ns": net(1, cpu), "replay_ns": net(2, cpu), "cached_replay_ns": net(3, cpu),
-        "bare_handler_ns": gross(0, cpu),
-        "gross_ns": {"first": gross(1, cpu), "replay": gross(2, cpu), "cached_replay": gross(3, cpu)},
-        "wall_net_ns": {"first": net(1, wall), "replay": net(2, wall), "cached_replay": net(3, wall)},
+        "first_grown_store_ns": net(4, cpu),
+        "bare_handler_ns": med(0, cpu),
+        "gross_ns": per(&|i| med(i, cpu)),
+        "mean_net_ns": per(&|i| mean(i) - mean(0)),
+        "wall_net_ns": per(&|i| net(i, wall)),
     }))
 }
 
 async fn cpu_probe(kind: &str, n: usize) -> Result<Value> {
     let distinct = (0..n).map(|i| format!("k{i}"));
     let same = std::iter::repeat_n("k".to_owned(), n);
-    let wrapped = |cache: bool| {
-        let layer = IdempotencyLayer::new(MemoryStore::new());
-        let layer = if cache {
-            layer.local_cache(CACHE_ENTRIES, CACHE_MAX_AGE)
-        } else {
-            layer
-        };
-        layer.layer(handler(Duration::ZERO))
-    };
     let cost = match kind {
-        "bare" => cpu_pass(&handler(Duration::ZERO), requests(distinct), false).await?,
-        "first" => cpu_pass(&wrapped(false), requests(distinct), false).await?,
+        "bare" => cpu_pass(bare(), None, distinct, false).await?,
+        "first" => cpu_pass(wrapped(false), Some(|| wrapped(false)), distinct, false).await?,
         "replay" | "cached" => {
-            let svc = wrapped(kind == "cached");
-            svc.clone()
-                .oneshot(request("k"))
-                .await
-                .map_err(|e| e.to_string())?;
-            cpu_pass(&svc, requests(same), true).await?
+            let svc = wrapped_with_k(kind == "cached").await?;
+            cpu_pass(svc, None, same, true).await?
         }
         other => {
             return Err(format!(
@@ -825,7 +999,8 @@ async fn cpu_probe(kind: &str, n: usize) -> Result<Value> {
             ))
         }
     };
-    Ok(json!({"requests": n, "cpu_ns_per_request": cost.cpu}))
+    let mean = cost.cpu.iter().sum::<f64>() / cost.cpu.len().max(1) as f64;
+    Ok(json!({"requests": n, "cpu_ns_per_request": mean}))
 }
 
 fn median(v: &mut [f64]) -> f64 {
