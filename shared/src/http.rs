@@ -734,6 +734,74 @@ mod tests {
         assert_bounds(&svc);
     }
 
+    /// `LAMBDA_IDEMPOTENCY_DISABLED` is read when a layer is built. Setting it
+    /// in this multi-threaded test process would race the other tests, so
+    /// the test runs itself again in a child process with the variable set.
+    #[test]
+    fn disabled_env_switch_turns_the_middleware_off() {
+        const CHILD: &str = "LAMBDA_IDEMPOTENCY_TEST_EXPECT";
+        if let Some(expect) = std::env::var_os(CHILD) {
+            let disabled = expect == "disabled";
+            let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let counted = runs.clone();
+            let store = MemoryStore::new();
+            let svc = IdempotencyLayer::new(store.clone()).layer(tower::service_fn(
+                move |_req: Request| {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async { Ok::<_, lambda_http::Error>(Response::new(Body::from("ok"))) }
+                },
+            ));
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            for _ in 0..2 {
+                let req = http::Request::post("/orders")
+                    .header("idempotency-key", "k1")
+                    .body(Body::from("{}"))
+                    .unwrap();
+                assert_eq!(rt.block_on(svc.clone().oneshot(req)).unwrap().status(), 200);
+            }
+            let runs = runs.load(std::sync::atomic::Ordering::SeqCst);
+            if disabled {
+                assert_eq!(
+                    (runs, store.requests()),
+                    (2, 0),
+                    "off: both run, no store request"
+                );
+            } else {
+                assert_eq!(runs, 1, "on: the retry is a replay");
+                assert!(store.requests() > 0);
+            }
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        for (value, expect) in [
+            ("1", "disabled"),
+            ("true", "disabled"),
+            (" YES ", "disabled"),
+            ("0", "enabled"),
+            ("off", "enabled"),
+            ("", "enabled"),
+        ] {
+            let out = std::process::Command::new(&exe)
+                .args([
+                    "--exact",
+                    "http::tests::disabled_env_switch_turns_the_middleware_off",
+                    "--test-threads=1",
+                ])
+                .env(CHILD, expect)
+                .env(DISABLED_ENV, value)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("1 passed"),
+                "{DISABLED_ENV}={value:?} should leave the middleware {expect}:\n{stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     #[tokio::test]
     async fn uncovered_methods_pass_through_without_store_requests() {
         let store = MemoryStore::new();

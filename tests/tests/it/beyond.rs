@@ -23,6 +23,7 @@ on_both_stores!(
     compressible_megabyte_response_round_trips,
     incompressible_megabyte_response_completes_with_the_documented_problem,
     metrics_lines_are_emf_json,
+    replays_conflicts_and_releases_are_counted,
     replay_hook_adjusts_replays_only,
     disabled_switch_passes_everything_through,
 );
@@ -363,6 +364,84 @@ async fn metrics_lines_are_emf_json(f: Fixture) {
         !lines.iter().any(|l| l.contains("k1")),
         "raw keys are never in metrics"
     );
+}
+
+/// The metric names of the EMF lines captured so far.
+fn metric_names(lines: &Mutex<Vec<String>>) -> Vec<String> {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("EMF line is JSON");
+            v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]
+                .as_str()
+                .expect("one metric per line")
+                .to_owned()
+        })
+        .collect()
+}
+
+async fn replays_conflicts_and_releases_are_counted(f: Fixture) {
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let runs = Runs::default();
+    let handler_runs = runs.clone();
+    // 503 for a body asking for it (a retryable answer: the key is
+    // released), otherwise 201 after the body's delay in milliseconds.
+    let handler = tower::service_fn(move |req: Request| {
+        let runs = handler_runs.clone();
+        async move {
+            runs.bump();
+            let body: serde_json::Value = serde_json::from_slice(req.body().as_ref())?;
+            let delay = body["delay_ms"].as_u64().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            let status = if body["fail"] == true { 503 } else { 201 };
+            Ok::<_, lambda_http::Error>(Response::builder().status(status).body(Body::from("{}"))?)
+        }
+    });
+    let svc = IdempotencyLayer::new(f.store.clone())
+        .metrics(Metrics::new("Orders").sink(move |l| sink.lock().unwrap().push(l.to_owned())))
+        .layer(handler);
+
+    let call = |key: &'static str, body: &'static str| {
+        svc.clone().oneshot(post("/orders", Some(key), body))
+    };
+    assert_eq!(call("k1", "{}").await.unwrap().status(), 201);
+    assert_eq!(call("k1", "{}").await.unwrap().status(), 201);
+    assert_eq!(call("k2", r#"{"fail":true}"#).await.unwrap().status(), 503);
+    assert_eq!(
+        metric_names(&lines),
+        ["Claimed", "Replayed", "Claimed", "Released"]
+    );
+
+    // A duplicate while the first is still running.
+    let slow = tokio::spawn(call("k3", r#"{"delay_ms":500}"#));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while runs.count() < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slow handler never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        call("k3", r#"{"delay_ms":500}"#).await.unwrap().status(),
+        409
+    );
+    assert_eq!(slow.await.unwrap().unwrap().status(), 201);
+    assert_eq!(
+        metric_names(&lines),
+        [
+            "Claimed",
+            "Replayed",
+            "Claimed",
+            "Released",
+            "Claimed",
+            "InProgressConflict"
+        ]
+    );
+    assert_eq!(runs.count(), 3, "the replay and the conflict ran nothing");
 }
 
 async fn replay_hook_adjusts_replays_only(f: Fixture) {

@@ -31,8 +31,14 @@ async fn unreachable_store_is_503_and_the_handler_never_runs() {
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), "idempotency");
 
     let runs = Runs::default();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
     let mut svc = IdempotencyLayer::new(store)
         .unavailable_retry_after(Duration::from_secs(3))
+        .metrics(
+            lambda_idempotency::metrics::Metrics::new("Orders")
+                .sink(move |l| sink.lock().unwrap().push(l.to_owned())),
+        )
         .layer(counting_handler(runs.clone(), Duration::ZERO));
     let res: Response<Body> = svc
         .ready()
@@ -45,6 +51,10 @@ async fn unreachable_store_is_503_and_the_handler_never_runs() {
     assert_eq!(res.headers()["retry-after"], "3");
     assert_eq!(json(&res)["type"], problem::STORE_UNAVAILABLE.uri);
     assert_eq!(runs.count(), 0, "fail closed: no claim, no execution");
+    let lines = lines.lock().unwrap();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(line["StoreError"], 1, "{line}");
 }
 
 #[tokio::test]
