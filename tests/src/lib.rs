@@ -234,7 +234,16 @@ pub async fn create_table_from_template(
     logical_id: &str,
     name: &str,
 ) -> Result<(), String> {
-    let def = table_definition(logical_id)?;
+    create_table_from_definition(client, table_definition(logical_id)?, name).await
+}
+
+/// Create table `name` on DynamoDB Local as `def` describes it (keys,
+/// attribute types, indexes, TTL).
+pub async fn create_table_from_definition(
+    client: &Client,
+    def: TableDefinition,
+    name: &str,
+) -> Result<(), String> {
     let key = |k: &KeyDef| {
         KeySchemaElement::builder()
             .attribute_name(&k.attribute_name)

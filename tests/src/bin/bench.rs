@@ -38,16 +38,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TimeToLiveSpecification,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use integration_tests::functions;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use integration_tests::RequestCounter;
 use lambda_http::{Body, IntoResponse, Request, Response};
 use lambda_idempotency::{
-    schema, Checkpoint, ClaimOutcome, ClaimRequest, Completion, DynamoStore, Fingerprinter,
+    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DynamoStore, Fingerprinter,
     IdempotencyLayer, Lease, MemoryStore, Status, Store, StoredResponse, REPLAYED_HEADER,
 };
 use serde_json::{json, Value};
@@ -663,59 +660,25 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
     }))
 }
 
-/// The idempotency table's schema without the sparse `sweep` index: same key,
-/// same TTL attribute, on-demand.
+/// The idempotency table of template.yaml without its sparse `sweep` index
+/// (and the attribute definitions only the index used): same key, same TTL
+/// attribute, same billing mode.
 async fn create_table_without_gsi() -> Result<String> {
-    let client = integration_tests::client().await;
+    let mut def = integration_tests::table_definition("IdempotencyTable")?;
+    def.global_secondary_indexes.clear();
+    let keys: Vec<String> = def
+        .key_schema
+        .iter()
+        .map(|k| k.attribute_name.clone())
+        .collect();
+    def.attribute_definitions
+        .retain(|a| keys.contains(&a.attribute_name));
     let name = integration_tests::unique_name("idempotency-no-gsi");
-    client
-        .create_table()
-        .table_name(&name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(schema::ID)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(schema::ID)
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
-        .send()
-        .await
-        .map_err(|e| {
-            format!(
-                "create table {name}: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(e)
-            )
-        })?;
-    client
-        .update_time_to_live()
-        .table_name(&name)
-        .time_to_live_specification(
-            TimeToLiveSpecification::builder()
-                .attribute_name(schema::EXPIRES_AT)
-                .enabled(true)
-                .build()
-                .map_err(|e| e.to_string())?,
-        )
-        .send()
-        .await
-        .map_err(|e| {
-            format!(
-                "enable TTL on {name}: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(e)
-            )
-        })?;
+    integration_tests::create_table_from_definition(&integration_tests::client().await, def, &name)
+        .await?;
     Ok(name)
 }
 
-/// A table's name and global secondary indexes, as DynamoDB Local reports them.
 async fn describe(store: &DynamoStore) -> Result<Value> {
     let out = integration_tests::client()
         .await
