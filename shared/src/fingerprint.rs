@@ -175,6 +175,20 @@ fn canonical_json(text: &str) -> Option<Vec<u8>> {
     (canon.pos == text.len()).then_some(canon.out)
 }
 
+/// The bytes that end a run of ordinary string content: the closing quote,
+/// a backslash, and the control characters JSON forbids raw.
+const STRING_STOP: [u8; 256] = {
+    let mut table = [0; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = 1;
+        b += 1;
+    }
+    table[b'"' as usize] = 1;
+    table[b'\\' as usize] = 1;
+    table
+};
+
 /// Containers may nest this deep (serde_json's limit: it refuses the 128th
 /// level).
 const MAX_DEPTH: usize = 127;
@@ -243,15 +257,18 @@ impl<'a> Canonical<'a> {
         let mut i = start;
         let mut escaped = false;
         loop {
-            match *bytes.get(i)? {
+            // One table look-up per ordinary byte rather than three compares.
+            while STRING_STOP[usize::from(*bytes.get(i)?)] == 0 {
+                i += 1;
+            }
+            match bytes[i] {
                 b'"' => break,
                 b'\\' => {
                     escaped = true;
                     i += 2;
                 }
                 // JSON forbids raw control characters in strings.
-                0x00..=0x1f => return None,
-                _ => i += 1,
+                _ => return None,
             }
         }
         self.pos = i + 1;

@@ -247,17 +247,40 @@ async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
         Ok(order) => order,
         Err(detail) => return problem(StatusCode::BAD_REQUEST, problems::INVALID_ORDER, &detail),
     };
-    // The middleware requires a key on this route, so the context is always
-    // there in production; without it (a test calling the router bare) the
-    // order would have no stable id, which is refused rather than invented.
-    let Some(ctx) = IdempotencyContext::of(req) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            lambda_idempotency::problem::KEY_MISSING.uri,
-            "POST /orders needs an Idempotency-Key header",
-        );
+    // The middleware requires a key on this route, so a claimed record (and
+    // ids derived from it) is there whenever idempotency is on. Without one
+    // (`LAMBDA_IDEMPOTENCY_DISABLED`, or the router called bare) the order
+    // still runs, as a switched-off middleware promises, with fresh random
+    // ids and no recovery points: a retry then makes another order.
+    let run = match IdempotencyContext::of(req) {
+        Some(ctx) => Run {
+            order_id: ctx.derived_key("order"),
+            charge_key: ctx.derived_key("charge"),
+            ctx: Some(ctx),
+        },
+        None => match (random_hex(16), random_hex(16)) {
+            (Ok(order_id), Ok(charge_key)) => {
+                tracing::warn!(
+                    order_id = %order_id,
+                    "POST /orders without an idempotency record (middleware disabled): \
+                     fresh ids, so a retry creates another order"
+                );
+                Run {
+                    order_id,
+                    charge_key,
+                    ctx: None,
+                }
+            }
+            (Err(detail), _) | (_, Err(detail)) => {
+                return problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    problems::DEPENDENCY_FAILED,
+                    &detail,
+                )
+            }
+        },
     };
-    match run_phases(inner, req, ctx, &order).await {
+    match run_phases(inner, req, &run, &order).await {
         Ok(response) => response,
         Err(detail) => problem(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -270,27 +293,58 @@ async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
 /// The phases, in order; a recovery point names the last one finished.
 const PHASES: [&str; 2] = ["order-created", "charged"];
 
+/// One run of `POST /orders`: its ids, and the idempotency record it reports
+/// progress to (none when the middleware is switched off).
+struct Run<'a> {
+    order_id: String,
+    /// The payment provider's idempotency key for this order's charge.
+    charge_key: String,
+    ctx: Option<&'a IdempotencyContext>,
+}
+
+impl Run<'_> {
+    fn recovery_point(&self) -> Option<&lambda_idempotency::Checkpoint> {
+        self.ctx.and_then(IdempotencyContext::recovery_point)
+    }
+
+    /// Record that `phase` finished (nowhere when there is no record).
+    async fn commit(&self, phase: &str, data: serde_json::Value) -> Result<(), String> {
+        match self.ctx {
+            Some(ctx) => ctx
+                .commit(phase, data)
+                .await
+                .map_err(|e| format!("could not record progress: {e}")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `bytes` random bytes in hex, for ids that nothing derives.
+fn random_hex(bytes: usize) -> Result<String, String> {
+    let mut random = vec![0u8; bytes];
+    getrandom::fill(&mut random).map_err(|e| format!("could not draw a random id: {e}"))?;
+    Ok(random.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 async fn run_phases(
     inner: &Inner,
     req: &Request,
-    ctx: &IdempotencyContext,
+    run: &Run<'_>,
     order: &NewOrder,
 ) -> Result<Response<Body>, String> {
-    let order_id = ctx.derived_key("order");
-    let resumed_from = ctx.recovery_point().map(|p| p.name.clone());
+    let order_id = &run.order_id;
+    let resumed_from = run.recovery_point().map(|p| p.name.clone());
     let reached = resumed_from
         .as_deref()
         .and_then(|r| PHASES.iter().position(|p| *p == r));
     let done = |phase: usize| reached.is_some_and(|r| r >= phase);
-    let checkpoint_error = |e: lambda_idempotency::Error| format!("could not record progress: {e}");
 
     if !done(0) {
-        create_pending_order(inner, &order_id, order).await?;
-        ctx.commit(PHASES[0], serde_json::json!({ "order_id": order_id }))
-            .await
-            .map_err(checkpoint_error)?;
+        create_pending_order(inner, order_id, order).await?;
+        run.commit(PHASES[0], serde_json::json!({ "order_id": order_id }))
+            .await?;
     }
-    let charge = match ctx.recovery_point() {
+    let charge = match run.recovery_point() {
         Some(point) if done(1) => Charge {
             id: point.data["charge_id"]
                 .as_str()
@@ -299,13 +353,12 @@ async fn run_phases(
             provider_calls: point.data["provider_calls"].as_i64().unwrap_or_default(),
         },
         _ => {
-            let charge = charge(inner, &ctx.derived_key("charge"), order).await?;
-            ctx.commit(
+            let charge = charge(inner, &run.charge_key, order).await?;
+            run.commit(
                 PHASES[1],
                 serde_json::json!({ "charge_id": charge.id, "provider_calls": charge.provider_calls }),
             )
-            .await
-            .map_err(checkpoint_error)?;
+            .await?;
             charge
         }
     };
@@ -320,7 +373,7 @@ async fn run_phases(
         tracing::warn!(order_id = %order_id, "x-demo-crash: exiting after the charge");
         std::process::exit(137);
     }
-    let mut stored = confirm_order(inner, &order_id, &charge.id, resumed_from.is_some()).await?;
+    let mut stored = confirm_order(inner, order_id, &charge.id, resumed_from.is_some()).await?;
     stored["provider_calls"] = charge.provider_calls.into();
     stored["resumed_from"] = resumed_from.into();
     let mut response = json_response(StatusCode::CREATED, &stored);
@@ -343,15 +396,9 @@ struct Charge {
 /// configurable latency.
 async fn charge(inner: &Inner, key: &str, order: &NewOrder) -> Result<Charge, String> {
     tokio::time::sleep(inner.provider_latency).await;
-    let mut random = [0u8; 12];
-    getrandom::fill(&mut random)
-        .map_err(|e| format!("provider could not draw a charge id: {e}"))?;
     let fresh_id = format!(
         "ch_{}",
-        random
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
+        random_hex(12).map_err(|e| format!("provider {e}"))?
     );
     let output = inner
         .client

@@ -9,7 +9,7 @@ use integration_tests::{client, create_table_from_template, unique_name};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{scope::record_id, IdempotencyContext, REPLAYED_HEADER};
 use orders_api::{Config, Orders};
-use tower::{Service, ServiceExt};
+use tower::{Layer, Service, ServiceExt};
 
 use crate::fixture::json;
 
@@ -306,4 +306,42 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
         .unwrap();
     assert_eq!(item.item().unwrap()["executions"].as_n().unwrap(), "2");
     assert_eq!(item.item().unwrap()["resumed_runs"].as_n().unwrap(), "1");
+}
+
+#[tokio::test]
+async fn with_the_middleware_switched_off_orders_still_run_with_fresh_ids() {
+    // What `LAMBDA_IDEMPOTENCY_DISABLED` does to the deployed function: the
+    // same layer, switched off, so the router sees no idempotency record.
+    let app = App::new(0).await;
+    let store = lambda_idempotency::DynamoStore::new(
+        app.client.clone(),
+        app.config.idempotency_table.clone(),
+    );
+    let svc = orders_api::idempotency_layer(store, &app.config)
+        .disabled(true)
+        .layer(Orders::new(app.client.clone(), &app.config));
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let res = svc.clone().oneshot(order(Some("k1"), BODY)).await.unwrap();
+        assert_eq!(res.status(), 201, "{}", json(&res));
+        assert!(res.headers().get(REPLAYED_HEADER).is_none());
+        bodies.push(json(&res));
+    }
+    assert_ne!(
+        bodies[0]["order_id"], bodies[1]["order_id"],
+        "without a record a retry is a new order"
+    );
+    assert_ne!(bodies[0]["charge_id"], bodies[1]["charge_id"]);
+    assert!(bodies
+        .iter()
+        .all(|b| b["executions"] == 1 && b["status"] == "confirmed"));
+    assert_eq!(app.charges().await, 2);
+    let records = app
+        .client
+        .scan()
+        .table_name(&app.config.idempotency_table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(records.count(), 0, "nothing was claimed");
 }
