@@ -2,18 +2,20 @@
 //!
 //! Subcommands; each prints one JSON object on stdout. DynamoDB Local must be
 //! running for `latency`, `cold` and `storm` (`scripts/bench.sh` arranges it):
-//! - `latency N R`: R rounds of N iterations on DynamoDB Local. Each iteration
-//!   times one call of every kind in turn, so drift hits every kind alike:
+//! - `latency N R`: R rounds on DynamoDB Local, each of two passes of N
+//!   iterations. The comparison pass times, per iteration, one call of each
+//!   kind Powertools is timed on, in turn, so drift hits every kind alike:
 //!   the bare conditional `PutItem` (the round-trip floor), a first
-//!   execution and a replay of that key through the HTTP middleware, a replay
-//!   from the in-process cache (`.local_cache(..)`), and the library's own
-//!   requests issued alone through `Store::claim` / `Store::complete` (claim of
-//!   an absent record, completion with the 1 KB response, claim of a completed
-//!   record = a replay's request). The bare `PutItem`, first execution,
-//!   replay and the exact requests are timed again on a table without the
-//!   sparse `sweep` index. The middleware runs over a store wrapper that
-//!   times its store calls, so each call's own time (outside the store) is
-//!   recorded too.
+//!   execution and a replay of that key through the HTTP middleware, and a
+//!   replay from the in-process cache (`.local_cache(..)`). The diagnostic
+//!   pass then times, on the deployed table and on one without the sparse
+//!   `sweep` index, the bare `PutItem`, a first execution and its replay, and
+//!   the library's own requests issued alone through `Store::claim` /
+//!   `Store::complete` (claim of an absent record, completion with the 1 KB
+//!   response, claim of a completed record = a replay's request). Separate
+//!   passes keep the engine's load during the compared calls what it is for
+//!   Powertools. The middleware runs over a store wrapper that times its
+//!   store calls, so each call's own time (outside the store) is recorded too.
 //!   Requests are counted by an SDK interceptor around every timed call, and
 //!   per invocation kind by a separate probe (first, replay, in progress,
 //!   cached replay);
@@ -311,6 +313,7 @@ impl Fresh {
 
 /// What the samples of one table are called.
 struct Names {
+    bare: &'static str,
     first: &'static str,
     replay: &'static str,
     /// A first execution's and a replay's latency outside store calls.
@@ -321,7 +324,10 @@ struct Names {
     replay_claim: &'static str,
 }
 
+/// The comparison pass on the deployed table (the same four kinds of call
+/// as Powertools makes); its exact requests are not made in that pass.
 const GSI: Names = Names {
+    bare: "bare",
     first: "first",
     replay: "replay",
     first_own: "first_own",
@@ -331,7 +337,21 @@ const GSI: Names = Names {
     replay_claim: "replay_claim",
 };
 
+/// The diagnostic pass on the deployed table.
+const GSI_DIAGNOSTIC: Names = Names {
+    bare: "idx_bare",
+    first: "idx_first",
+    replay: "idx_replay",
+    first_own: "idx_first_own",
+    replay_own: "idx_replay_own",
+    claim: "claim",
+    complete: "complete",
+    replay_claim: "replay_claim",
+};
+
+/// The diagnostic pass on the table without the index.
 const NO_GSI: Names = Names {
+    bare: "no_gsi_bare",
     first: "no_gsi_first",
     replay: "no_gsi_replay",
     first_own: "no_gsi_first_own",
@@ -466,15 +486,12 @@ where
     B: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
     C: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
 {
-    /// One call of every kind, each timed alone, in a fixed order.
+    /// The comparison pass: one call of each kind Powertools is timed on
+    /// too, each timed alone, in a fixed order, so both tools put the same
+    /// load on the shared DynamoDB Local while they are timed.
     async fn iteration(&self, fresh: &mut Fresh, samples: &mut Samples) -> Result<()> {
         let gsi = self.gsi;
-        let key = fresh.key("bare");
-        let before = gsi.counter.get();
-        let start = Instant::now();
-        bare_put(&gsi.store, &key).await?;
-        samples.add("bare", micros(start.elapsed()), gsi.counter.get() - before);
-
+        bare_put_timed(gsi, &GSI, fresh, samples).await?;
         first_and_replay(gsi, &GSI, fresh, samples).await?;
 
         let before = gsi.counter.get();
@@ -486,31 +503,55 @@ where
                 res.status()
             ));
         }
-
-        exact_requests(gsi, &GSI, fresh, self.fingerprint, self.stored, samples).await?;
-        // The floor on the table without the index too: DynamoDB Local
-        // charges an index on every write to the table, indexed or not.
-        let plain = self.plain;
-        let key = fresh.key("bare");
-        let before = plain.counter.get();
-        let start = Instant::now();
-        bare_put(&plain.store, &key).await?;
-        samples.add(
-            "no_gsi_bare",
-            micros(start.elapsed()),
-            plain.counter.get() - before,
-        );
-        first_and_replay(self.plain, &NO_GSI, fresh, samples).await?;
-        exact_requests(
-            self.plain,
-            &NO_GSI,
-            fresh,
-            self.fingerprint,
-            self.stored,
-            samples,
-        )
-        .await
+        Ok(())
     }
+
+    /// The diagnostic pass: the library's exact requests, and everything
+    /// again on the table without the index (DynamoDB Local charges an index
+    /// on every write to the table, the floor's included), both tables in one
+    /// pass so their figures share its conditions.
+    async fn diagnostic_iteration(&self, fresh: &mut Fresh, samples: &mut Samples) -> Result<()> {
+        let (fp, stored) = (self.fingerprint, self.stored);
+        diagnose_table(self.gsi, &GSI_DIAGNOSTIC, fresh, fp, stored, samples).await?;
+        diagnose_table(self.plain, &NO_GSI, fresh, fp, stored, samples).await
+    }
+}
+
+/// The floor's bare `PutItem`, timed, on `t`'s table.
+async fn bare_put_timed<S>(
+    t: &Target<S>,
+    names: &Names,
+    fresh: &mut Fresh,
+    samples: &mut Samples,
+) -> Result<()> {
+    let key = fresh.key("bare");
+    let before = t.counter.get();
+    let start = Instant::now();
+    bare_put(&t.store, &key).await?;
+    samples.add(
+        names.bare,
+        micros(start.elapsed()),
+        t.counter.get() - before,
+    );
+    Ok(())
+}
+
+/// One diagnostic round on one table: the bare `PutItem`, a first execution
+/// and its replay through the middleware, and the library's exact requests.
+async fn diagnose_table<S>(
+    t: &Target<S>,
+    names: &Names,
+    fresh: &mut Fresh,
+    fingerprint: &str,
+    stored: &StoredResponse,
+    samples: &mut Samples,
+) -> Result<()>
+where
+    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+{
+    bare_put_timed(t, names, fresh, samples).await?;
+    first_and_replay(t, names, fresh, samples).await?;
+    exact_requests(t, names, fresh, fingerprint, stored, samples).await
 }
 
 async fn latency(n: usize, rounds: usize) -> Result<Value> {
@@ -562,6 +603,7 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
     };
     for _ in 0..300 {
         env.iteration(&mut fresh, &mut warm).await?;
+        env.diagnostic_iteration(&mut fresh, &mut warm).await?;
     }
 
     let mut rounds_data = Vec::new();
@@ -569,6 +611,12 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
         let mut samples = Samples::default();
         for _ in 0..n {
             env.iteration(&mut fresh, &mut samples).await?;
+        }
+        // After the comparison pass, never inside it: these calls would
+        // triple the engine's load (and its garbage collections) during the
+        // timed calls of this tool only.
+        for _ in 0..n {
+            env.diagnostic_iteration(&mut fresh, &mut samples).await?;
         }
         let (mut data, requests) = samples.into_json();
         data.insert("requests_counted".into(), Value::Object(requests));
