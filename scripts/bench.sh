@@ -30,6 +30,30 @@ if [ "${1:-}" != "--inside" ]; then
   cargo build --release --quiet -p integration-tests --bin bench
   echo "bench: micro benchmarks (divan)" >&2
   cargo bench --quiet -p integration-tests --bench micro 2>"$out/micro.err" | tee "$out/micro.txt"
+  # CPU before DynamoDB Local starts: the in-memory store needs no engine,
+  # and a JVM that has just served the latency rounds (garbage collection,
+  # JIT threads) would compete for the two cores during the timing.
+  echo "bench: library CPU per request (thread CPU time, in-memory store)" >&2
+  "$root/target/release/bench" cpu 20000 >"$out/cpu.json"
+  instructions() {
+    # Instructions of N requests minus those of N/2: the per-request cost
+    # without start-up. callgrind counts are repeatable, unlike time.
+    local kind=$1 total=()
+    for n in 2000 4000; do
+      valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.$kind.$n" "$root/target/release/bench" cpu-probe "$kind" "$n" >/dev/null 2>"$out/callgrind.$kind.$n.log"
+      total+=("$(grep -E '^summary:|^totals:' "$out/callgrind.$kind.$n" | head -n 1 | awk '{print $2}')")
+    done
+    echo $(( (total[1] - total[0]) / 2000 ))
+  }
+  if command -v valgrind >/dev/null; then
+    echo "bench: instructions per request (callgrind; library = wrapped - bare handler)" >&2
+    bare=$(instructions bare)
+    printf '{"first_instructions": %s, "replay_instructions": %s, "cached_replay_instructions": %s, "bare_handler_instructions": %s}\n' \
+      "$(( $(instructions first) - bare ))" "$(( $(instructions replay) - bare ))" \
+      "$(( $(instructions cached) - bare ))" "$bare" >"$out/instructions.json"
+  else
+    echo '{}' >"$out/instructions.json"
+  fi
   exec scripts/dynamodb-local.sh "$0" --inside
 fi
 
@@ -62,27 +86,6 @@ for prefix, merged in (("rust-latency", "rust-latency.json"), ("powertools", "po
     result["rounds_data"] = [rd for p in parts for rd in p["rounds_data"]]
     json.dump(result, open(os.path.join(out, merged), "w"))
 PY
-echo "bench: library CPU per request (thread CPU time, in-memory store)" >&2
-"$bench" cpu 20000 >"$out/cpu.json"
-instructions() {
-  # Instructions of N requests minus those of N/2: the per-request cost
-  # without start-up. callgrind counts are repeatable, unlike time.
-  local kind=$1 total=()
-  for n in 2000 4000; do
-    valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.$kind.$n" "$bench" cpu-probe "$kind" "$n" >/dev/null 2>"$out/callgrind.$kind.$n.log"
-    total+=("$(grep -E '^summary:|^totals:' "$out/callgrind.$kind.$n" | head -n 1 | awk '{print $2}')")
-  done
-  echo $(( (total[1] - total[0]) / 2000 ))
-}
-if command -v valgrind >/dev/null; then
-  echo "bench: instructions per request (callgrind; library = wrapped - bare handler)" >&2
-  bare=$(instructions bare)
-  printf '{"first_instructions": %s, "replay_instructions": %s, "cached_replay_instructions": %s, "bare_handler_instructions": %s}\n' \
-    "$(( $(instructions first) - bare ))" "$(( $(instructions replay) - bare ))" \
-    "$(( $(instructions cached) - bare ))" "$bare" >"$out/instructions.json"
-else
-  echo '{}' >"$out/instructions.json"
-fi
 echo "bench: cold start, orders-api through the Runtime API (10 runs)" >&2
 "$bench" cold 10 "$root/target/release/orders-api" >"$out/cold.json"
 echo "bench: cold start, Powertools Python import + setup + first invocation (10 runs)" >&2
