@@ -253,25 +253,10 @@ async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
     // still runs, as a switched-off middleware promises, with fresh random
     // ids and no recovery points: a retry then makes another order.
     let run = match IdempotencyContext::of(req) {
-        Some(ctx) => Run {
-            order_id: ctx.derived_key("order"),
-            charge_key: ctx.derived_key("charge"),
-            ctx: Some(ctx),
-        },
-        None => match (random_hex(16), random_hex(16)) {
-            (Ok(order_id), Ok(charge_key)) => {
-                tracing::warn!(
-                    order_id = %order_id,
-                    "POST /orders without an idempotency record (middleware disabled): \
-                     fresh ids, so a retry creates another order"
-                );
-                Run {
-                    order_id,
-                    charge_key,
-                    ctx: None,
-                }
-            }
-            (Err(detail), _) | (_, Err(detail)) => {
+        Some(ctx) => Run::recorded(ctx),
+        None => match Run::unrecorded() {
+            Ok(run) => run,
+            Err(detail) => {
                 return problem(
                     StatusCode::SERVICE_UNAVAILABLE,
                     problems::DEPENDENCY_FAILED,
@@ -302,7 +287,31 @@ struct Run<'a> {
     ctx: Option<&'a IdempotencyContext>,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// Ids derived from the claimed record, progress committed to it.
+    fn recorded(ctx: &'a IdempotencyContext) -> Self {
+        Run {
+            order_id: ctx.derived_key("order"),
+            charge_key: ctx.derived_key("charge"),
+            ctx: Some(ctx),
+        }
+    }
+
+    /// Fresh random ids and no record (the middleware is switched off).
+    fn unrecorded() -> Result<Self, String> {
+        let run = Run {
+            order_id: random_hex(16)?,
+            charge_key: random_hex(16)?,
+            ctx: None,
+        };
+        tracing::warn!(
+            order_id = %run.order_id,
+            "POST /orders without an idempotency record (middleware disabled): \
+             fresh ids, so a retry creates another order"
+        );
+        Ok(run)
+    }
+
     fn recovery_point(&self) -> Option<&lambda_idempotency::Checkpoint> {
         self.ctx.and_then(IdempotencyContext::recovery_point)
     }

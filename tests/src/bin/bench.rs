@@ -294,6 +294,29 @@ where
     Ok((micros(t.elapsed()), res))
 }
 
+/// DynamoDB requests per call over 50 calls of `svc` (the `what` probe),
+/// each request from `next` and each answer checked by `ok`.
+async fn probe<S>(
+    what: &str,
+    counter: &RequestCounter,
+    svc: &S,
+    mut next: impl FnMut() -> Request,
+    ok: impl Fn(&Response<Body>) -> bool,
+) -> Result<f64>
+where
+    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
+{
+    const CALLS: u64 = 50;
+    let before = counter.get();
+    for _ in 0..CALLS {
+        let (_, res) = timed_call(svc, next()).await?;
+        if !ok(&res) {
+            return Err(format!("probe {what} answered {}", res.status()));
+        }
+    }
+    Ok((counter.get() - before) as f64 / CALLS as f64)
+}
+
 /// Keys, record ids and owner tokens never used before in this process.
 #[derive(Default)]
 struct Fresh(u64);
@@ -627,50 +650,29 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
     // Requests per invocation kind, counted by the SDK interceptor.
     let per_call = |before: u64, after: u64, calls: u64| (after - before) as f64 / calls as f64;
     let counter = &gsi.counter;
-    let before = counter.get();
-    for _ in 0..50 {
-        let res = gsi
-            .svc
-            .clone()
-            .oneshot(request(&fresh.key("probe")))
-            .await
-            .map_err(|e| e.to_string())?;
-        if res.status() != 201 {
-            return Err(format!("probe answered {}", res.status()));
-        }
-    }
-    let first_requests = per_call(before, counter.get(), 50);
+    let first_requests = probe(
+        "first execution",
+        counter,
+        &gsi.svc,
+        || request(&fresh.key("probe")),
+        |res| res.status() == 201,
+    )
+    .await?;
     let key = fresh.key("probe");
     gsi.svc
         .clone()
         .oneshot(request(&key))
         .await
         .map_err(|e| e.to_string())?;
-    let before = counter.get();
-    for _ in 0..50 {
-        let res = gsi
-            .svc
-            .clone()
-            .oneshot(request(&key))
-            .await
-            .map_err(|e| e.to_string())?;
-        if !is_replayed(&res) {
-            return Err("probe replay was not replayed".into());
-        }
-    }
-    let replay_requests = per_call(before, counter.get(), 50);
-    let before = counter.get();
-    for _ in 0..50 {
-        let res = cached_svc
-            .clone()
-            .oneshot(request(&cached_key))
-            .await
-            .map_err(|e| e.to_string())?;
-        if !is_replayed(&res) {
-            return Err("probe cached replay was not replayed".into());
-        }
-    }
-    let cached_requests = per_call(before, counter.get(), 50);
+    let replay_requests = probe("replay", counter, &gsi.svc, || request(&key), is_replayed).await?;
+    let cached_requests = probe(
+        "cached replay",
+        counter,
+        &cached_svc,
+        || request(&cached_key),
+        is_replayed,
+    )
+    .await?;
     let slow = IdempotencyLayer::new(gsi.store.clone()).layer(handler(Duration::from_millis(500)));
     let busy = fresh.key("busy");
     let running = tokio::spawn(slow.clone().oneshot(request(&busy)));

@@ -41,6 +41,14 @@ impl App {
         App { client, config }
     }
 
+    /// The idempotency table's store, as `orders_api::app` builds it.
+    fn store(&self) -> lambda_idempotency::DynamoStore {
+        lambda_idempotency::DynamoStore::new(
+            self.client.clone(),
+            self.config.idempotency_table.clone(),
+        )
+    }
+
     async fn call(&self, req: Request) -> Response<Body> {
         orders_api::app(self.client.clone(), &self.config)
             .oneshot(req)
@@ -243,10 +251,7 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
     // stored; attempt 2 takes the record over and inherits the `charged`
     // recovery point.
     let app = App::new(0).await;
-    let store = lambda_idempotency::DynamoStore::new(
-        app.client.clone(),
-        app.config.idempotency_table.clone(),
-    );
+    let store = app.store();
     let mut orders = Orders::new(app.client.clone(), &app.config);
     let record = record_id("", None, "POST", "/orders", "crash");
     let claim = |owner: &str| {
@@ -313,10 +318,7 @@ async fn with_the_middleware_switched_off_orders_still_run_with_fresh_ids() {
     // What `LAMBDA_IDEMPOTENCY_DISABLED` does to the deployed function: the
     // same layer, switched off, so the router sees no idempotency record.
     let app = App::new(0).await;
-    let store = lambda_idempotency::DynamoStore::new(
-        app.client.clone(),
-        app.config.idempotency_table.clone(),
-    );
+    let store = app.store();
     let svc = orders_api::idempotency_layer(store, &app.config)
         .disabled(true)
         .layer(Orders::new(app.client.clone(), &app.config));
