@@ -33,6 +33,10 @@ pub enum ErrorKind {
     /// A transaction of the completion and the handler's own writes was
     /// cancelled by one of those writes' conditions; nothing was written.
     TransactionCancelled,
+    /// DynamoDB refused a transaction of the completion and the handler's own
+    /// writes as invalid before running it (more than 100 items, two
+    /// operations on one item, an item too large); nothing was written.
+    TransactionRejected,
     /// A setting is not valid (an unknown sweep policy, say).
     InvalidConfig,
     /// The process could not produce a random owner token.

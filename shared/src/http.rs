@@ -529,6 +529,27 @@ async fn finish<E>(
                 &err.to_string(),
             ));
         }
+        Err(err)
+            if matches!(
+                err.kind(),
+                ErrorKind::TransactionRejected | ErrorKind::InvalidConfig
+            ) =>
+        {
+            // Refused before anything ran: nothing committed, so the key is
+            // free for a retry (which fails the same way until the handler
+            // is fixed, but never sits in progress).
+            tracing::error!(attempt = lease.attempt, error = %err, "transactional completion refused as invalid; nothing written");
+            release(
+                config,
+                lease,
+                "its transactional writes were refused as invalid",
+            )
+            .await;
+            return Ok(problem::response(
+                problem::TRANSACTION_REJECTED,
+                &err.to_string(),
+            ));
+        }
         Err(err) => {
             config.count(Event::StoreError);
             tracing::error!(attempt = lease.attempt, error = %err, "could not store the idempotent response");

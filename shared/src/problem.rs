@@ -12,6 +12,7 @@
 //! | [`STORE_UNAVAILABLE`] | 503 | the idempotency store could not be reached; the handler did not run |
 //! | [`RESPONSE_TOO_LARGE`] | 500 | the first request succeeded but its response was too large to store; it is not run again |
 //! | [`TRANSACTION_CANCELLED`] | 409 | the handler's transactional writes were cancelled by a condition; nothing was written, retry may run again |
+//! | [`TRANSACTION_REJECTED`] | 500 | DynamoDB refused the handler's transactional writes as invalid; nothing was written, the key was released |
 //! | [`ABANDONED`] | 500 | the first request never finished and the sweeper failed it (`fail` policy); replays from then on |
 //!
 //! ```
@@ -89,6 +90,15 @@ pub const TRANSACTION_CANCELLED: ProblemType = ProblemType {
     uri: "https://lambda-idempotency.dev/problems/transaction-cancelled",
     title: "The request's writes were cancelled",
     status: 409,
+};
+
+/// DynamoDB refused the handler's transactional writes as invalid (more than
+/// 100 items, two operations on one item, an item too large): nothing was
+/// written and the key was released. A bug in the handler, not the client's.
+pub const TRANSACTION_REJECTED: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/transaction-rejected",
+    title: "The request's writes were rejected as invalid",
+    status: 500,
 };
 
 /// Build a problem response of `kind` with a `detail` sentence.

@@ -64,6 +64,12 @@ impl LoseResponses {
         LoseResponses(Arc::new(AtomicU64::new(n)))
     }
 
+    /// Lose the next `n` responses from now on (for a fault aimed at one
+    /// operation after others went through).
+    pub fn arm(&self, n: u64) {
+        self.0.store(n, Ordering::SeqCst);
+    }
+
     /// Responses still to lose.
     pub fn remaining(&self) -> u64 {
         self.0.load(Ordering::SeqCst)

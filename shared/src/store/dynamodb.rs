@@ -8,7 +8,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
@@ -20,8 +21,8 @@ use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
 use crate::record::{decode_body, encode_body};
 use crate::store::{
-    fit, is_takeover, own_claim, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, Store,
-    DEFAULT_MAX_RESPONSE_BYTES,
+    claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
+    Completion, Lease, Store, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// Attribute and index names of the idempotency table.
@@ -156,97 +157,45 @@ impl DynamoStore {
 #[async_trait::async_trait]
 impl Store for DynamoStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
-        let shard = sweep_shard(&request.record_id).to_string();
-        let result = self
-            .client
-            .update_item()
-            .table_name(&*self.table)
-            .key(ID, s(&request.record_id))
-            // Absent, expired (TTL deletion lags by days), or an abandoned
-            // claim of the same request whose lease has run out.
-            .condition_expression(
-                "attribute_not_exists(#id) OR #expires_at < :now_s \
-                 OR (#status = :in_progress AND #lease < :now_ms AND #fingerprint = :fingerprint)",
-            )
-            .update_expression(
-                "SET #status = :in_progress, #fingerprint = :fingerprint, #owner = :owner, \
-                 #lease = :lease, #expires_at = :expires_at, \
-                 #attempt = if_not_exists(#attempt, :zero) + :one, \
-                 #sweep_shard = :shard, #sweep_at = :lease \
-                 REMOVE #rs, #rh, #rb, #rk, #re",
-            )
-            .expression_attribute_names("#id", ID)
-            .expression_attribute_names("#status", STATUS)
-            .expression_attribute_names("#fingerprint", FINGERPRINT)
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
-            .expression_attribute_names("#expires_at", EXPIRES_AT)
-            .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#sweep_shard", SWEEP_SHARD)
-            .expression_attribute_names("#sweep_at", SWEEP_AT)
-            .expression_attribute_names("#rs", RESPONSE_STATUS)
-            .expression_attribute_names("#rh", RESPONSE_HEADERS)
-            .expression_attribute_names("#rb", RESPONSE_BODY)
-            .expression_attribute_names("#rk", RESPONSE_BODY_KIND)
-            .expression_attribute_names("#re", RESPONSE_ENCODING)
-            .expression_attribute_values(":now_s", n(request.now_ms / 1000))
-            .expression_attribute_values(":now_ms", n(request.now_ms))
-            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-            .expression_attribute_values(":fingerprint", s(&request.fingerprint))
-            .expression_attribute_values(":owner", s(&request.owner))
-            .expression_attribute_values(":lease", n(request.lease_expires_at_ms))
-            .expression_attribute_values(":expires_at", n(request.expires_at_s))
-            .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":shard", s(&shard))
-            // The item as it was: the attempt to increment, and whether this
-            // was a takeover (whose recovery point the new attempt inherits).
-            .return_values(ReturnValue::AllOld)
-            // A lost claim learns the existing record in this same round trip.
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
-        match result {
-            Ok(output) => {
-                let old = match output.attributes() {
-                    Some(item) if !item.is_empty() => Some(decode(&request.record_id, item)?),
-                    _ => None,
-                };
-                let attempt = old.as_ref().map_or(0, |r| r.attempt) + 1;
-                let (recovered, stale) = match &old {
-                    Some(r) if is_takeover(r, request.now_ms) => (r.checkpoint.clone(), false),
-                    Some(r) => (None, r.checkpoint.is_some()),
-                    None => (None, false),
-                };
-                let lease = Lease {
-                    record_id: request.record_id.clone(),
-                    owner: request.owner.clone(),
-                    attempt,
-                    recovered,
-                };
-                if stale {
-                    // A recovery point left by an expired life of this record
-                    // must not reach a later takeover. Rare: one extra write.
-                    self.clear_checkpoint(&lease).await?;
-                }
-                Ok(ClaimOutcome::Claimed(lease))
+        // A claim that races another writer between its two conditional
+        // writes (a takeover lost to a sweep, say) looks again; three rounds
+        // are plenty, each is a real state change by someone else.
+        let mut last = None;
+        for _ in 0..3 {
+            let existing = match self.claim_new_life(request).await? {
+                Ok(lease) => return Ok(ClaimOutcome::Claimed(lease)),
+                Err(existing) => existing,
+            };
+            if let Some(lease) = own_claim(&existing, request) {
+                return Ok(ClaimOutcome::Claimed(lease));
             }
-            Err(err) => {
-                let existing = err.as_service_error().and_then(|e| match e {
-                    UpdateItemError::ConditionalCheckFailedException(e) => {
-                        Some(e.item().cloned().unwrap_or_default())
+            if !may_take_over(&existing, request) {
+                return Ok(ClaimOutcome::Exists(existing));
+            }
+            match self.take_over(request, &existing).await? {
+                Ok(lease) => return Ok(ClaimOutcome::Claimed(lease)),
+                Err(Some(now)) => {
+                    if let Some(lease) = own_claim(&now, request) {
+                        return Ok(ClaimOutcome::Claimed(lease));
                     }
-                    _ => None,
-                });
-                let Some(item) = existing else {
-                    return Err(self.unavailable("UpdateItem (claim)", err));
-                };
-                let record = decode(&request.record_id, &item)?;
-                Ok(match own_claim(&record, request) {
-                    Some(lease) => ClaimOutcome::Claimed(lease),
-                    None => ClaimOutcome::Exists(record),
-                })
+                    if !claimable(&now, request) {
+                        return Ok(ClaimOutcome::Exists(now));
+                    }
+                    last = Some(now);
+                }
+                // Deleted meanwhile (released or swept): a new life is free.
+                Err(None) => {}
             }
+        }
+        match last {
+            Some(record) => Ok(ClaimOutcome::Exists(record)),
+            None => Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                format!(
+                    "record {} changed under three claims in a row; retry the request",
+                    request.record_id
+                ),
+            )),
         }
     }
 
@@ -266,14 +215,23 @@ impl Store for DynamoStore {
             .update_expression(update.expression)
             .set_expression_attribute_names(Some(update.names))
             .set_expression_attribute_values(Some(update.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match result {
             Ok(_) => Ok(completion),
-            Err(err) if is_condition_failure(&err) => {
-                Err(Error::fenced(&lease.record_id, lease.attempt))
-            }
-            Err(err) => Err(self.unavailable("UpdateItem (complete)", err)),
+            Err(err) => match condition_failure_item(&err) {
+                // The SDK retried a completion whose first try was applied
+                // (its response was lost): the record is completed under our
+                // own attempt and owner, which only our completion does.
+                Some(item)
+                    if decode(&lease.record_id, &item).is_ok_and(|r| completed_by(&r, lease)) =>
+                {
+                    Ok(completion)
+                }
+                Some(_) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+                None => Err(self.unavailable("UpdateItem (complete)", err)),
+            },
         }
     }
 
@@ -305,6 +263,7 @@ impl Store for DynamoStore {
             })?;
         let mut items = vec![TransactWriteItem::builder().update(record_update).build()];
         items.extend(writes);
+        let items_len = items.len();
         let result = self
             .client
             .transact_write_items()
@@ -338,6 +297,24 @@ impl Store for DynamoStore {
                             reasons.join(", ")
                         ),
                     )),
+                    // Refused as invalid before it ran (over 100 items, two
+                    // operations on one item, ...): nothing committed.
+                    None if err.as_service_error().and_then(|e| e.code())
+                        == Some("ValidationException") =>
+                    {
+                        Err(Error::with_source(
+                            ErrorKind::TransactionRejected,
+                            format!(
+                                "DynamoDB refused the completion of record {} with the handler's \
+                                 {} deferred write(s) as invalid, nothing was written: {}; check \
+                                 the writes given to defer_write (at most 99, one per item)",
+                                lease.record_id,
+                                items_len - 1,
+                                DisplayErrorContext(&err)
+                            ),
+                            err,
+                        ))
+                    }
                     None => Err(self.unavailable("TransactWriteItems (complete)", err)),
                 }
             }
@@ -357,12 +334,26 @@ impl Store for DynamoStore {
         for (name, value) in Self::fence_values(lease) {
             request = request.expression_attribute_values(name, value);
         }
-        match request.send().await {
+        let result = request
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
             Ok(_) => Ok(()),
-            Err(err) if is_condition_failure(&err) => {
-                Err(Error::fenced(&lease.record_id, lease.attempt))
-            }
-            Err(err) => Err(self.unavailable("DeleteItem (release)", err)),
+            Err(err) => match err.as_service_error() {
+                // Gone: what a release wants. Either the SDK retried a delete
+                // whose first try was applied (its response was lost), or the
+                // record expired or was swept; no newer attempt holds it.
+                Some(DeleteItemError::ConditionalCheckFailedException(e))
+                    if e.item().is_none_or(HashMap::is_empty) =>
+                {
+                    Ok(())
+                }
+                Some(DeleteItemError::ConditionalCheckFailedException(_)) => {
+                    Err(Error::fenced(&lease.record_id, lease.attempt))
+                }
+                _ => Err(self.unavailable("DeleteItem (release)", err)),
+            },
         }
     }
 
@@ -475,27 +466,159 @@ impl DynamoStore {
         )
     }
 
-    /// Remove a stale recovery point from a record we hold.
-    async fn clear_checkpoint(&self, lease: &Lease) -> Result<(), Error> {
-        let mut request = self
+    /// The claim of a new life: the record is absent, or expired (TTL
+    /// deletion lags by days). It removes whatever an earlier life left (its
+    /// response, its recovery point), so nothing of another request can reach
+    /// this one. `Err(record)` is the record as it is when the condition fails.
+    async fn claim_new_life(&self, request: &ClaimRequest) -> Result<Result<Lease, Record>, Error> {
+        let shard = sweep_shard(&request.record_id).to_string();
+        let result = self
             .client
             .update_item()
             .table_name(&*self.table)
-            .key(ID, s(&lease.record_id))
-            .condition_expression(Self::fence_condition())
-            .update_expression("REMOVE #checkpoint")
-            .expression_attribute_names("#checkpoint", CHECKPOINT)
+            .key(ID, s(&request.record_id))
+            .condition_expression("attribute_not_exists(#id) OR #expires_at < :now_s")
+            .update_expression(
+                "SET #status = :in_progress, #fingerprint = :fingerprint, #owner = :owner, \
+                 #lease = :lease, #expires_at = :expires_at, \
+                 #attempt = if_not_exists(#attempt, :zero) + :one, \
+                 #sweep_shard = :shard, #sweep_at = :lease \
+                 REMOVE #rs, #rh, #rb, #rk, #re, #checkpoint",
+            )
+            .expression_attribute_names("#id", ID)
             .expression_attribute_names("#status", STATUS)
+            .expression_attribute_names("#fingerprint", FINGERPRINT)
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
+            .expression_attribute_names("#expires_at", EXPIRES_AT)
             .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#owner", OWNER);
-        for (name, value) in Self::fence_values(lease) {
-            request = request.expression_attribute_values(name, value);
-        }
-        request
+            .expression_attribute_names("#sweep_shard", SWEEP_SHARD)
+            .expression_attribute_names("#sweep_at", SWEEP_AT)
+            .expression_attribute_names("#rs", RESPONSE_STATUS)
+            .expression_attribute_names("#rh", RESPONSE_HEADERS)
+            .expression_attribute_names("#rb", RESPONSE_BODY)
+            .expression_attribute_names("#rk", RESPONSE_BODY_KIND)
+            .expression_attribute_names("#re", RESPONSE_ENCODING)
+            .expression_attribute_names("#checkpoint", CHECKPOINT)
+            .expression_attribute_values(":now_s", n(request.now_ms / 1000))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":fingerprint", s(&request.fingerprint))
+            .expression_attribute_values(":owner", s(&request.owner))
+            .expression_attribute_values(":lease", n(request.lease_expires_at_ms))
+            .expression_attribute_values(":expires_at", n(request.expires_at_s))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":shard", s(&shard))
+            // Only the new attempt comes back: an expired record's old
+            // response is never read, let alone decompressed.
+            .return_values(ReturnValue::UpdatedNew)
+            // A lost claim learns the existing record in this same round trip.
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| self.unavailable("UpdateItem (clear stale checkpoint)", e))
+            .await;
+        match result {
+            Ok(output) => {
+                let attempt = output
+                    .attributes()
+                    .and_then(|item| item.get(ATTEMPT))
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| {
+                        corrupt(&request.record_id, "the claim did not return its attempt")
+                    })?;
+                Ok(Ok(Lease {
+                    record_id: request.record_id.clone(),
+                    owner: request.owner.clone(),
+                    fingerprint: request.fingerprint.clone(),
+                    attempt,
+                    recovered: None,
+                }))
+            }
+            Err(err) => match condition_failure_item(&err) {
+                Some(item) => Ok(Err(decode(&request.record_id, &item)?)),
+                None => Err(self.unavailable("UpdateItem (claim)", err)),
+            },
+        }
+    }
+
+    /// Take over `seen`, an abandoned attempt of the same request in the same
+    /// life: fenced on the attempt seen, so two takers cannot both win, and
+    /// keeping the recovery point, which comes back with the new attempt.
+    /// `Err(record)` is the record as it is when the condition fails (`None`
+    /// when it is gone).
+    async fn take_over(
+        &self,
+        request: &ClaimRequest,
+        seen: &Record,
+    ) -> Result<Result<Lease, Option<Record>>, Error> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&*self.table)
+            .key(ID, s(&request.record_id))
+            .condition_expression(
+                "#status = :in_progress AND #attempt = :seen AND #lease < :now_ms \
+                 AND #fingerprint = :fingerprint AND #expires_at >= :now_s",
+            )
+            .update_expression(
+                "SET #owner = :owner, #lease = :lease, #expires_at = :expires_at, \
+                 #attempt = :next, #sweep_at = :lease",
+            )
+            .expression_attribute_names("#status", STATUS)
+            .expression_attribute_names("#fingerprint", FINGERPRINT)
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
+            .expression_attribute_names("#expires_at", EXPIRES_AT)
+            .expression_attribute_names("#attempt", ATTEMPT)
+            .expression_attribute_names("#sweep_at", SWEEP_AT)
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":seen", n(seen.attempt))
+            .expression_attribute_values(":next", n(seen.attempt + 1))
+            .expression_attribute_values(":now_ms", n(request.now_ms))
+            .expression_attribute_values(":now_s", n(request.now_ms / 1000))
+            .expression_attribute_values(":fingerprint", s(&request.fingerprint))
+            .expression_attribute_values(":owner", s(&request.owner))
+            .expression_attribute_values(":lease", n(request.lease_expires_at_ms))
+            .expression_attribute_values(":expires_at", n(request.expires_at_s))
+            // The recovery point as of the takeover itself: a checkpoint the
+            // stale attempt committed after `seen` was read is inherited too.
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(output) => {
+                let record = decode(
+                    &request.record_id,
+                    output.attributes().unwrap_or(&HashMap::new()),
+                )?;
+                Ok(Ok(Lease {
+                    record_id: request.record_id.clone(),
+                    owner: request.owner.clone(),
+                    fingerprint: request.fingerprint.clone(),
+                    attempt: record.attempt,
+                    recovered: record.checkpoint,
+                }))
+            }
+            Err(err) => match condition_failure_item(&err) {
+                Some(item) if item.is_empty() => Ok(Err(None)),
+                Some(item) => Ok(Err(Some(decode(&request.record_id, &item)?))),
+                None => Err(self.unavailable("UpdateItem (takeover)", err)),
+            },
+        }
+    }
+}
+
+/// The item a failed `UpdateItem` condition returned (empty when the item
+/// does not exist), or `None` when the failure was not a condition's.
+fn condition_failure_item<R>(
+    err: &SdkError<UpdateItemError, R>,
+) -> Option<HashMap<String, AttributeValue>> {
+    match err.as_service_error()? {
+        UpdateItemError::ConditionalCheckFailedException(e) => {
+            Some(e.item().cloned().unwrap_or_default())
+        }
+        _ => None,
     }
 }
 

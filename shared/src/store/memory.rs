@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::error::Error;
 use crate::record::{Record, Status, StoredResponse};
 use crate::store::{
-    claimable, fit, is_takeover, own_claim, Checkpoint, ClaimOutcome, ClaimRequest, Completion,
-    Lease, Store, DEFAULT_MAX_RESPONSE_BYTES,
+    claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
+    Completion, Lease, Store, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// An in-memory [`Store`] with the same semantics as the DynamoDB one, for unit
@@ -121,7 +121,7 @@ impl Store for MemoryStore {
             None => (0, None),
             Some(existing) if claimable(existing, request) => (
                 existing.attempt,
-                is_takeover(existing, request.now_ms)
+                may_take_over(existing, request)
                     .then(|| existing.checkpoint.clone())
                     .flatten(),
             ),
@@ -150,6 +150,7 @@ impl Store for MemoryStore {
         Ok(ClaimOutcome::Claimed(Lease {
             record_id: request.record_id.clone(),
             owner: request.owner.clone(),
+            fingerprint: request.fingerprint.clone(),
             attempt,
             recovered,
         }))
@@ -164,6 +165,14 @@ impl Store for MemoryStore {
         self.count();
         let (stored, completion) = fit(response, self.inner.max_response_bytes);
         let mut records = self.records();
+        if records
+            .get(&lease.record_id)
+            .is_some_and(|r| completed_by(r, lease))
+        {
+            // Our own completion again (as an SDK retry of a lost response
+            // is on DynamoDB): it stands, nothing changes.
+            return Ok(completion);
+        }
         let record = Self::check_lease(&mut records, lease)?;
         record.status = Status::Completed;
         record.expires_at_s = expires_at_s;
@@ -182,6 +191,10 @@ impl Store for MemoryStore {
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         self.count();
         let mut records = self.records();
+        if !records.contains_key(&lease.record_id) {
+            // Gone already (released, swept): what a release wants.
+            return Ok(());
+        }
         Self::check_lease(&mut records, lease)?;
         records.remove(&lease.record_id);
         Ok(())

@@ -67,6 +67,9 @@ pub struct Lease {
     pub record_id: String,
     /// The owner token written by the claim.
     pub owner: String,
+    /// The fingerprint of the request that holds the claim (a takeover needs
+    /// the same one); keys derived from the claim bind it.
+    pub fingerprint: String,
     /// The fencing token this claim obtained.
     pub attempt: u64,
     /// The last recovery point, when this claim took over an abandoned attempt
@@ -75,8 +78,9 @@ pub struct Lease {
 }
 
 /// A recovery point: a named step a handler finished, with small data to
-/// resume from. Written fenced by `attempt`; kept across takeovers, dropped
-/// when the record completes, is released or expires.
+/// resume from. Written fenced by `attempt`; kept across takeovers within one
+/// life of the record, dropped when the record completes, is released, or
+/// expires (the claim that starts the next life removes it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     /// The step's name (for example `charged`).
@@ -189,11 +193,22 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
     }
 }
 
-/// Was `existing` taken over (an abandoned, unexpired attempt of the same
-/// request) rather than reused as absent? Only a takeover inherits the
-/// recovery point.
-pub(crate) fn is_takeover(existing: &Record, now_ms: u64) -> bool {
-    existing.status == crate::record::Status::InProgress && existing.expires_at_s >= now_ms / 1000
+/// May `request` take over `existing`: an abandoned attempt (in progress,
+/// lease over) of the same request (same fingerprint) in the same life (not
+/// expired)? Only a takeover inherits the recovery point.
+pub(crate) fn may_take_over(existing: &Record, request: &ClaimRequest) -> bool {
+    existing.status == crate::record::Status::InProgress
+        && existing.lease_expires_at_ms < request.now_ms
+        && existing.fingerprint == request.fingerprint
+        && existing.expires_at_s >= request.now_ms / 1000
+}
+
+/// Is `record` completed by `lease` itself? A completion that finds this is
+/// its own write coming back (an SDK retry after a lost response), not fenced.
+pub(crate) fn completed_by(record: &Record, lease: &Lease) -> bool {
+    record.status == crate::record::Status::Completed
+        && record.attempt == lease.attempt
+        && record.owner == lease.owner
 }
 
 /// The response as it will be stored within `limit` bytes: the original, or
@@ -221,11 +236,7 @@ pub(crate) fn fit(
 /// The claim rule, shared by every implementation that evaluates it itself:
 /// may `request` claim over `existing`?
 pub(crate) fn claimable(existing: &Record, request: &ClaimRequest) -> bool {
-    let expired = existing.expires_at_s < request.now_ms / 1000;
-    let takeover = existing.status == crate::record::Status::InProgress
-        && existing.lease_expires_at_ms < request.now_ms
-        && existing.fingerprint == request.fingerprint;
-    expired || takeover
+    existing.expires_at_s < request.now_ms / 1000 || may_take_over(existing, request)
 }
 
 /// Rule 3: the record is in progress under our own owner token, so an earlier
@@ -235,6 +246,7 @@ pub(crate) fn own_claim(existing: &Record, request: &ClaimRequest) -> Option<Lea
         || Lease {
             record_id: existing.id.clone(),
             owner: existing.owner.clone(),
+            fingerprint: existing.fingerprint.clone(),
             attempt: existing.attempt,
             recovered: existing.checkpoint.clone(),
         },

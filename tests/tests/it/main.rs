@@ -11,6 +11,7 @@ mod fuzz;
 mod model;
 mod orders;
 mod process;
+mod regressions;
 mod store_rules;
 mod sweeper;
 

@@ -80,6 +80,14 @@ impl Model {
             r.status == Status::InProgress && r.attempt == lease.attempt && r.owner == lease.owner
         })
     }
+
+    /// Did `lease` itself complete the record? A repeated completion by it
+    /// is its own write coming back (an SDK retry), not a fenced one.
+    fn completed_by(&self, lease: &Lease) -> bool {
+        self.record.as_ref().is_some_and(|r| {
+            r.status == Status::Completed && r.attempt == lease.attempt && r.owner == lease.owner
+        })
+    }
 }
 
 /// Drive one store through `ops`, checking each outcome against the model.
@@ -225,7 +233,12 @@ async fn check(
                             r.checkpoint = None;
                         }
                     }
-                    (false, Err(e)) if e.is_fenced() => tally.add("fenced completions refused"),
+                    (false, Ok(_)) if m.completed_by(&lease) => {
+                        tally.add("repeated completions by the holder recognised")
+                    }
+                    (false, Err(e)) if e.is_fenced() && !m.completed_by(&lease) => {
+                        tally.add("fenced completions refused")
+                    }
                     (true, Err(e)) => return Err(ctx(format!("holder's completion refused: {e}"))),
                     (false, Ok(_)) => return Err(ctx("a fenced attempt completed".into())),
                     (false, Err(e)) => return Err(ctx(format!("unexpected error {e}"))),
@@ -241,7 +254,11 @@ async fn check(
                         tally.add("releases");
                         m.record = None;
                     }
-                    (false, Err(e)) if e.is_fenced() => tally.add("fenced releases refused"),
+                    // Nothing left to release: what a release wants.
+                    (false, Ok(())) if m.record.is_none() => tally.add("releases of a gone record"),
+                    (false, Err(e)) if e.is_fenced() && m.record.is_some() => {
+                        tally.add("fenced releases refused")
+                    }
                     (a, r) => return Err(ctx(format!("release: model allowed={a}, store {r:?}"))),
                 }
             }
@@ -294,6 +311,7 @@ async fn check(
                         let lease = Lease {
                             record_id: id.into(),
                             owner: r.owner.clone(),
+                            fingerprint: r.fingerprint.clone(),
                             attempt: r.attempt,
                             recovered: None,
                         };

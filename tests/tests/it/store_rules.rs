@@ -182,16 +182,36 @@ async fn complete_and_release_by_a_stranger_are_fenced(f: Fixture) {
         record_id: "nope".into(),
         ..lease.clone()
     };
-    assert!(f.store.release(&missing).await.unwrap_err().is_fenced());
+    // Nothing to release is not a fence: the record is gone, which is what a
+    // release wants (and what an SDK-retried release finds).
+    f.store.release(&missing).await.unwrap();
+    assert!(f
+        .store
+        .complete(&missing, &response(), now_ms() / 1000 + 60)
+        .await
+        .unwrap_err()
+        .is_fenced());
     f.store
         .complete(&lease, &response(), now_ms() / 1000 + 60)
         .await
         .unwrap();
-    // Completed: a second completion by the same lease is fenced too.
-    assert!(f
-        .store
-        .complete(&lease, &response(), now_ms() / 1000 + 60)
+    // Completed by this lease: a second completion by it is its own write
+    // coming back (as an SDK retry of a lost response is), not a fence, and
+    // it changes nothing.
+    let other = StoredResponse::new(500, vec![], StoredBody::Empty);
+    f.store
+        .complete(&lease, &other, now_ms() / 1000 + 60)
         .await
-        .unwrap_err()
-        .is_fenced());
+        .unwrap();
+    // A stranger's completion of the completed record is still fenced.
+    for bad in [&wrong_owner, &wrong_attempt] {
+        assert!(f
+            .store
+            .complete(bad, &other, now_ms() / 1000 + 60)
+            .await
+            .unwrap_err()
+            .is_fenced());
+    }
+    let record = existing(f.store.claim(&request("r", "c", 60_000)).await.unwrap());
+    assert_eq!(record.response, Some(response()));
 }
