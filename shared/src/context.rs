@@ -42,6 +42,7 @@ use crate::store::{Checkpoint, Lease, Store};
 #[derive(Clone)]
 pub struct IdempotencyContext {
     record_id: Arc<str>,
+    fingerprint: Arc<str>,
     attempt: u64,
     recovered: Option<Checkpoint>,
     claim: Option<Arc<Claim>>,
@@ -70,10 +71,19 @@ impl IdempotencyContext {
     pub fn new(record_id: impl Into<Arc<str>>, attempt: u64) -> Self {
         IdempotencyContext {
             record_id: record_id.into(),
+            fingerprint: Arc::from(""),
             attempt,
             recovered: None,
             claim: None,
         }
+    }
+
+    /// The same detached context for the request with this fingerprint (see
+    /// [`Fingerprinter`](crate::Fingerprinter)), so it derives the keys the
+    /// middleware's context of that request derives.
+    pub fn with_fingerprint(mut self, fingerprint: impl Into<Arc<str>>) -> Self {
+        self.fingerprint = fingerprint.into();
+        self
     }
 
     /// The context of a claim made directly on a [`Store`] (custom
@@ -81,6 +91,7 @@ impl IdempotencyContext {
     pub fn from_lease(store: Arc<dyn Store>, lease: Lease) -> Self {
         IdempotencyContext {
             record_id: lease.record_id.as_str().into(),
+            fingerprint: lease.fingerprint.as_str().into(),
             attempt: lease.attempt,
             recovered: lease.recovered.clone(),
             claim: Some(Arc::new(Claim {
@@ -107,11 +118,16 @@ impl IdempotencyContext {
     }
 
     /// A stable key for `label`: 32 hex characters, the same on every attempt of
-    /// this record, different per label and per record.
+    /// this record for the same request, different per label, per record and
+    /// per request (fingerprint): after a release, a retry with another body
+    /// under the same key gets new keys, so it never reuses a downstream
+    /// operation (a charge) made for the first body.
     pub fn derived_key(&self, label: &str) -> String {
         let mut h = Sha256::new();
-        h.update(b"derived1\0");
+        h.update(b"derived2\0");
         h.update(self.record_id.as_bytes());
+        h.update(b"\0");
+        h.update(self.fingerprint.as_bytes());
         h.update(b"\0");
         h.update(label.as_bytes());
         hex(&h.finalize()[..16])

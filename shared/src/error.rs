@@ -37,6 +37,9 @@ pub enum ErrorKind {
     /// writes as invalid before running it (more than 100 items, two
     /// operations on one item, an item too large); nothing was written.
     TransactionRejected,
+    /// An event lacks what processing or reporting it needs (an SQS record
+    /// without a `messageId` cannot be named in a partial batch response).
+    InvalidEvent,
     /// A setting is not valid (an unknown sweep policy, say).
     InvalidConfig,
     /// The process could not produce a random owner token.

@@ -33,11 +33,13 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -48,7 +50,7 @@ use crate::error::{Error, ErrorKind};
 use crate::fingerprint::hex;
 use crate::record::{Status, StoredBody, StoredResponse};
 use crate::scope::record_id;
-use crate::store::{ClaimOutcome, ClaimRequest, Completion, Store};
+use crate::store::{ClaimOutcome, ClaimRequest, Completion, Lease, Store};
 
 type KeyFn = dyn Fn(&serde_json::Value) -> Option<String> + Send + Sync;
 
@@ -217,10 +219,10 @@ impl IdempotentFunction {
         self.run_keyed(key, fingerprint, arg, f).await
     }
 
-    pub(crate) fn key_of(&self, json: &serde_json::Value) -> Option<String> {
+    pub(crate) fn key_of(&self, json: &serde_json::Value) -> Option<Key> {
         match &self.key {
-            KeySource::Whole => Some(json.to_string()),
-            KeySource::Fn(f) => f(json),
+            KeySource::Whole => Some(Key::text(json.to_string())),
+            KeySource::Fn(f) => f(json).map(Key::text),
             KeySource::Pointers(pointers) => {
                 let values: Vec<&serde_json::Value> = pointers
                     .iter()
@@ -228,15 +230,20 @@ impl IdempotentFunction {
                     .collect();
                 match values.as_slice() {
                     _ if values.iter().all(|v| v.is_null()) => None,
-                    [serde_json::Value::String(s)] => Some(s.clone()),
-                    _ => Some(
+                    [serde_json::Value::String(s)] => Some(Key::text(s.clone())),
+                    // One value of another type: its JSON, kept apart from
+                    // strings (`5` is not `"5"`).
+                    [value] => Some(Key::json(value.to_string())),
+                    // Several values are always a JSON array: no string of a
+                    // single-pointer key can be one, the pointers are fixed.
+                    _ => Some(Key::text(
                         serde_json::Value::from(values.into_iter().cloned().collect::<Vec<_>>())
                             .to_string(),
-                    ),
+                    )),
                 }
             }
         }
-        .filter(|k| !k.is_empty())
+        .filter(|k| !k.value.is_empty())
     }
 
     pub(crate) fn fingerprint_of(&self, json: &serde_json::Value) -> String {
@@ -257,12 +264,23 @@ impl IdempotentFunction {
 
     /// The record id a key maps to under this function.
     pub fn record_id(&self, key: &str) -> String {
-        record_id(&self.namespace, None, "FUNCTION", &self.name, key)
+        self.record_id_of(&Key::text(key.to_owned()))
+    }
+
+    fn record_id_of(&self, key: &Key) -> String {
+        // The key's kind goes in its own part of the scope, so a string key
+        // and a JSON key with the same text are two records.
+        let kind = if key.json {
+            "FUNCTION:json"
+        } else {
+            "FUNCTION"
+        };
+        record_id(&self.namespace, None, kind, &self.name, &key.value)
     }
 
     pub(crate) async fn run_keyed<A, O, E, F, Fut>(
         &self,
-        key: Option<String>,
+        key: Option<Key>,
         fingerprint: String,
         arg: A,
         f: F,
@@ -281,7 +299,7 @@ impl IdempotentFunction {
                 function: self.name.clone(),
             });
         };
-        let id = self.record_id(&key);
+        let id = self.record_id_of(&key);
         let now = crate::http::now_ms();
         let lease_end =
             crate::http::lease_end_for(now, self.deadline_ms, self.max_lease, self.lease_margin);
@@ -324,48 +342,131 @@ impl IdempotentFunction {
             }
         };
         let context = IdempotencyContext::from_lease(self.store.clone(), lease.clone());
-        match f(arg, Some(context.clone())).await {
-            Ok(output) => {
-                match serde_json::to_string(&output) {
-                    Ok(json) => {
-                        let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(json));
-                        let expires = crate::http::now_ms() / 1000 + self.expires_after.as_secs();
-                        let writes = context.take_writes();
-                        match self
-                            .store
-                            .complete_with_writes(&lease, &stored, expires, writes)
-                            .await
-                        {
-                            Ok(Completion::Stored) => {}
-                            Ok(Completion::Oversized { bytes }) => {
-                                tracing::warn!(record_id = %id, bytes, "output too large to store; duplicates will get EventError::OutputTooLarge")
-                            }
-                            Err(e) if e.is_fenced() => {
-                                tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key")
-                            }
-                            Err(e) => {
-                                tracing::error!(record_id = %id, error = %e, "could not store the output; the key frees when its lease ends")
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        // Cannot be replayed: release so a retry runs (and fails) visibly.
-                        tracing::error!(record_id = %id, error = %e, "output cannot be serialised; key released");
-                        let _ = self.store.release(&lease).await;
-                    }
-                }
-                Ok(output)
+        let outcome = AssertUnwindSafe(f(arg, Some(context.clone())))
+            .catch_unwind()
+            .await;
+        let output = match outcome {
+            Ok(Ok(output)) => output,
+            Ok(Err(err)) => {
+                self.release(&lease, "the function failed").await;
+                return Err(EventError::Handler(err));
             }
-            Err(err) => {
-                match self.store.release(&lease).await {
-                    Ok(()) => tracing::info!(record_id = %id, "handler failed; key released"),
-                    Err(e) => {
-                        tracing::warn!(record_id = %id, error = %e, "handler failed and the key could not be released; it frees when its lease ends")
-                    }
-                }
-                Err(EventError::Handler(err))
+            Err(panic) => {
+                // Free the key for the retry now rather than at the lease's
+                // end, then let the panic go on to the runtime.
+                self.release(&lease, "the function panicked").await;
+                std::panic::resume_unwind(panic);
+            }
+        };
+        // Serialised before the await: the future holds no `&O` (which would
+        // ask `O: Sync` of every caller).
+        let json = serde_json::to_string(&output);
+        self.complete(&lease, &context, json).await?;
+        Ok(output)
+    }
+
+    /// Record `output` as the outcome of `lease`, with the deferred writes.
+    /// An outcome that is not recorded fails the call (so the event source
+    /// delivers it again) unless the work provably stands.
+    async fn complete<E>(
+        &self,
+        lease: &Lease,
+        context: &IdempotencyContext,
+        json: serde_json::Result<String>,
+    ) -> Result<(), EventError<E>> {
+        let id = &lease.record_id;
+        let writes = context.take_writes();
+        let transactional = !writes.is_empty();
+        let json = match json {
+            Ok(json) => json,
+            Err(e) => {
+                // Cannot be replayed, and its deferred writes were never sent.
+                self.release(lease, "its output cannot be serialised").await;
+                return Err(EventError::CompletionFailed {
+                    record_id: id.clone(),
+                    source: Error::with_source(
+                        ErrorKind::InvalidConfig,
+                        format!(
+                            "the output of `{}` cannot be serialised to JSON, so it cannot be \
+                             stored for replay: {e}; the key was released",
+                            self.name
+                        ),
+                        e,
+                    ),
+                });
+            }
+        };
+        let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(json));
+        let expires = crate::http::now_ms() / 1000 + self.expires_after.as_secs();
+        let err = match self
+            .store
+            .complete_with_writes(lease, &stored, expires, writes)
+            .await
+        {
+            Ok(Completion::Stored) => return Ok(()),
+            Ok(Completion::Oversized { bytes }) => {
+                tracing::warn!(record_id = %id, bytes, "output too large to store; duplicates will get EventError::OutputTooLarge");
+                return Ok(());
+            }
+            Err(e) if e.is_fenced() && !transactional => {
+                // The work is done and this output is its true outcome; the
+                // newer attempt's outcome is the one that replays.
+                tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key");
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        match err.kind() {
+            ErrorKind::TransactionCancelled
+            | ErrorKind::TransactionRejected
+            | ErrorKind::InvalidConfig => {
+                // Definitely nothing committed: free the key for the retry.
+                tracing::warn!(record_id = %id, error = %err, "completion refused; nothing written");
+                self.release(lease, "its transactional completion was refused")
+                    .await;
+            }
+            ErrorKind::Fenced => {
+                tracing::warn!(record_id = %id, attempt = lease.attempt, "transactional completion fenced: a newer attempt took over, nothing of this one committed")
+            }
+            _ => {
+                // Unknown whether it committed: the lease decides, and the
+                // retry either replays or takes over.
+                tracing::error!(record_id = %id, error = %err, "could not record the outcome; the key frees when its lease ends")
             }
         }
+        Err(EventError::CompletionFailed {
+            record_id: id.clone(),
+            source: err,
+        })
+    }
+
+    /// Release `lease` (fenced) so the retry runs again; a failure only
+    /// delays that retry until the lease ends, so it is logged, not raised.
+    async fn release(&self, lease: &Lease, why: &str) {
+        match self.store.release(lease).await {
+            Ok(()) => tracing::info!(record_id = %lease.record_id, reason = why, "key released"),
+            Err(e) => {
+                tracing::warn!(record_id = %lease.record_id, reason = why, error = %e, "the key could not be released; it frees when its lease ends")
+            }
+        }
+    }
+}
+
+/// An idempotency key and its kind: text (a string as it is) or the JSON of
+/// a value of another type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Key {
+    value: String,
+    json: bool,
+}
+
+impl Key {
+    pub(crate) fn text(value: String) -> Key {
+        Key { value, json: false }
+    }
+
+    pub(crate) fn json(value: String) -> Key {
+        Key { value, json: true }
     }
 }
 
@@ -414,6 +515,18 @@ pub enum EventError<E> {
         /// What serde said.
         source: serde_json::Error,
     },
+    /// The function ran but its outcome was not recorded, so the event must
+    /// be delivered again. The source says why: the deferred writes were
+    /// cancelled or refused, or the output cannot be serialised (nothing
+    /// committed, the key was released); a newer attempt took over before the
+    /// writes committed; or the store did not answer (the outcome is unknown,
+    /// the key frees when its lease ends and the retry replays or runs again).
+    CompletionFailed {
+        /// The record id.
+        record_id: String,
+        /// What the store or serde said.
+        source: Error,
+    },
     /// The store failed; nothing ran.
     Store(Error),
     /// The wrapped function failed; the key was released.
@@ -448,6 +561,10 @@ impl<E: fmt::Display> fmt::Display for EventError<E> {
                 f,
                 "the stored output of idempotency record {record_id} does not fit the output type: {source}"
             ),
+            EventError::CompletionFailed { record_id, source } => write!(
+                f,
+                "the outcome of idempotency record {record_id} was not recorded, so the event must be retried: {source}"
+            ),
             EventError::Store(e) => write!(f, "idempotency store failed, nothing ran: {e}"),
             EventError::Handler(e) => e.fmt(f),
         }
@@ -466,6 +583,7 @@ impl<E> EventError<E> {
             EventError::Abandoned { .. } => "Idempotency.Abandoned",
             EventError::OutputTooLarge { .. } => "Idempotency.OutputTooLarge",
             EventError::CorruptOutput { .. } => "Idempotency.CorruptOutput",
+            EventError::CompletionFailed { .. } => "Idempotency.CompletionFailed",
             EventError::Store(_) => "Idempotency.StoreUnavailable",
             EventError::Handler(_) => "Handler",
         }

@@ -39,11 +39,13 @@
 //! ```
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::FutureExt;
 use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
 use lambda_http::{Body, IntoResponse, Request, RequestExt};
 use tower::{Layer, Service};
@@ -437,13 +439,25 @@ where
 
     let context = IdempotencyContext::from_lease(config.store.clone(), lease.clone());
     req.extensions_mut().insert(context.clone());
-    let response = match inner.call(req).instrument(span.clone()).await {
-        Ok(response) => response.into_response().await,
-        Err(err) => {
+    let called = AssertUnwindSafe(async { inner.call(req).await })
+        .catch_unwind()
+        .instrument(span.clone())
+        .await;
+    let response = match called {
+        Ok(Ok(response)) => response.into_response().await,
+        Ok(Err(err)) => {
             release(&config, &lease, "the handler returned an error")
                 .instrument(span)
                 .await;
             return Err(err);
+        }
+        Err(panic) => {
+            // Free the key for the retry now rather than at the lease's end,
+            // then let the panic go on to the runtime as it would have.
+            release(&config, &lease, "the handler panicked")
+                .instrument(span)
+                .await;
+            std::panic::resume_unwind(panic);
         }
     };
     finish(&config, &lease, &context, &fingerprint, response)

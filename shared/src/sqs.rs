@@ -23,7 +23,8 @@
 //! event.records = vec![message];
 //! let response = batch
 //!     .process(event, |_msg, _ctx| async { Err::<(), _>("downstream down") })
-//!     .await;
+//!     .await
+//!     .expect("every record has a messageId");
 //! assert_eq!(response.batch_item_failures[0].item_identifier, "m1");
 //! # });
 //! ```
@@ -35,7 +36,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::context::IdempotencyContext;
-use crate::function::{EventError, IdempotentFunction};
+use crate::error::{Error, ErrorKind};
+use crate::function::{EventError, IdempotentFunction, Key};
 
 /// Where a record's key comes from.
 #[derive(Debug, Clone)]
@@ -74,7 +76,18 @@ impl SqsBatch {
     }
 
     /// Run `handler` once per record key and report the records to redeliver.
-    pub async fn process<O, E, F, Fut>(&self, event: SqsEvent, handler: F) -> SqsBatchResponse
+    ///
+    /// # Errors
+    ///
+    /// A failed record that has no `messageId` cannot be named in the partial
+    /// batch response; `process` then stops and returns an
+    /// [`ErrorKind::InvalidEvent`] error: fail the invocation with it, so SQS
+    /// delivers the whole batch again (the records that succeeded replay).
+    pub async fn process<O, E, F, Fut>(
+        &self,
+        event: SqsEvent,
+        handler: F,
+    ) -> Result<SqsBatchResponse, Error>
     where
         O: Serialize + DeserializeOwned,
         E: std::fmt::Display,
@@ -84,40 +97,61 @@ impl SqsBatch {
         let mut response = SqsBatchResponse::default();
         let mut fifo_failed = false;
         for message in event.records {
-            let id = message.message_id.clone().unwrap_or_default();
+            let id = message.message_id.clone().filter(|m| !m.is_empty());
             let fifo = message
                 .event_source_arn
                 .as_deref()
                 .is_some_and(|arn| arn.ends_with(".fifo"));
-            if fifo && fifo_failed {
-                response.batch_item_failures.push(failure(id));
-                continue;
-            }
-            let body: serde_json::Value = message
-                .body
-                .as_deref()
-                .and_then(|b| serde_json::from_str(b).ok())
-                .unwrap_or(serde_json::Value::Null);
-            let key = match &self.key {
-                SqsKey::MessageId => message.message_id.clone().filter(|m| !m.is_empty()),
-                SqsKey::BodyPointer(pointer) => body.pointer(pointer).and_then(|v| match v {
-                    serde_json::Value::String(s) => Some(s.clone()),
-                    serde_json::Value::Null => None,
-                    other => Some(other.to_string()),
-                }),
+            let failed = if fifo && fifo_failed {
+                true
+            } else {
+                let body: serde_json::Value = message
+                    .body
+                    .as_deref()
+                    .and_then(|b| serde_json::from_str(b).ok())
+                    .unwrap_or(serde_json::Value::Null);
+                let key = match &self.key {
+                    SqsKey::MessageId => id.clone().map(Key::text),
+                    SqsKey::BodyPointer(pointer) => body_key(&body, pointer),
+                };
+                let fingerprint = self.function.fingerprint_of(&body);
+                let result: Result<O, EventError<E>> = self
+                    .function
+                    .run_keyed(key, fingerprint, message, &handler)
+                    .await;
+                match result {
+                    Ok(_) => false,
+                    Err(err) => {
+                        tracing::warn!(message_id = ?id, error_type = err.error_type(), error = %err, "SQS record failed; it will be redelivered");
+                        fifo_failed = fifo;
+                        true
+                    }
+                }
             };
-            let fingerprint = self.function.fingerprint_of(&body);
-            let result: Result<O, EventError<E>> = self
-                .function
-                .run_keyed(key, fingerprint, message, &handler)
-                .await;
-            if let Err(err) = result {
-                tracing::warn!(message_id = %id, error_type = err.error_type(), error = %err, "SQS record failed; it will be redelivered");
+            if failed {
+                let Some(id) = id else {
+                    return Err(Error::new(
+                        ErrorKind::InvalidEvent,
+                        "an SQS record without a messageId failed, and a partial batch response \
+                         cannot name it; fail the invocation so SQS delivers the whole batch again \
+                         (records that succeeded replay their outputs)",
+                    ));
+                };
                 response.batch_item_failures.push(failure(id));
-                fifo_failed = fifo;
             }
         }
-        response
+        Ok(response)
+    }
+}
+
+/// The key at `pointer` of a message body: a string as it is, another value
+/// as its JSON (kept apart from strings: `5` is not `"5"`), null or absent
+/// as no key.
+fn body_key(body: &serde_json::Value, pointer: &str) -> Option<Key> {
+    match body.pointer(pointer)? {
+        serde_json::Value::String(s) => Some(Key::text(s.clone())),
+        serde_json::Value::Null => None,
+        other => Some(Key::json(other.to_string())),
     }
 }
 

@@ -115,7 +115,13 @@ impl Consumer {
                     })?;
                     self.confirm(&event, ctx).await
                 })
-                .await;
+                .await
+                // A failed record without a messageId cannot be named: the
+                // invocation fails so SQS delivers the whole batch again.
+                .map_err(|e| lambda_runtime::Diagnostic {
+                    error_type: "Idempotency.InvalidEvent".into(),
+                    error_message: e.to_string(),
+                })?;
             return Ok(Output::Batch(response));
         }
         let event: OrderEvent = serde_json::from_value(payload).map_err(|e| {

@@ -544,6 +544,12 @@ async fn derived_key_is_stable_across_attempts(f: Fixture) {
         lambda_idempotency::scope::record_id("", None, "POST", "/orders", "k1"),
         1,
     )
+    .with_fingerprint(lambda_idempotency::Fingerprinter::new().fingerprint(
+        "POST",
+        "/orders",
+        &[],
+        b"{}",
+    ))
     .derived_key("charge");
     assert_eq!(json(&resumed)["charge_key"], expected.as_str());
 }

@@ -273,7 +273,8 @@ async fn batch_reports_exactly_the_failing_and_in_progress_records(f: Fixture) {
                 }
             }
         })
-        .await;
+        .await
+        .unwrap();
     let mut failed: Vec<&str> = response
         .batch_item_failures
         .iter()
@@ -309,11 +310,11 @@ async fn redelivered_batch_does_not_run_completed_records_again(f: Fixture) {
             }
         }
     };
-    let first = processor.process(make(), handler).await;
+    let first = processor.process(make(), handler).await.unwrap();
     assert_eq!(first.batch_item_failures.len(), 1);
     assert_eq!(first.batch_item_failures[0].item_identifier, "m2");
     // SQS redelivers the whole batch (same message ids): only m2 runs.
-    let second = processor.process(make(), handler).await;
+    let second = processor.process(make(), handler).await.unwrap();
     assert!(second.batch_item_failures.is_empty());
     assert_eq!(runs.count(), 3);
 }
@@ -341,7 +342,8 @@ async fn fifo_batch_fails_everything_after_the_first_failure(f: Fixture) {
                 }
             }
         })
-        .await;
+        .await
+        .unwrap();
     let failed: Vec<&str> = response
         .batch_item_failures
         .iter()

@@ -172,6 +172,12 @@ async fn create_replay_and_get_an_order() {
     assert!(body["charge_id"].as_str().unwrap().starts_with("ch_"));
     let order_id = body["order_id"].as_str().unwrap().to_owned();
     let expected_id = IdempotencyContext::new(record_id("", None, "POST", "/orders", "k1"), 1)
+        .with_fingerprint(lambda_idempotency::Fingerprinter::new().fingerprint(
+            "POST",
+            "/orders",
+            &[],
+            BODY.as_bytes(),
+        ))
         .derived_key("order");
     assert_eq!(
         order_id, expected_id,

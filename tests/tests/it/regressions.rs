@@ -234,3 +234,377 @@ async fn a_transaction_dynamodb_refuses_as_invalid_releases_the_key() {
     assert_eq!(again.status(), 500);
     assert_eq!(runs.count(), 2);
 }
+
+// Item 1: an event whose outcome was not recorded must not report success.
+
+/// A handler defers a write whose condition fails: the transaction with the
+/// completion is cancelled, nothing is written.
+#[tokio::test]
+async fn an_event_whose_transactional_completion_is_cancelled_fails_and_is_released() {
+    use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    use lambda_idempotency::{IdempotentFunction, SqsBatch};
+
+    let (store, _) = integration_tests::dynamo_store().await;
+    let orders = integration_tests::unique_name("orders");
+    let client = store.client().clone();
+    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
+        .await
+        .unwrap();
+    let must_be_new = |id: &str| {
+        TransactWriteItem::builder()
+            .put(
+                Put::builder()
+                    .table_name(&orders)
+                    .item("order_id", AttributeValue::S(id.into()))
+                    .condition_expression("attribute_not_exists(order_id)")
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+    };
+    client
+        .put_item()
+        .table_name(&orders)
+        .item("order_id", AttributeValue::S("taken".into()))
+        .send()
+        .await
+        .unwrap();
+
+    let function = IdempotentFunction::new(store.clone(), "consumer").key_pointers(["/id"]);
+    let runs = crate::fixture::Runs::default();
+    let run = |id: &'static str| {
+        let runs = runs.clone();
+        let write = must_be_new(id);
+        function.call_with_context(serde_json::json!({"id": id}), move |_, ctx| async move {
+            runs.bump();
+            ctx.expect("keyed").defer_write(write);
+            Ok::<_, String>("done".to_owned())
+        })
+    };
+    let err = run("taken").await.unwrap_err();
+    assert_eq!(err.error_type(), "Idempotency.CompletionFailed", "{err}");
+    assert!(err.to_string().contains("cancelled"), "{err}");
+    // Released: the redelivery runs again rather than waiting for the lease.
+    assert!(run("taken").await.is_err());
+    assert_eq!(runs.count(), 2);
+
+    // Through SqsBatch: the record is reported for redelivery.
+    let batch = SqsBatch::new(function.clone()).key_body_pointer("/id");
+    let mut message = SqsMessage::default();
+    message.message_id = Some("m-1".into());
+    message.body = Some(r#"{"id":"taken-too"}"#.into());
+    let mut event = SqsEvent::default();
+    event.records = vec![message];
+    client
+        .put_item()
+        .table_name(&orders)
+        .item("order_id", AttributeValue::S("taken-too".into()))
+        .send()
+        .await
+        .unwrap();
+    let write = must_be_new("taken-too");
+    let response = batch
+        .process(event, move |_, ctx| {
+            let write = write.clone();
+            async move {
+                ctx.expect("keyed").defer_write(write);
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap();
+    let failed: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["m-1"]);
+}
+
+/// The transaction committed but its response was lost and the SDK may not
+/// retry: the outcome is unknown to the caller, so the event fails, and the
+/// key is left alone (here the transaction did commit, so a duplicate replays).
+#[tokio::test]
+async fn an_event_whose_completion_outcome_is_unknown_fails_and_keeps_the_key() {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    use lambda_idempotency::IdempotentFunction;
+
+    let lose = LoseResponses::new(0);
+    let shared = aws_config::from_env()
+        .region(aws_config::Region::new("us-east-1"))
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
+        .load()
+        .await;
+    let conf = aws_sdk_dynamodb::config::Builder::from(&shared)
+        .endpoint_url(integration_tests::endpoint())
+        .interceptor(lose.clone())
+        .build();
+    let client = aws_sdk_dynamodb::Client::from_conf(conf);
+    let table = create_table(&integration_tests::client().await).await;
+    let orders = integration_tests::unique_name("orders");
+    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
+        .await
+        .unwrap();
+    let store = DynamoStore::new(client, table);
+    let function = IdempotentFunction::new(store, "consumer").key_pointers(["/id"]);
+    let runs = crate::fixture::Runs::default();
+    let call = || {
+        let runs = runs.clone();
+        let lose = lose.clone();
+        let write = TransactWriteItem::builder()
+            .put(
+                Put::builder()
+                    .table_name(&orders)
+                    .item("order_id", AttributeValue::S("o-1".into()))
+                    .build()
+                    .unwrap(),
+            )
+            .build();
+        function.call_with_context(serde_json::json!({"id": "e-1"}), move |_, ctx| async move {
+            runs.bump();
+            ctx.expect("keyed").defer_write(write);
+            lose.arm(1); // the completion's response
+            Ok::<_, String>("sent".to_owned())
+        })
+    };
+    let err = call().await.unwrap_err();
+    assert_eq!(err.error_type(), "Idempotency.CompletionFailed", "{err}");
+    lose.arm(0);
+    // Not released: the transaction did commit, so the duplicate replays.
+    let again: String = call().await.unwrap();
+    assert_eq!(again, "sent");
+    assert_eq!(runs.count(), 1);
+}
+
+#[tokio::test]
+async fn an_output_that_cannot_be_serialised_fails_the_event_and_releases_the_key() {
+    use lambda_idempotency::{IdempotentFunction, MemoryStore};
+    use std::collections::HashMap;
+
+    let store = MemoryStore::new();
+    let function = IdempotentFunction::new(store.clone(), "consumer").key_pointers(["/id"]);
+    // JSON object keys must be strings: a map keyed by tuples cannot be stored.
+    let err = function
+        .call(serde_json::json!({"id": "e-1"}), |_| async {
+            Ok::<_, String>(HashMap::from([((1, 2), 3)]))
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.error_type(), "Idempotency.CompletionFailed", "{err}");
+    assert!(store.is_empty(), "released, so the redelivery runs again");
+}
+
+// Item 6: keys derived from a claim bind the request, not only the record.
+
+async fn derived_keys_bind_the_request_that_claimed(f: crate::fixture::Fixture) {
+    use lambda_http::{Body, Request, Response};
+    use lambda_idempotency::{IdempotencyContext, IdempotencyLayer};
+    use tower::{Layer, ServiceExt};
+
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let handler = tower::service_fn(move |req: Request| {
+        let log = log.clone();
+        async move {
+            let ctx = IdempotencyContext::of(&req).expect("claimed");
+            log.lock().unwrap().push(ctx.derived_key("charge"));
+            // The first try fails with a 503, so the record is released.
+            let status = if log.lock().unwrap().len() == 1 {
+                503
+            } else {
+                201
+            };
+            Ok::<_, lambda_http::Error>(Response::builder().status(status).body(Body::Empty)?)
+        }
+    });
+    let svc = IdempotencyLayer::new(f.store.clone()).layer(handler);
+    let post = crate::fixture::post;
+    let first = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), r#"{"amount":5}"#))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 503);
+    let other_body = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), r#"{"amount":900}"#))
+        .await
+        .unwrap();
+    assert_eq!(other_body.status(), 201);
+    let seen = seen.lock().unwrap();
+    assert_ne!(
+        seen[0], seen[1],
+        "a different request under the same key must not reuse the first one's charge key"
+    );
+    // A true retry (same request) keeps its keys: a detached context of the
+    // same record and fingerprint derives the same key on every attempt.
+    assert_eq!(
+        IdempotencyContext::new("r", 1).derived_key("charge"),
+        IdempotencyContext::new("r", 2).derived_key("charge")
+    );
+}
+
+// Item 10: a panicking handler does not block its key until the lease ends.
+
+async fn a_panicking_handler_releases_its_key(f: crate::fixture::Fixture) {
+    use lambda_http::{Body, Request, Response};
+    use lambda_idempotency::IdempotencyLayer;
+    use tower::{Layer, ServiceExt};
+
+    let runs = crate::fixture::Runs::default();
+    let counted = runs.clone();
+    let handler = tower::service_fn(move |_req: Request| {
+        let run = counted.bump();
+        async move {
+            if run == 1 {
+                panic!("handler bug on the first run");
+            }
+            Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::Empty)?)
+        }
+    });
+    let svc = IdempotencyLayer::new(f.store.clone()).layer(handler);
+    let first = tokio::spawn(svc.clone().oneshot(crate::fixture::post(
+        "/orders",
+        Some("k1"),
+        "{}",
+    )))
+    .await;
+    assert!(
+        first.unwrap_err().is_panic(),
+        "the panic still reaches the runtime"
+    );
+    let retry = svc
+        .oneshot(crate::fixture::post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 201, "released: the retry runs, no 409");
+    assert_eq!(runs.count(), 2);
+}
+
+async fn a_panicking_event_handler_releases_its_key(f: crate::fixture::Fixture) {
+    use lambda_idempotency::IdempotentFunction;
+
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
+    let first = {
+        let function = function.clone();
+        tokio::spawn(async move {
+            function
+                .call(serde_json::json!({"id": "e-1"}), |_| async {
+                    panic!("handler bug");
+                    #[allow(unreachable_code)]
+                    Ok::<u8, String>(0)
+                })
+                .await
+        })
+        .await
+    };
+    assert!(first.unwrap_err().is_panic());
+    let out: u8 = function
+        .call(serde_json::json!({"id": "e-1"}), |_| async {
+            Ok::<u8, String>(7)
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, 7);
+}
+
+crate::fixture::on_both_stores!(
+    derived_keys_bind_the_request_that_claimed,
+    a_panicking_handler_releases_its_key,
+    a_panicking_event_handler_releases_its_key,
+    keys_of_different_json_types_never_collide,
+    an_sqs_record_without_a_message_id_that_fails_fails_the_whole_batch,
+);
+
+// Item 14: SQS and function keys.
+
+async fn keys_of_different_json_types_never_collide(f: crate::fixture::Fixture) {
+    use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+    use lambda_idempotency::{IdempotentFunction, SqsBatch};
+
+    let runs = crate::fixture::Runs::default();
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
+    for arg in [
+        serde_json::json!({"id": 5}),
+        serde_json::json!({"id": "5"}),
+        serde_json::json!({"id": [5]}),
+        serde_json::json!({"id": "[5]"}),
+    ] {
+        let runs = runs.clone();
+        let _: u64 = function
+            .call(arg, |_| async move { Ok::<_, String>(runs.bump()) })
+            .await
+            .unwrap();
+    }
+    assert_eq!(runs.count(), 4, "four different keys, four runs");
+
+    let batch = SqsBatch::new(IdempotentFunction::new(f.store.clone(), "sqs"))
+        .key_body_pointer("/event_id");
+    let mut event = SqsEvent::default();
+    for (i, body) in [
+        r#"{"event_id":5}"#,
+        r#"{"event_id":"5"}"#,
+        r#"{"event_id":20000000000000000001}"#,
+        r#"{"event_id":20000000000000000000}"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut message = SqsMessage::default();
+        message.message_id = Some(format!("m-{i}"));
+        message.body = Some(body.into());
+        event.records.push(message);
+    }
+    let sqs_runs = crate::fixture::Runs::default();
+    let response = batch
+        .process(event, |_, _| {
+            let runs = sqs_runs.clone();
+            async move { Ok::<_, String>(runs.bump()) }
+        })
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(sqs_runs.count(), 4, "four different event ids, four runs");
+}
+
+async fn an_sqs_record_without_a_message_id_that_fails_fails_the_whole_batch(
+    f: crate::fixture::Fixture,
+) {
+    use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+    use lambda_idempotency::{ErrorKind, IdempotentFunction, SqsBatch};
+
+    let batch = SqsBatch::new(IdempotentFunction::new(f.store.clone(), "sqs"))
+        .key_body_pointer("/event_id");
+    let message = |id: Option<&str>, body: &str| {
+        let mut message = SqsMessage::default();
+        message.message_id = id.map(str::to_owned);
+        message.body = Some(body.into());
+        message
+    };
+    let mut event = SqsEvent::default();
+    event.records = vec![
+        message(Some("m-1"), r#"{"event_id":"a"}"#),
+        message(None, r#"{"event_id":"b"}"#),
+    ];
+    let err = batch
+        .process(event, |m, _| async move {
+            match m.message_id {
+                Some(_) => Ok(()),
+                None => Err("downstream down"),
+            }
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidEvent);
+    assert!(err.to_string().contains("messageId"), "{err}");
+
+    // Records without an id that succeed need no report.
+    let mut event = SqsEvent::default();
+    event.records = vec![message(None, r#"{"event_id":"c"}"#)];
+    let response = batch
+        .process(event, |_, _| async { Ok::<_, String>(()) })
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+}
