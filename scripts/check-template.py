@@ -101,6 +101,28 @@ def main():
         "with JwtIssuer: the authorizer carries the issuer and the audiences",
     )
 
+    for params, expected in (({}, "true"), ({"JwtIssuer": issuer, "JwtAudience": audience}, "false")):
+        function = transformed(params)["Resources"]["OrdersApiFunction"]["Properties"]
+        env = resolve(function["Environment"]["Variables"], {"HasJwtAuthorizer": bool(params)}, params)
+        check(
+            env.get("IDEMPOTENCY_ALLOW_ANONYMOUS") == expected,
+            f"{'with' if params else 'without'} JwtIssuer: IDEMPOTENCY_ALLOW_ANONYMOUS is {expected}",
+        )
+
+    # A lease shorter than the invocation lets a retry run the handler twice.
+    template = yaml_parse((ROOT / "template.yaml").read_text())
+    lease_margin_s = 2
+    min_lease = template["Parameters"]["IdempotencyMaxLeaseSeconds"]["MinValue"]
+    for name, resource in template["Resources"].items():
+        props = resource.get("Properties", {})
+        variables = props.get("Environment", {}).get("Variables", {})
+        if "IDEMPOTENCY_MAX_LEASE_SECONDS" in variables:
+            timeout = props.get("Timeout", template["Globals"]["Function"]["Timeout"])
+            check(
+                min_lease >= timeout + lease_margin_s,
+                f"{name}: IdempotencyMaxLeaseSeconds MinValue {min_lease} covers its Timeout {timeout} + {lease_margin_s} s margin",
+            )
+
     if failures:
         sys.exit(f"template check: {len(failures)} failure(s)")
     print("template check: the SAM transform succeeds with and without the JWT authorizer")

@@ -32,6 +32,7 @@ start_watch() {
   cargo lambda watch --quiet --ignore-changes --invoke-port "$port" --concurrency 2 --timeout 15 \
     --env-var "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE,ORDERS_TABLE=$ORDERS_TABLE,SIMULATED_PROVIDER_LATENCY_MS=1500" \
     --env-var "IDEMPOTENCY_MAX_LEASE_SECONDS=3,ORDERS_API_DEMO_CRASHES=1" \
+    --env-var "IDEMPOTENCY_ALLOW_ANONYMOUS=true" \
     --env-var "AWS_ENDPOINT_URL_DYNAMODB=$AWS_ENDPOINT_URL_DYNAMODB,AWS_REGION=$AWS_REGION" \
     --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY,RUST_LOG=warn" \
     -p orders-api >>"$log" 2>&1 &

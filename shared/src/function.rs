@@ -301,8 +301,11 @@ impl IdempotentFunction {
         };
         let id = self.record_id_of(&key);
         let now = crate::http::now_ms();
-        let lease_end =
+        let (lease_end, capped) =
             crate::http::lease_end_for(now, self.deadline_ms, self.max_lease, self.lease_margin);
+        if capped {
+            crate::http::warn_lease_capped();
+        }
         let owner = crate::http::owner_token().map_err(EventError::Store)?;
         let claim = ClaimRequest {
             record_id: id.clone(),

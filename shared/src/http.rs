@@ -14,7 +14,8 @@
 //! | same key, different request | `422` problem |
 //! | key missing (when required) or malformed | `400` problem |
 //! | store unreachable | `503` problem, `Retry-After`; the handler does not run |
-//! | handler error, 5xx, 408 or 429 | record released so a retry runs again (5xx can be stored instead) |
+//! | handler error, 5xx, or a client error that may change (401, 403, 404, 408, 409, 425, 429, ...) | record released so a retry runs again ([`stored_by_default`]; [`store_when`](IdempotencyLayer::store_when) changes it) |
+//! | a tenant source is configured and finds no tenant | `401` problem |
 //! | other methods | passed through untouched |
 //!
 //! ```
@@ -59,7 +60,7 @@ use crate::key;
 use crate::metrics::{Event, Metrics};
 use crate::problem;
 use crate::record::{Record, Status, StoredResponse};
-use crate::scope::{record_id, TenantSource};
+use crate::scope::{normalize_path, record_id, route_of, Tenant, TenantSource};
 use crate::store::{ClaimOutcome, ClaimRequest, Completion, Lease, Store};
 
 /// Header added to replayed responses.
@@ -84,6 +85,7 @@ struct Config {
     max_lease: Duration,
     lease_margin: Duration,
     store_server_errors: bool,
+    store_when: Option<StatusFn>,
     in_progress_retry_after: Duration,
     unavailable_retry_after: Duration,
     cache: Option<Arc<LocalCache>>,
@@ -93,6 +95,28 @@ struct Config {
 }
 
 type ReplayHook = dyn Fn(&mut Response<Body>) + Send + Sync;
+
+#[derive(Clone)]
+struct StatusFn(Arc<dyn Fn(StatusCode) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for StatusFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreWhen")
+    }
+}
+
+/// Is a response with `status` stored and replayed by default? Yes for 2xx
+/// and 3xx, and for the client errors that are final for the same request:
+/// 400, 405, 410, 413, 414, 415 and 422. Everything else is released so a
+/// retry runs the handler again: 5xx, and client errors that depend on
+/// something else than the request and may change (401, 403, 404, 408, 409,
+/// 412, 425, 429, ...). Change it with
+/// [`IdempotencyLayer::store_when`].
+pub fn stored_by_default(status: StatusCode) -> bool {
+    status.is_success()
+        || status.is_redirection()
+        || matches!(status.as_u16(), 400 | 405 | 410 | 413 | 414 | 415 | 422)
+}
 
 #[derive(Clone)]
 struct HookFn(Arc<ReplayHook>);
@@ -133,6 +157,7 @@ impl IdempotencyLayer {
                 max_lease: Duration::from_secs(15 * 60),
                 lease_margin: Duration::from_secs(2),
                 store_server_errors: false,
+                store_when: None,
                 in_progress_retry_after: Duration::from_secs(1),
                 unavailable_retry_after: Duration::from_secs(1),
                 cache: None,
@@ -208,6 +233,27 @@ impl IdempotencyLayer {
     /// (`Err`) are always released: there is no response to replay.
     pub fn store_server_errors(mut self, store: bool) -> Self {
         self.config.store_server_errors = store;
+        self
+    }
+
+    /// Which statuses are stored and replayed; any other is released so a
+    /// retry runs the handler again (default [`stored_by_default`]; 5xx are
+    /// also stored when [`store_server_errors`](Self::store_server_errors) is
+    /// on). Handler errors (`Err`) are always released.
+    ///
+    /// ```
+    /// use lambda_idempotency::{http::stored_by_default, IdempotencyLayer, MemoryStore};
+    ///
+    /// // This API's 409 means "already cancelled": final, so replay it.
+    /// let layer = IdempotencyLayer::new(MemoryStore::new())
+    ///     .store_when(|status| status == 409 || stored_by_default(status));
+    /// # let _ = layer;
+    /// ```
+    pub fn store_when<F>(mut self, stored: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.config.store_when = Some(StatusFn(Arc::new(stored)));
         self
     }
 
@@ -359,14 +405,29 @@ where
         },
     };
 
+    let tenant = match config.tenant.scope(&req) {
+        Tenant::Known(tenant) => Some(tenant),
+        Tenant::Anonymous => None,
+        Tenant::Missing => {
+            config.count(Event::TenantMissing);
+            tracing::warn!(source = ?config.tenant, "covered request without a tenant refused");
+            return Ok(problem::response(
+                problem::TENANT_MISSING,
+                "this API scopes idempotency keys per caller, and the request carries no caller \
+                 identity (no authorizer, or its claim or field is absent); send the request \
+                 through the API's authorizer",
+            ));
+        }
+    };
     let method = req.method().as_str().to_owned();
-    let path = req.uri().path().to_owned();
-    let tenant = config.tenant.resolve(&req);
+    // The scope is the route the request matched, the fingerprint the path
+    // as a router reads it: `/orders/` retries `/orders`.
+    let path = normalize_path(req.uri().path()).into_owned();
     let id = record_id(
         &config.namespace,
         tenant.as_deref(),
         &method,
-        &path,
+        &route_of(&req),
         key.as_str(),
     );
     let header_values: Vec<Option<&[u8]>> = config
@@ -398,7 +459,11 @@ where
             }
         }));
     }
-    let lease_end = lease_end(&config, now, req.lambda_context_ref().map(|c| c.deadline));
+    let (lease_end, capped) = lease_end(&config, now, req.lambda_context_ref().map(|c| c.deadline));
+    if capped {
+        config.count(Event::LeaseCapped);
+        span.in_scope(warn_lease_capped);
+    }
     let owner = match owner_token() {
         Ok(owner) => owner,
         Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
@@ -475,16 +540,17 @@ async fn finish<E>(
     response: Response<Body>,
 ) -> Result<Response<Body>, E> {
     let status = response.status();
-    let retryable = status.is_server_error()
-        || status == StatusCode::REQUEST_TIMEOUT
-        || status == StatusCode::TOO_MANY_REQUESTS;
-    if retryable && !(config.store_server_errors && status.is_server_error()) {
+    let stored = match &config.store_when {
+        Some(StatusFn(stored)) => stored(status),
+        None => stored_by_default(status),
+    } || (config.store_server_errors && status.is_server_error());
+    if !stored {
         // Deferred writes are dropped with the outcome: nothing of this attempt commits.
         context.take_writes();
         release(
             config,
             lease,
-            "the handler answered with a retryable status",
+            "the handler answered with a status that is not stored",
         )
         .await;
         return Ok(response);
@@ -668,8 +734,9 @@ async fn release(config: &Config, lease: &Lease, why: &str) {
 }
 
 /// End of the lease: the Lambda deadline plus the margin, capped by
-/// `max_lease`. Without a deadline (outside Lambda) the cap applies.
-fn lease_end(config: &Config, now: u64, deadline_ms: Option<u64>) -> u64 {
+/// `max_lease`. Without a deadline (outside Lambda) the cap applies. The flag
+/// is true when the cap ended the lease before the invocation's deadline.
+fn lease_end(config: &Config, now: u64, deadline_ms: Option<u64>) -> (u64, bool) {
     lease_end_for(now, deadline_ms, config.max_lease, config.lease_margin)
 }
 
@@ -678,11 +745,28 @@ pub(crate) fn lease_end_for(
     deadline_ms: Option<u64>,
     max_lease: Duration,
     margin: Duration,
-) -> u64 {
+) -> (u64, bool) {
     let cap = now.saturating_add(millis(max_lease));
     match deadline_ms.filter(|d| *d > 0) {
-        Some(deadline) => deadline.max(now).saturating_add(millis(margin)).min(cap),
-        None => cap,
+        Some(deadline) => {
+            let wanted = deadline.max(now).saturating_add(millis(margin));
+            (wanted.min(cap), wanted > cap)
+        }
+        None => (cap, false),
+    }
+}
+
+/// Say once per process that `max_lease` is shorter than an invocation: a
+/// lease that ends while its invocation still runs lets a retry take the key
+/// over and run the handler a second time, concurrently.
+pub(crate) fn warn_lease_capped() {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::error!(
+            "max_lease is shorter than this invocation's remaining time: a retry can take the \
+             key over while it still runs and run the handler twice; set max_lease above the \
+             function timeout (plus the lease margin)"
+        );
     }
 }
 
@@ -744,10 +828,10 @@ mod tests {
             .max_lease(Duration::from_secs(60))
             .lease_margin(Duration::from_secs(2))
             .config;
-        assert_eq!(lease_end(&config, 1_000, Some(11_000)), 13_000);
-        assert_eq!(lease_end(&config, 1_000, Some(900_000)), 61_000);
-        assert_eq!(lease_end(&config, 1_000, None), 61_000);
-        assert_eq!(lease_end(&config, 5_000, Some(1_000)), 7_000);
+        assert_eq!(lease_end(&config, 1_000, Some(11_000)), (13_000, false));
+        assert_eq!(lease_end(&config, 1_000, Some(900_000)), (61_000, true));
+        assert_eq!(lease_end(&config, 1_000, None), (61_000, false));
+        assert_eq!(lease_end(&config, 5_000, Some(1_000)), (7_000, false));
     }
 
     #[test]

@@ -63,6 +63,13 @@ pub enum Event {
     CacheHit,
     /// A response was too large to store; a marker was stored instead.
     OversizedResponse,
+    /// `max_lease` ended a lease before the invocation's own deadline: a
+    /// retry could take the key over while this invocation still runs. Raise
+    /// `max_lease` above the function timeout.
+    LeaseCapped,
+    /// A covered request had no tenant where the tenant source requires one
+    /// (answered `401`).
+    TenantMissing,
 }
 
 impl Event {
@@ -78,6 +85,8 @@ impl Event {
             Event::StoreError => "StoreError",
             Event::CacheHit => "CacheHit",
             Event::OversizedResponse => "OversizedResponse",
+            Event::LeaseCapped => "LeaseCapped",
+            Event::TenantMissing => "TenantMissing",
         }
     }
 }

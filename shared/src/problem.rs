@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | [`KEY_MISSING`] | 400 | the key header is absent on a route that requires it |
 //! | [`KEY_INVALID`] | 400 | the key is empty, longer than 255 bytes, or not printable ASCII |
+//! | [`TENANT_MISSING`] | 401 | a tenant source is configured but the request has no tenant (no authorizer, absent claim); nothing ran |
 //! | [`IN_PROGRESS`] | 409 | the first request with this key is still running (`Retry-After` says when to retry) |
 //! | [`KEY_REUSED`] | 422 | the key was first used with a different request (method, path or body) |
 //! | [`STORE_UNAVAILABLE`] | 503 | the idempotency store could not be reached; the handler did not run |
@@ -45,6 +46,14 @@ pub const KEY_MISSING: ProblemType = ProblemType {
     uri: "https://lambda-idempotency.dev/problems/key-missing",
     title: "Idempotency-Key header is missing",
     status: 400,
+};
+/// The tenant source is configured but the request carries no tenant (no
+/// authorizer, or the claim or field is absent): the request is refused
+/// rather than run in a scope shared with every other anonymous caller.
+pub const TENANT_MISSING: ProblemType = ProblemType {
+    uri: "https://lambda-idempotency.dev/problems/tenant-missing",
+    title: "The request carries no tenant identity",
+    status: 401,
 };
 /// The key is malformed.
 pub const KEY_INVALID: ProblemType = ProblemType {

@@ -3,8 +3,18 @@
 //! A key is scoped by tenant + method + path + key, and the record id is a
 //! SHA-256 of that scope, so tenant A's key `k1` and tenant B's key `k1` are two
 //! records, and raw keys are never stored in the key attribute. The tenant comes
-//! from a [`TenantSource`]; requests for which it yields nothing share one
-//! anonymous scope (which no tenant's scope can collide with).
+//! from a [`TenantSource`]. With [`TenantSource::anonymous`] (the default) every
+//! request shares one anonymous scope (which no tenant's scope can collide
+//! with). Any other source **fails closed**: a request for which it yields
+//! nothing is refused with a `401`
+//! [`TENANT_MISSING`](crate::problem::TENANT_MISSING) problem, unless the source
+//! opts in to the shared anonymous scope with
+//! [`or_anonymous`](TenantSource::or_anonymous).
+//!
+//! The path part of the scope is the route the request matched: API Gateway's
+//! route template where the event has one (HTTP API `routeKey`, REST API
+//! `resourcePath`), else the path with repeated and trailing slashes removed
+//! ([`route_of`]); `/orders`, `/orders/` and `//orders` are one route.
 //!
 //! ```
 //! use lambda_idempotency::TenantSource;
@@ -34,6 +44,18 @@ type Resolver = dyn Fn(&Request) -> Option<String> + Send + Sync;
 pub struct TenantSource {
     name: &'static str,
     resolve: Option<Arc<Resolver>>,
+    or_anonymous: bool,
+}
+
+/// The tenant scope of one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tenant {
+    /// This tenant's own scope.
+    Known(String),
+    /// The shared anonymous scope, as configured.
+    Anonymous,
+    /// The source is configured but found nothing: refuse the request.
+    Missing,
 }
 
 impl TenantSource {
@@ -42,6 +64,7 @@ impl TenantSource {
         TenantSource {
             name: "anonymous",
             resolve: None,
+            or_anonymous: true,
         }
     }
 
@@ -121,6 +144,25 @@ impl TenantSource {
         TenantSource {
             name,
             resolve: Some(Arc::new(f)),
+            or_anonymous: false,
+        }
+    }
+
+    /// Put requests for which this source finds no tenant in the shared
+    /// anonymous scope instead of refusing them with a `401`. Only sound when
+    /// every caller without a tenant may replay every other one's responses
+    /// (a public, unauthenticated API).
+    pub fn or_anonymous(mut self) -> Self {
+        self.or_anonymous = true;
+        self
+    }
+
+    /// The tenant scope of `req`.
+    pub(crate) fn scope(&self, req: &Request) -> Tenant {
+        match self.resolve(req) {
+            Some(tenant) => Tenant::Known(tenant),
+            None if self.or_anonymous => Tenant::Anonymous,
+            None => Tenant::Missing,
         }
     }
 
@@ -141,7 +183,10 @@ impl Default for TenantSource {
 
 impl fmt::Debug for TenantSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("TenantSource").field(&self.name).finish()
+        f.debug_struct("TenantSource")
+            .field("name", &self.name)
+            .field("or_anonymous", &self.or_anonymous)
+            .finish()
     }
 }
 
@@ -152,6 +197,46 @@ fn json_string(value: &serde_json::Value) -> Option<String> {
         serde_json::Value::Bool(b) => Some(b.to_string()),
         _ => None,
     }
+}
+
+/// The route `req` matched, the path part of its scope: the route template
+/// of an API Gateway event (`/orders/{order_id}` from the HTTP API route key
+/// `POST /orders/{order_id}`, or the REST API resource path), otherwise
+/// [`normalize_path`] of the request path (ALB, Function URLs, an HTTP API's
+/// `$default` route, requests built in tests).
+pub fn route_of(req: &Request) -> std::borrow::Cow<'_, str> {
+    let template = match req.request_context_ref() {
+        Some(RequestContext::ApiGatewayV2(ctx)) => ctx
+            .route_key
+            .as_deref()
+            .filter(|k| *k != "$default")
+            .and_then(|k| k.split_once(' ').map(|(_, path)| path).or(Some(k))),
+        Some(RequestContext::ApiGatewayV1(ctx)) => ctx.resource_path.as_deref(),
+        _ => None,
+    };
+    match template {
+        Some(t) if t.starts_with('/') => std::borrow::Cow::Borrowed(t),
+        _ => normalize_path(req.uri().path()),
+    }
+}
+
+/// A path with runs of `/` collapsed and a trailing `/` removed (`/` stays
+/// `/`): the forms a router treats as one route are one scope and one
+/// fingerprint.
+pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let clean = !path.contains("//") && (path.len() <= 1 || !path.ends_with('/'));
+    if clean && path.starts_with('/') {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let mut out = String::with_capacity(path.len() + 1);
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        out.push('/');
+        out.push_str(segment);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The record id of a scope: hex SHA-256 over length-prefixed parts.

@@ -30,6 +30,9 @@ pub fn orders_env(
         ("IDEMPOTENCY_TABLE", tables.0.as_str()),
         ("ORDERS_TABLE", tables.1.as_str()),
         ("RUST_LOG", "error"),
+        // No authorizer in front of these processes: the shared anonymous
+        // scope, as the template sets it when it has no JWT authorizer.
+        ("IDEMPOTENCY_ALLOW_ANONYMOUS", "true"),
     ] {
         env.push((k.into(), v.into()));
     }

@@ -1,12 +1,16 @@
 //! `orders-api`: an example Lambda HTTP API made safe to retry with
 //! `lambda-idempotency`.
 //!
-//! - `POST /orders` (`Idempotency-Key` required; tenant = JWT `sub`) validates
+//! - `POST /orders` (`Idempotency-Key` required; tenant = JWT `sub`; a request
+//!   without one is refused with a `401` unless `IDEMPOTENCY_ALLOW_ANONYMOUS`
+//!   puts such requests in one shared anonymous scope) validates
 //!   `{"customer_id", "amount", "currency"}`, derives the order id and the
 //!   payment-provider key from the idempotency record, charges the simulated
 //!   provider (itself idempotent by that key), upserts the order and answers
 //!   `201`. The order's `executions` counts how often this body really ran.
 //! - `GET /orders/{order_id}` answers the stored order or `404`; not covered.
+//!   An order is visible only to the tenant that created it (anonymous orders
+//!   to anonymous callers).
 //!
 //! Because the order id and charge key are derived from the record, a re-run
 //! after a crash writes the same order and is deduplicated by the provider.
@@ -45,6 +49,11 @@ pub struct Config {
     /// `IDEMPOTENCY_METRICS_NAMESPACE`: emit the middleware's EMF metrics
     /// under this CloudWatch namespace (off when unset).
     pub metrics_namespace: Option<String>,
+    /// `IDEMPOTENCY_ALLOW_ANONYMOUS=true`: requests without a JWT `sub` share
+    /// one anonymous scope (an API without an authorizer). Default `false`:
+    /// they are refused with a `401`, so no caller can replay another's
+    /// response.
+    pub allow_anonymous: bool,
 }
 
 impl Config {
@@ -78,6 +87,18 @@ impl Config {
             max_lease: Duration::from_secs(number("IDEMPOTENCY_MAX_LEASE_SECONDS", 900)?),
             demo_crashes: lookup("ORDERS_API_DEMO_CRASHES").as_deref() == Some("1"),
             metrics_namespace: lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()),
+            allow_anonymous: match lookup("IDEMPOTENCY_ALLOW_ANONYMOUS")
+                .as_deref()
+                .map(str::trim)
+            {
+                None | Some("") | Some("false") | Some("0") => false,
+                Some("true") | Some("1") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "IDEMPOTENCY_ALLOW_ANONYMOUS={other:?} is not a boolean: use true or false"
+                    ))
+                }
+            },
         })
     }
 }
@@ -86,7 +107,7 @@ impl Config {
 pub fn idempotency_layer(store: DynamoStore, config: &Config) -> IdempotencyLayer {
     let layer = IdempotencyLayer::new(store)
         .require_key(true)
-        .tenant(TenantSource::jwt_sub())
+        .tenant(tenant_source(config))
         .expires_after(config.expires_after)
         .max_lease(config.max_lease);
     match &config.metrics_namespace {
@@ -94,6 +115,16 @@ pub fn idempotency_layer(store: DynamoStore, config: &Config) -> IdempotencyLaye
             layer.metrics(Metrics::new(namespace).dimension("Service", "orders-api"))
         }
         None => layer,
+    }
+}
+
+/// Where a request's tenant comes from: the JWT `sub`, refusing requests
+/// without one unless the configuration allows a shared anonymous scope.
+fn tenant_source(config: &Config) -> TenantSource {
+    if config.allow_anonymous {
+        TenantSource::jwt_sub().or_anonymous()
+    } else {
+        TenantSource::jwt_sub()
     }
 }
 
@@ -115,6 +146,8 @@ struct Inner {
     table: String,
     provider_latency: Duration,
     demo_crashes: bool,
+    tenant: TenantSource,
+    allow_anonymous: bool,
 }
 
 impl Orders {
@@ -126,6 +159,8 @@ impl Orders {
                 table: config.orders_table.clone(),
                 provider_latency: config.provider_latency,
                 demo_crashes: config.demo_crashes,
+                tenant: tenant_source(config),
+                allow_anonymous: config.allow_anonymous,
             }),
         }
     }
@@ -178,7 +213,7 @@ async fn route(inner: &Inner, req: Request) -> Response<Body> {
     if let Some((prefix, id)) = path.rsplit_once('/') {
         if prefix.ends_with("/orders") || prefix == "orders" {
             return match method {
-                http::Method::GET => get_order(inner, id).await,
+                http::Method::GET => get_order(inner, &req, id).await,
                 _ => problem(
                     StatusCode::METHOD_NOT_ALLOWED,
                     problems::METHOD_NOT_ALLOWED,
@@ -256,23 +291,25 @@ async fn create_order(inner: &Inner, req: &Request) -> Response<Body> {
         Some(ctx) => Run::recorded(ctx),
         None => match Run::unrecorded() {
             Ok(run) => run,
-            Err(detail) => {
-                return problem(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    problems::DEPENDENCY_FAILED,
-                    &detail,
-                )
-            }
+            Err(detail) => return dependency_failed(&detail),
         },
     };
     match run_phases(inner, req, &run, &order).await {
         Ok(response) => response,
-        Err(detail) => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            problems::DEPENDENCY_FAILED,
-            &detail,
-        ),
+        Err(detail) => dependency_failed(&detail),
     }
+}
+
+/// A `503` for a failed dependency. The cause goes to the log only: SDK
+/// error text can name accounts, ARNs and tables, which clients must not see.
+fn dependency_failed(cause: &str) -> Response<Body> {
+    tracing::error!(cause, "a dependency failed; answering 503");
+    problem(
+        StatusCode::SERVICE_UNAVAILABLE,
+        problems::DEPENDENCY_FAILED,
+        "the order could not be processed because a dependency (the orders table or the \
+         payment provider) failed; retry with the same Idempotency-Key",
+    )
 }
 
 /// The phases, in order; a recovery point names the last one finished.
@@ -349,7 +386,8 @@ async fn run_phases(
     let done = |phase: usize| reached.is_some_and(|r| r >= phase);
 
     if !done(0) {
-        create_pending_order(inner, order_id, order).await?;
+        let tenant = inner.tenant.resolve(req);
+        create_pending_order(inner, order_id, tenant.as_deref(), order).await?;
         run.commit(PHASES[0], serde_json::json!({ "order_id": order_id }))
             .await?;
     }
@@ -457,22 +495,33 @@ fn table_error(e: impl std::error::Error + 'static) -> String {
 async fn create_pending_order(
     inner: &Inner,
     order_id: &str,
+    tenant: Option<&str>,
     order: &NewOrder,
 ) -> Result<(), String> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    // The tenant that may read the order back (none for anonymous orders).
+    let (set_tenant, tenant_value) = match tenant {
+        Some(t) => (", tenant = :t", Some(AttributeValue::S(t.to_owned()))),
+        None => ("", None),
+    };
     inner
         .client
         .update_item()
         .table_name(&inner.table)
         .key("order_id", AttributeValue::S(order_id.to_owned()))
-        .update_expression(
+        .update_expression(format!(
             "SET customer_id = :c, amount = :a, currency = :cur, \
              order_status = if_not_exists(order_status, :pending), \
-             created_at = if_not_exists(created_at, :now) ADD executions :one",
-        )
+             created_at = if_not_exists(created_at, :now){set_tenant} ADD executions :one"
+        ))
+        .set_expression_attribute_values(Some(
+            tenant_value
+                .map(|v| std::collections::HashMap::from([(":t".to_owned(), v)]))
+                .unwrap_or_default(),
+        ))
         .expression_attribute_values(":c", AttributeValue::S(order.customer_id.clone()))
         .expression_attribute_values(":a", AttributeValue::N(order.amount.to_string()))
         .expression_attribute_values(":cur", AttributeValue::S(order.currency.clone()))
@@ -517,7 +566,15 @@ async fn confirm_order(
     Ok(order_json(output.attributes().cloned().unwrap_or_default()))
 }
 
-async fn get_order(inner: &Inner, order_id: &str) -> Response<Body> {
+async fn get_order(inner: &Inner, req: &Request, order_id: &str) -> Response<Body> {
+    let caller = inner.tenant.resolve(req);
+    if caller.is_none() && !inner.allow_anonymous {
+        return lambda_idempotency::problem::response(
+            lambda_idempotency::problem::TENANT_MISSING,
+            "orders belong to the caller that created them, and this request carries no \
+             caller identity (JWT sub)",
+        );
+    }
     // Order ids are 32 hex characters (derived keys); anything else, including
     // the provider's `charge#...` items, is not an order.
     if order_id.len() != 32 || !order_id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -537,21 +594,27 @@ async fn get_order(inner: &Inner, order_id: &str) -> Response<Body> {
         .await;
     match result {
         Ok(output) => match output.item() {
-            Some(item) => json_response(StatusCode::OK, &order_json(item.clone())),
-            None => problem(
+            // Another tenant's order is answered as absent: its existence is
+            // not the caller's business.
+            Some(item)
+                if item
+                    .get("tenant")
+                    .and_then(|v| v.as_s().ok())
+                    .map(String::as_str)
+                    == caller.as_deref() =>
+            {
+                json_response(StatusCode::OK, &order_json(item.clone()))
+            }
+            _ => problem(
                 StatusCode::NOT_FOUND,
                 problems::NOT_FOUND,
                 "no order has this id",
             ),
         },
-        Err(e) => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            problems::DEPENDENCY_FAILED,
-            &format!(
-                "the orders table could not be read: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(&e)
-            ),
-        ),
+        Err(e) => dependency_failed(&format!(
+            "the orders table could not be read: {}",
+            aws_sdk_dynamodb::error::DisplayErrorContext(&e)
+        )),
     }
 }
 

@@ -37,6 +37,10 @@ impl App {
             max_lease: Duration::from_secs(900),
             demo_crashes: false,
             metrics_namespace: None,
+            // No authorizer in front of these tests: the shared anonymous
+            // scope, as the template sets it without a JWT authorizer. The
+            // fail-closed default has its own test.
+            allow_anonymous: true,
         };
         App { client, config }
     }
@@ -208,6 +212,106 @@ async fn create_replay_and_get_an_order() {
         .body(Body::Empty)
         .unwrap();
     assert_eq!(app.call(not_an_order).await.status(), 404);
+}
+
+/// A `POST /orders` HTTP API event, with a JWT `sub` when given.
+fn order_as(sub: Option<&str>, key: &str) -> Request {
+    let authorizer = match sub {
+        Some(sub) => serde_json::json!({"jwt": {"claims": {"sub": sub}, "scopes": null}}),
+        None => serde_json::json!({}),
+    };
+    http_api(
+        "POST",
+        "POST /orders",
+        "/orders",
+        Some(key),
+        BODY,
+        authorizer,
+    )
+}
+
+fn http_api(
+    method: &str,
+    route_key: &str,
+    path: &str,
+    key: Option<&str>,
+    body: &str,
+    authorizer: serde_json::Value,
+) -> Request {
+    let mut headers = serde_json::json!({"content-type": "application/json"});
+    if let Some(key) = key {
+        headers["idempotency-key"] = key.into();
+    }
+    let event = serde_json::json!({
+        "version": "2.0", "routeKey": route_key, "rawPath": path, "rawQueryString": "",
+        "headers": headers, "isBase64Encoded": false, "body": body,
+        "requestContext": {"accountId": "1", "apiId": "a", "domainName": "d", "domainPrefix": "d",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "1.2.3.4", "userAgent": "u"},
+            "requestId": "r", "routeKey": route_key, "stage": "$default", "time": "t", "timeEpoch": 0,
+            "authorizer": authorizer}
+    });
+    lambda_http::request::from_str(&event.to_string()).expect("HTTP API event")
+}
+
+#[tokio::test]
+async fn without_a_sub_claim_orders_are_refused_and_orders_belong_to_their_tenant() {
+    let mut app = App::new(0).await;
+    app.config.allow_anonymous = false;
+    let refused = app.call(order_as(None, "k1")).await;
+    assert_eq!(refused.status(), 401);
+    assert_eq!(
+        json(&refused)["type"],
+        lambda_idempotency::problem::TENANT_MISSING.uri
+    );
+    assert_eq!(app.charges().await, 0, "nothing ran");
+
+    let created = app.call(order_as(Some("alice"), "k1")).await;
+    assert_eq!(created.status(), 201);
+    let order_id = json(&created)["order_id"].as_str().unwrap().to_owned();
+    let get = |sub: Option<&str>| {
+        let authorizer = match sub {
+            Some(sub) => serde_json::json!({"jwt": {"claims": {"sub": sub}, "scopes": null}}),
+            None => serde_json::json!({}),
+        };
+        let path = format!("/orders/{order_id}");
+        http_api("GET", "GET /orders/{order_id}", &path, None, "", authorizer)
+    };
+    assert_eq!(app.call(get(Some("alice"))).await.status(), 200);
+    assert_eq!(
+        app.call(get(Some("mallory"))).await.status(),
+        404,
+        "another tenant's order is not found"
+    );
+    assert_eq!(app.call(get(None)).await.status(), 401);
+
+    // With the anonymous scope allowed, anonymous callers still cannot read
+    // a tenant's order.
+    app.config.allow_anonymous = true;
+    assert_eq!(app.call(get(None)).await.status(), 404);
+}
+
+#[tokio::test]
+async fn a_failed_dependency_answers_503_without_its_error_text() {
+    let mut app = App::new(0).await;
+    app.config.orders_table = "no-such-orders-table".into();
+    let res = app.call(order(Some("k1"), BODY)).await;
+    assert_eq!(res.status(), 503);
+    let detail = json(&res)["detail"].as_str().unwrap().to_owned();
+    assert!(
+        detail.contains("retry with the same Idempotency-Key"),
+        "{detail}"
+    );
+    for leak in [
+        "no-such-orders-table",
+        "ResourceNotFound",
+        "DynamoDB",
+        "arn:",
+    ] {
+        assert!(
+            !detail.contains(leak),
+            "the detail leaks {leak:?}: {detail}"
+        );
+    }
 }
 
 #[tokio::test]

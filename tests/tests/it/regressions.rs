@@ -515,6 +515,11 @@ crate::fixture::on_both_stores!(
     a_panicking_event_handler_releases_its_key,
     keys_of_different_json_types_never_collide,
     an_sqs_record_without_a_message_id_that_fails_fails_the_whole_batch,
+    a_tenant_source_that_resolves_nothing_answers_401,
+    a_trailing_slash_or_doubled_slash_is_the_same_route,
+    the_matched_route_template_is_the_scope,
+    transient_client_errors_are_released_not_stored,
+    a_lease_capped_below_the_deadline_is_reported,
 );
 
 // Item 14: SQS and function keys.
@@ -607,4 +612,241 @@ async fn an_sqs_record_without_a_message_id_that_fails_fails_the_whole_batch(
         .await
         .unwrap();
     assert!(response.batch_item_failures.is_empty());
+}
+
+// HTTP contract items on both stores.
+
+/// An HTTP API v2 event with this route key, raw path and authorizer.
+fn v2_request(
+    route_key: &str,
+    path: &str,
+    key: &str,
+    body: &str,
+    authorizer: serde_json::Value,
+) -> lambda_http::Request {
+    let method = route_key.split(' ').next().unwrap_or("POST");
+    let event = serde_json::json!({
+        "version": "2.0", "routeKey": route_key, "rawPath": path, "rawQueryString": "",
+        "headers": {"idempotency-key": key, "content-type": "application/json"},
+        "isBase64Encoded": false, "body": body,
+        "requestContext": {"accountId": "1", "apiId": "a", "domainName": "d", "domainPrefix": "d",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "1.2.3.4", "userAgent": "u"},
+            "requestId": "r", "routeKey": route_key, "stage": "$default", "time": "t", "timeEpoch": 0,
+            "authorizer": authorizer}
+    });
+    lambda_http::request::from_str(&event.to_string()).expect("HTTP API event")
+}
+
+fn counting_service(
+    f: &crate::fixture::Fixture,
+    layer: impl FnOnce(lambda_idempotency::IdempotencyLayer) -> lambda_idempotency::IdempotencyLayer,
+    runs: crate::fixture::Runs,
+) -> impl tower::Service<
+    lambda_http::Request,
+    Response = lambda_http::Response<lambda_http::Body>,
+    Error = lambda_http::Error,
+    Future = impl Send,
+> + Clone {
+    use tower::Layer;
+    layer(lambda_idempotency::IdempotencyLayer::new(f.store.clone()))
+        .layer(crate::fixture::counting_handler(runs, Duration::ZERO))
+}
+
+async fn send<S>(svc: &S, req: lambda_http::Request) -> lambda_http::Response<lambda_http::Body>
+where
+    S: tower::Service<
+            lambda_http::Request,
+            Response = lambda_http::Response<lambda_http::Body>,
+            Error = lambda_http::Error,
+        > + Clone,
+{
+    use tower::ServiceExt;
+    svc.clone().oneshot(req).await.unwrap()
+}
+
+// Item 5: a configured tenant source that resolves nothing fails closed.
+
+async fn a_tenant_source_that_resolves_nothing_answers_401(f: crate::fixture::Fixture) {
+    use lambda_idempotency::{problem, TenantSource};
+    let runs = crate::fixture::Runs::default();
+    let svc = counting_service(&f, |l| l.tenant(TenantSource::jwt_sub()), runs.clone());
+    let no_claims = || v2_request("POST /orders", "/orders", "k1", "{}", serde_json::json!({}));
+    let res = send(&svc, no_claims()).await;
+    assert_eq!(res.status(), 401);
+    assert_eq!(
+        crate::fixture::json(&res)["type"],
+        problem::TENANT_MISSING.uri
+    );
+    assert_eq!(runs.count(), 0, "nothing ran in a shared scope");
+    assert_eq!(f.requests(), 0, "nothing was claimed");
+
+    // With a subject, it runs in its own scope.
+    let alice = serde_json::json!({"jwt": {"claims": {"sub": "alice"}, "scopes": null}});
+    let res = send(
+        &svc,
+        v2_request("POST /orders", "/orders", "k1", "{}", alice),
+    )
+    .await;
+    assert_eq!(res.status(), 201);
+
+    // Opting in to a shared anonymous scope is explicit.
+    let shared = counting_service(
+        &f,
+        |l| l.tenant(TenantSource::jwt_sub().or_anonymous()),
+        runs.clone(),
+    );
+    assert_eq!(send(&shared, no_claims()).await.status(), 201);
+    let replay = send(&shared, no_claims()).await;
+    assert_eq!(
+        replay.headers()[lambda_idempotency::REPLAYED_HEADER],
+        "true"
+    );
+    assert_eq!(runs.count(), 2);
+}
+
+// Item 7: one route is one scope.
+
+async fn a_trailing_slash_or_doubled_slash_is_the_same_route(f: crate::fixture::Fixture) {
+    let runs = crate::fixture::Runs::default();
+    let svc = counting_service(&f, |l| l, runs.clone());
+    let post = crate::fixture::post;
+    assert_eq!(
+        send(&svc, post("/orders", Some("k1"), "{}")).await.status(),
+        201
+    );
+    for variant in ["/orders/", "//orders", "/orders//"] {
+        let res = send(&svc, post(variant, Some("k1"), "{}")).await;
+        assert_eq!(res.status(), 201, "{variant}");
+        assert_eq!(
+            res.headers()[lambda_idempotency::REPLAYED_HEADER],
+            "true",
+            "{variant} is the same route: a replay"
+        );
+    }
+    assert_eq!(runs.count(), 1);
+}
+
+async fn the_matched_route_template_is_the_scope(f: crate::fixture::Fixture) {
+    let runs = crate::fixture::Runs::default();
+    let svc = counting_service(&f, |l| l, runs.clone());
+    let route = "POST /orders/{order_id}/cancel";
+    let anon = serde_json::json!({});
+    let first = send(
+        &svc,
+        v2_request(route, "/orders/1/cancel", "k1", "{}", anon.clone()),
+    )
+    .await;
+    assert_eq!(first.status(), 201);
+    let replay = send(
+        &svc,
+        v2_request(route, "/orders/1/cancel", "k1", "{}", anon.clone()),
+    )
+    .await;
+    assert_eq!(
+        replay.headers()[lambda_idempotency::REPLAYED_HEADER],
+        "true"
+    );
+    // The same key on another order of the same route is a reused key.
+    let other = send(
+        &svc,
+        v2_request(route, "/orders/2/cancel", "k1", "{}", anon),
+    )
+    .await;
+    assert_eq!(other.status(), 422);
+    assert_eq!(runs.count(), 1);
+}
+
+// Item 12: only statuses that are final for this request are stored.
+
+async fn transient_client_errors_are_released_not_stored(f: crate::fixture::Fixture) {
+    use lambda_http::{Body, Request, Response};
+    use lambda_idempotency::IdempotencyLayer;
+    use tower::Layer;
+
+    for (status, stored) in [
+        (401, false),
+        (403, false),
+        (409, false),
+        (425, false),
+        (429, false),
+        (400, true),
+        (404, false),
+        (422, true),
+        (201, true),
+        (302, true),
+    ] {
+        let runs = crate::fixture::Runs::default();
+        let counted = runs.clone();
+        let handler = tower::service_fn(move |_req: Request| {
+            counted.bump();
+            async move {
+                Ok::<_, lambda_http::Error>(Response::builder().status(status).body(Body::Empty)?)
+            }
+        });
+        let svc = IdempotencyLayer::new(f.store.clone()).layer(handler);
+        let key = format!("k-{status}");
+        for _ in 0..2 {
+            let res = send(&svc, crate::fixture::post("/orders", Some(&key), "{}")).await;
+            assert_eq!(res.status(), status);
+        }
+        let expected_runs = if stored { 1 } else { 2 };
+        assert_eq!(
+            runs.count(),
+            expected_runs,
+            "status {status}: stored={stored}"
+        );
+    }
+
+    // Opting in: a 409 the handler means as final is stored.
+    let runs = crate::fixture::Runs::default();
+    let counted = runs.clone();
+    let handler = tower::service_fn(move |_req: Request| {
+        counted.bump();
+        async { Ok::<_, lambda_http::Error>(Response::builder().status(409).body(Body::Empty)?) }
+    });
+    let svc = IdempotencyLayer::new(f.store.clone())
+        .store_when(|status| status == 409 || lambda_idempotency::http::stored_by_default(status))
+        .layer(handler);
+    for _ in 0..2 {
+        send(&svc, crate::fixture::post("/orders", Some("k-opt"), "{}")).await;
+    }
+    assert_eq!(runs.count(), 1);
+}
+
+// Item 12: a lease shorter than the invocation is reported.
+
+async fn a_lease_capped_below_the_deadline_is_reported(f: crate::fixture::Fixture) {
+    use lambda_http::RequestExt;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let runs = crate::fixture::Runs::default();
+    let svc = counting_service(
+        &f,
+        |l| {
+            l.max_lease(Duration::from_secs(5)).metrics(
+                lambda_idempotency::metrics::Metrics::new("Orders")
+                    .sink(move |line| sink.lock().unwrap().push(line.to_owned())),
+            )
+        },
+        runs,
+    );
+    let with_deadline = |key: &str, remaining_ms: u64| {
+        let mut context = lambda_http::Context::default();
+        context.deadline = now_ms() + remaining_ms;
+        crate::fixture::post("/orders", Some(key), "{}").with_lambda_context(context)
+    };
+    send(&svc, with_deadline("short", 1_000)).await;
+    send(&svc, with_deadline("long", 60_000)).await;
+    let capped: Vec<serde_json::Value> = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l.get("LeaseCapped").is_some())
+        .collect();
+    assert_eq!(
+        capped.len(),
+        1,
+        "only the invocation that outlives its 5 s lease is reported"
+    );
 }
