@@ -268,7 +268,22 @@ impl IdempotencyLayer {
     /// `max_age`, so a warm instance replays them without a store request
     /// (see [`cache`](crate::cache)). Off by default.
     pub fn local_cache(mut self, entries: usize, max_age: Duration) -> Self {
-        self.config.cache = Some(Arc::new(LocalCache::new(entries, max_age)));
+        self.config.cache = Some(Arc::new(LocalCache::new(
+            entries,
+            max_age,
+            crate::cache::DEFAULT_MAX_BYTES,
+        )));
+        self
+    }
+
+    /// Bound the local cache by the bytes of the responses it holds (default
+    /// [`DEFAULT_MAX_BYTES`](crate::cache::DEFAULT_MAX_BYTES)); least recently
+    /// used entries make room, a response larger than the budget is not
+    /// cached. Only has an effect after [`local_cache`](Self::local_cache).
+    pub fn local_cache_max_bytes(mut self, max_bytes: usize) -> Self {
+        if let Some(cache) = &self.config.cache {
+            self.config.cache = Some(Arc::new(cache.with_max_bytes(max_bytes)));
+        }
         self
     }
 

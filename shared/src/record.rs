@@ -187,6 +187,12 @@ impl StoredResponse {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many bodies this thread compressed, for tests of the write path.
+    pub(crate) static COMPRESSIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Bodies larger than this are gzip-compressed when that makes them smaller.
 pub const COMPRESS_ABOVE_BYTES: usize = 1024;
 
@@ -194,6 +200,8 @@ pub const COMPRESS_ABOVE_BYTES: usize = 1024;
 pub(crate) fn encode_body(body: &[u8]) -> (std::borrow::Cow<'_, [u8]>, bool) {
     use std::io::Write;
     if body.len() > COMPRESS_ABOVE_BYTES {
+        #[cfg(test)]
+        COMPRESSIONS.with(|n| n.set(n.get() + 1));
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         if encoder.write_all(body).is_ok() {
             if let Ok(compressed) = encoder.finish() {
@@ -206,27 +214,37 @@ pub(crate) fn encode_body(body: &[u8]) -> (std::borrow::Cow<'_, [u8]>, bool) {
     (std::borrow::Cow::Borrowed(body), false)
 }
 
-/// Undo [`encode_body`]; `None` when the bytes are not valid gzip.
+/// Bodies larger than this (uncompressed) are never stored, and a stored body
+/// that decompresses to more is refused as corrupt: a Lambda function cannot
+/// answer more than 6 MB (its synchronous response limit), so no true replay
+/// is larger, and a foreign item cannot make a replay inflate without bound.
+pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
+
+/// Undo [`encode_body`]; `None` when the bytes are not valid gzip or inflate
+/// beyond [`MAX_BODY_BYTES`].
 pub(crate) fn decode_body(bytes: Vec<u8>, gzip: bool) -> Option<Vec<u8>> {
     use std::io::Read;
     if !gzip {
-        return Some(bytes);
+        return (bytes.len() <= MAX_BODY_BYTES).then_some(bytes);
     }
     let mut out = Vec::new();
+    // One byte past the cap tells an oversized body from one at the cap.
     flate2::read::GzDecoder::new(bytes.as_slice())
+        .take(MAX_BODY_BYTES as u64 + 1)
         .read_to_end(&mut out)
         .ok()?;
-    Some(out)
+    (out.len() <= MAX_BODY_BYTES).then_some(out)
 }
 
-/// Bytes a response takes when stored: the encoded body plus the headers.
-pub(crate) fn encoded_len(response: &StoredResponse) -> usize {
+/// Bytes a response takes when stored, given its encoded body: the body plus
+/// the headers.
+pub(crate) fn stored_len(response: &StoredResponse, encoded_body: &[u8]) -> usize {
     let headers: usize = response
         .headers
         .iter()
         .map(|(n, v)| n.len() + v.len() + 8)
         .sum();
-    encode_body(response.body.bytes()).0.len() + headers + 64
+    encoded_body.len() + headers + 64
 }
 
 /// What a record stores in place of a response too large to keep.
@@ -307,5 +325,21 @@ mod tests {
         assert!(!encode_body(&noise).1);
         assert!(decode_body(vec![1, 2, 3], true).is_none());
         assert_eq!(StoredBody::from_parts("text", vec![0xff]), None);
+    }
+
+    #[test]
+    fn a_body_that_inflates_past_the_cap_is_refused() {
+        let at_cap = vec![0u8; MAX_BODY_BYTES];
+        let (bytes, gzip) = encode_body(&at_cap);
+        assert!(gzip && bytes.len() < 100_000);
+        assert_eq!(
+            decode_body(bytes.into_owned(), true).map(|b| b.len()),
+            Some(MAX_BODY_BYTES)
+        );
+        // A gzip bomb: 7 MiB of zeros in a few kilobytes.
+        let bomb = vec![0u8; 7 * 1024 * 1024];
+        let (bytes, _) = encode_body(&bomb);
+        assert!(decode_body(bytes.into_owned(), true).is_none());
+        assert!(decode_body(bomb, false).is_none());
     }
 }

@@ -19,10 +19,10 @@ use crate::record::{Record, Status, StoredBody, StoredResponse};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
-use crate::record::{decode_body, encode_body};
+use crate::record::decode_body;
 use crate::store::{
     claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
-    Completion, Lease, Store, DEFAULT_MAX_RESPONSE_BYTES,
+    Completion, Fitted, Lease, Store, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// Attribute and index names of the idempotency table.
@@ -406,8 +406,12 @@ impl DynamoStore {
         response: &StoredResponse,
         expires_at_s: u64,
     ) -> (UpdateParts, Completion) {
-        let (stored, completion) = fit(response, self.max_response_bytes);
-        let (body, gzip) = encode_body(stored.body.bytes());
+        let Fitted {
+            response: stored,
+            body,
+            gzip,
+            completion,
+        } = fit(response, self.max_response_bytes);
         let mut names: HashMap<String, String> = [
             ("#status", STATUS),
             ("#attempt", ATTEMPT),
@@ -758,4 +762,31 @@ fn decode_response(
     let body = StoredBody::from_parts(kind, bytes)
         .ok_or_else(|| corrupt(record_id, &format!("unknown body kind `{kind}`")))?;
     Ok(StoredResponse::new(status, headers, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_completion_compresses_its_body_once() {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        let store = DynamoStore::new(Client::from_conf(config), "t");
+        let lease = Lease {
+            record_id: "r".into(),
+            owner: "o".into(),
+            fingerprint: "f".into(),
+            attempt: 1,
+            recovered: None,
+        };
+        let response = StoredResponse::new(200, vec![], StoredBody::Text("abc".repeat(2_000)));
+        crate::record::COMPRESSIONS.with(|n| n.set(0));
+        let (update, completion) = store.completion(&lease, &response, 60);
+        assert_eq!(completion, Completion::Stored);
+        assert_eq!(crate::record::COMPRESSIONS.with(|n| n.get()), 1);
+        assert_eq!(update.values[":re"], s("gzip"));
+    }
 }

@@ -163,7 +163,8 @@ impl Store for MemoryStore {
         expires_at_s: u64,
     ) -> Result<Completion, Error> {
         self.count();
-        let (stored, completion) = fit(response, self.inner.max_response_bytes);
+        let fitted = fit(response, self.inner.max_response_bytes);
+        let (stored, completion) = (fitted.response, fitted.completion);
         let mut records = self.records();
         if records
             .get(&lease.record_id)

@@ -211,25 +211,50 @@ pub(crate) fn completed_by(record: &Record, lease: &Lease) -> bool {
         && record.owner == lease.owner
 }
 
+/// A response as it will be stored within a store's limit: the response (the
+/// original, or the too-large marker) with its body encoded once.
+pub(crate) struct Fitted<'a> {
+    /// What is stored.
+    pub(crate) response: std::borrow::Cow<'a, StoredResponse>,
+    /// Its body as stored (compressed when that helped).
+    pub(crate) body: std::borrow::Cow<'a, [u8]>,
+    /// Whether `body` is gzip-compressed.
+    pub(crate) gzip: bool,
+    pub(crate) completion: Completion,
+}
+
 /// The response as it will be stored within `limit` bytes: the original, or
-/// the too-large marker when it does not fit even compressed.
-pub(crate) fn fit(
-    response: &StoredResponse,
-    limit: usize,
-) -> (std::borrow::Cow<'_, StoredResponse>, Completion) {
-    let bytes = crate::record::encoded_len(response);
-    if bytes <= limit {
-        (std::borrow::Cow::Borrowed(response), Completion::Stored)
-    } else {
-        tracing::warn!(
-            bytes,
-            limit,
-            "response too large to store; the record completes with a problem marker"
-        );
-        (
-            std::borrow::Cow::Owned(crate::record::too_large_marker(response.status, bytes)),
-            Completion::Oversized { bytes },
-        )
+/// the too-large marker when it does not fit even compressed, or its body is
+/// over [`MAX_BODY_BYTES`](crate::record::MAX_BODY_BYTES) uncompressed. The
+/// body is compressed here, once.
+pub(crate) fn fit(response: &StoredResponse, limit: usize) -> Fitted<'_> {
+    use crate::record::{encode_body, stored_len, too_large_marker, MAX_BODY_BYTES};
+    use std::borrow::Cow;
+    let raw = response.body.bytes();
+    let (body, gzip) = encode_body(raw);
+    let bytes = stored_len(response, &body);
+    if bytes <= limit && raw.len() <= MAX_BODY_BYTES {
+        return Fitted {
+            response: Cow::Borrowed(response),
+            body,
+            gzip,
+            completion: Completion::Stored,
+        };
+    }
+    tracing::warn!(
+        bytes,
+        body_bytes = raw.len(),
+        limit,
+        "response too large to store; the record completes with a problem marker"
+    );
+    let marker = too_large_marker(response.status, bytes);
+    let (body, gzip) = encode_body(marker.body.bytes());
+    let body = Cow::Owned(body.into_owned());
+    Fitted {
+        response: Cow::Owned(marker),
+        body,
+        gzip,
+        completion: Completion::Oversized { bytes },
     }
 }
 
@@ -251,4 +276,27 @@ pub(crate) fn own_claim(existing: &Record, request: &ClaimRequest) -> Option<Lea
             recovered: existing.checkpoint.clone(),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{StoredBody, MAX_BODY_BYTES};
+
+    #[test]
+    fn a_body_over_the_cap_is_not_stored_even_if_it_compresses_well() {
+        let at_cap = StoredResponse::new(200, vec![], StoredBody::Binary(vec![0; MAX_BODY_BYTES]));
+        assert_eq!(
+            fit(&at_cap, DEFAULT_MAX_RESPONSE_BYTES).completion,
+            Completion::Stored
+        );
+        let over =
+            StoredResponse::new(200, vec![], StoredBody::Binary(vec![0; MAX_BODY_BYTES + 1]));
+        let fitted = fit(&over, DEFAULT_MAX_RESPONSE_BYTES);
+        assert!(matches!(fitted.completion, Completion::Oversized { .. }));
+        assert_eq!(
+            fitted.response.status,
+            crate::problem::RESPONSE_TOO_LARGE.status
+        );
+    }
 }
