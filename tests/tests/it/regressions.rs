@@ -850,3 +850,35 @@ async fn a_lease_capped_below_the_deadline_is_reported(f: crate::fixture::Fixtur
         "only the invocation that outlives its 5 s lease is reported"
     );
 }
+
+// Item 13: a claim over an expired record never reads the old response.
+
+#[tokio::test]
+async fn a_claim_over_an_expired_record_does_not_decode_its_old_body() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use lambda_idempotency::schema;
+
+    let (store, _) = integration_tests::dynamo_store().await;
+    let lease = claimed(store.claim(&request("r", "a", 60_000)).await.unwrap());
+    store
+        .complete(&lease, &response(), now_ms() / 1000 - 5)
+        .await
+        .unwrap();
+    // The expired record's body is not valid gzip (a foreign or damaged
+    // item): reading it would fail, and the new life has no use for it.
+    store
+        .client()
+        .update_item()
+        .table_name(store.table())
+        .key(schema::ID, AttributeValue::S("r".into()))
+        .update_expression("SET #b = :b, #e = :gzip")
+        .expression_attribute_names("#b", schema::RESPONSE_BODY)
+        .expression_attribute_names("#e", schema::RESPONSE_ENCODING)
+        .expression_attribute_values(":b", AttributeValue::B(vec![1, 2, 3].into()))
+        .expression_attribute_values(":gzip", AttributeValue::S("gzip".into()))
+        .send()
+        .await
+        .unwrap();
+    let next = claimed(store.claim(&request("r", "b", 60_000)).await.unwrap());
+    assert_eq!(next.attempt, 2);
+}
