@@ -14,7 +14,7 @@ use lambda_idempotency::{
 use serde_json::json;
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{json, now_ms, on_both_stores, post, Fixture, Runs};
+use crate::fixture::{claim_request, json, now_ms, on_both_stores, post, Fixture, Runs};
 
 on_both_stores!(
     crash_after_a_checkpoint_resumes_there_without_repeating_the_call,
@@ -114,18 +114,6 @@ async fn crash_after_a_checkpoint_resumes_there_without_repeating_the_call(f: Fi
         .unwrap();
     assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
     assert_eq!(json(&replay)["charge_id"], "ch_1");
-}
-
-fn claim_request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
-    let now = now_ms();
-    ClaimRequest {
-        record_id: id.into(),
-        fingerprint: "fp".into(),
-        owner: owner.into(),
-        now_ms: now,
-        lease_expires_at_ms: now + lease_ms,
-        expires_at_s: now / 1000 + 3600,
-    }
 }
 
 async fn stale_invocation_cannot_commit_a_checkpoint_after_takeover(f: Fixture) {

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::{IdempotencyContext, MemoryStore, Store};
+use lambda_idempotency::{
+    ClaimOutcome, ClaimRequest, IdempotencyContext, Lease, MemoryStore, Store,
+};
 
 /// A store under test and a way to count the requests it made.
 pub struct Fixture {
@@ -65,6 +67,28 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
         .as_millis() as u64
+}
+
+/// A claim of record `id` by `owner` (fingerprint `fp`), its lease ending in
+/// `lease_ms`, its record kept an hour.
+pub fn claim_request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
+    let now = now_ms();
+    ClaimRequest {
+        record_id: id.into(),
+        fingerprint: "fp".into(),
+        owner: owner.into(),
+        now_ms: now,
+        lease_expires_at_ms: now + lease_ms,
+        expires_at_s: now / 1000 + 3600,
+    }
+}
+
+/// The lease of a claim that must have succeeded.
+pub fn claimed(outcome: ClaimOutcome) -> Lease {
+    match outcome {
+        ClaimOutcome::Claimed(lease) => lease,
+        ClaimOutcome::Exists(record) => panic!("expected a claim, found {record:?}"),
+    }
 }
 
 /// A POST with an optional key and a JSON body.

@@ -8,30 +8,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::SharedInterceptor;
 use integration_tests::{client_with, create_table, LoseResponses};
 use lambda_idempotency::{
-    ClaimOutcome, ClaimRequest, Completion, DynamoStore, ErrorKind, Lease, Store, StoredBody,
-    StoredResponse,
+    ClaimRequest, Completion, DynamoStore, ErrorKind, Lease, Store, StoredBody, StoredResponse,
 };
 
-use crate::fixture::now_ms;
-
-fn request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
-    let now = now_ms();
-    ClaimRequest {
-        record_id: id.into(),
-        fingerprint: "fp".into(),
-        owner: owner.into(),
-        now_ms: now,
-        lease_expires_at_ms: now + lease_ms,
-        expires_at_s: now / 1000 + 3600,
-    }
-}
-
-fn claimed(outcome: ClaimOutcome) -> Lease {
-    match outcome {
-        ClaimOutcome::Claimed(lease) => lease,
-        ClaimOutcome::Exists(record) => panic!("expected a claim, found {record:?}"),
-    }
-}
+use crate::fixture::{claim_request as request, claimed, now_ms};
 
 /// A DynamoDB store whose next responses can be lost after DynamoDB applied
 /// the request (the SDK then retries it).

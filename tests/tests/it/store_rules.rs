@@ -6,7 +6,7 @@ use lambda_idempotency::{
     ClaimOutcome, ClaimRequest, ErrorKind, Lease, Status, StoredBody, StoredResponse,
 };
 
-use crate::fixture::{now_ms, on_both_stores, Fixture};
+use crate::fixture::{claim_request, claimed, now_ms, on_both_stores, Fixture};
 
 on_both_stores!(
     first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress,
@@ -20,21 +20,9 @@ on_both_stores!(
 );
 
 fn request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
-    let now = now_ms();
     ClaimRequest {
-        record_id: id.into(),
         fingerprint: "fp-a".into(),
-        owner: owner.into(),
-        now_ms: now,
-        lease_expires_at_ms: now + lease_ms,
-        expires_at_s: now / 1000 + 3600,
-    }
-}
-
-fn claimed(outcome: ClaimOutcome) -> Lease {
-    match outcome {
-        ClaimOutcome::Claimed(lease) => lease,
-        ClaimOutcome::Exists(record) => panic!("expected a claim, found {record:?}"),
+        ..claim_request(id, owner, lease_ms)
     }
 }
 
