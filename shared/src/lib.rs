@@ -33,9 +33,11 @@
 //! The first request with a key runs the handler; a retry with the same key and
 //! the same request gets the stored status, headers and body back with
 //! `Idempotent-Replayed: true`; a retry while the first is still running gets a
-//! `409` with `Retry-After`; the same key with a different body gets a `422`;
-//! and if DynamoDB cannot be reached the handler does not run and the client
-//! gets a `503` (fail closed). See [`http`] for the full table and
+//! `409` with `Retry-After`; the same key with a different request gets a
+//! `422`; a request without a tenant where the tenant source needs one gets a
+//! `401`; and if DynamoDB cannot be reached the handler does not run and the
+//! client gets a `503` (fail closed). See [`http`] for the full table,
+//! [`scope`] and [`fingerprint`] for what makes two requests the same, and
 //! [`problem`] for the problem documents.
 //!
 //! # Where things happen

@@ -496,6 +496,7 @@ crate::fixture::on_both_stores!(
     keys_of_different_json_types_never_collide,
     an_sqs_record_without_a_message_id_that_fails_fails_the_whole_batch,
     a_tenant_source_that_resolves_nothing_answers_401,
+    the_query_string_is_part_of_the_request,
     a_trailing_slash_or_doubled_slash_is_the_same_route,
     the_matched_route_template_is_the_scope,
     transient_client_errors_are_released_not_stored,
@@ -681,6 +682,27 @@ async fn a_tenant_source_that_resolves_nothing_answers_401(f: crate::fixture::Fi
         replay.headers()[lambda_idempotency::REPLAYED_HEADER],
         "true"
     );
+    assert_eq!(runs.count(), 2);
+}
+
+// Item 4: the query string is part of the request.
+
+async fn the_query_string_is_part_of_the_request(f: crate::fixture::Fixture) {
+    let runs = crate::fixture::Runs::default();
+    let svc = counting_service(&f, |l| l, runs.clone());
+    let post = crate::fixture::post;
+    let dry_run = send(&svc, post("/orders?dry_run=true", Some("k1"), "{}")).await;
+    assert_eq!(dry_run.status(), 201);
+    let real = send(&svc, post("/orders", Some("k1"), "{}")).await;
+    assert_eq!(
+        real.status(),
+        422,
+        "the dry run's response must not be replayed to the real request"
+    );
+    // The same parameters in another order are the same request.
+    send(&svc, post("/orders?a=1&b=2", Some("k2"), "{}")).await;
+    let reordered = send(&svc, post("/orders?b=2&a=1", Some("k2"), "{}")).await;
+    assert_eq!(reordered.headers()[lambda_idempotency::REPLAYED_HEADER], "true");
     assert_eq!(runs.count(), 2);
 }
 
