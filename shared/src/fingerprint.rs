@@ -26,6 +26,8 @@ use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
 
+use crate::error::{Error, ErrorKind};
+
 /// Computes request fingerprints; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Fingerprinter {
@@ -42,13 +44,34 @@ impl Fingerprinter {
     /// Restrict the body part to these JSON pointers (`/amount`, `/items/0/sku`).
     /// A missing field counts as absent (distinct from `null`). A body that is not
     /// JSON is hashed whole.
-    pub fn fields<I, S>(mut self, pointers: I) -> Self
+    ///
+    /// # Panics
+    ///
+    /// When a pointer is not an RFC 6901 JSON pointer (`"amount"` for
+    /// `"/amount"`): it would match nothing, silently. A configuration error,
+    /// found when the layer is built; [`try_fields`](Self::try_fields) returns
+    /// it instead.
+    pub fn fields<I, S>(self, pointers: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.fields = Some(pointers.into_iter().map(Into::into).collect());
-        self
+        self.try_fields(pointers).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`fields`](Self::fields), with an [`ErrorKind::InvalidConfig`]
+    /// error for a pointer that is not an RFC 6901 JSON pointer.
+    pub fn try_fields<I, S>(mut self, pointers: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let pointers: Vec<String> = pointers.into_iter().map(Into::into).collect();
+        for pointer in &pointers {
+            check_pointer(pointer)?;
+        }
+        self.fields = Some(pointers);
+        Ok(self)
     }
 
     /// Also include these request headers (for example `Content-Type`).
@@ -65,12 +88,28 @@ impl Fingerprinter {
         &self.headers
     }
 
-    /// Fingerprint a request; `headers` are the values of
-    /// [`header_names`](Self::header_names), in order (`None` when absent).
+    /// Fingerprint a request without a query string; `headers` are the
+    /// values of [`header_names`](Self::header_names), in order (`None` when
+    /// absent).
     pub fn fingerprint(
         &self,
         method: &str,
         path: &str,
+        headers: &[Option<&[u8]>],
+        body: &[u8],
+    ) -> String {
+        self.fingerprint_with_query(method, path, None, headers, body)
+    }
+
+    /// Fingerprint a request with its query string (what follows `?`). The
+    /// parameters are read as `application/x-www-form-urlencoded` pairs
+    /// (percent-decoded, `+` as a space) and sorted, so their order does not
+    /// matter but names, values and repeats do; an empty query is no query.
+    pub fn fingerprint_with_query(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
         headers: &[Option<&[u8]>],
         body: &[u8],
     ) -> String {
@@ -86,6 +125,24 @@ impl Fingerprinter {
                 Some(v) => put(&mut h, v),
                 None => put(&mut h, b"\0absent"),
             }
+        }
+        // A query is one tagged part before the body's tag. Its tag differs
+        // from both body tags (`json`, `raw`), so a stream with a query
+        // cannot equal one without; without a query the stream is what it
+        // was before queries counted, so older fingerprints still match.
+        let mut pairs: Vec<_> =
+            form_urlencoded::parse(query.unwrap_or_default().as_bytes()).collect();
+        if !pairs.is_empty() {
+            pairs.sort();
+            let mut part = Vec::new();
+            for (name, value) in &pairs {
+                for bytes in [name.as_bytes(), value.as_bytes()] {
+                    part.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+                    part.extend_from_slice(bytes);
+                }
+            }
+            put(&mut h, b"query");
+            put(&mut h, &part);
         }
         self.hash_body(&mut h, body);
         hex(&h.finalize())
@@ -110,32 +167,22 @@ impl Fingerprinter {
             }
             return;
         };
-        let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        // The document is canonicalised once (exact numbers, last of
+        // duplicate keys) and each field read from that.
+        let Some(canonical) = std::str::from_utf8(body).ok().and_then(canonical_json) else {
             put(h, b"raw");
             put(h, body);
             return;
         };
         put(h, b"json");
-        let mut out = Vec::new();
         for pointer in pointers {
             put(h, pointer.as_bytes());
-            match value.pointer(pointer) {
-                Some(v) => {
-                    out.clear();
-                    write_canonical(&mut out, v);
-                    put_suffixed(h, &out);
-                }
+            match select(&canonical, pointer) {
+                Some(v) => put_suffixed(h, v),
                 None => put(h, b"\0absent"),
             }
         }
     }
-}
-
-/// The canonical JSON of `value` (serde_json's default `Map` is ordered by
-/// key, so serialising sorts keys).
-fn write_canonical(out: &mut Vec<u8>, value: &serde_json::Value) {
-    // Serialising a `Value` into a `Vec` cannot fail.
-    let _ = serde_json::to_writer(out, value);
 }
 
 /// A part followed by its length: a length suffix keeps parts unambiguous as
@@ -302,10 +349,22 @@ impl<'a> Canonical<'a> {
             && token != "-0";
         if verbatim {
             self.out.extend_from_slice(token.as_bytes());
-        } else {
-            let n = serde_json::from_str::<serde_json::Number>(token).ok()?;
-            // Writes into a `Vec` cannot fail.
-            let _ = serde_json::to_writer(&mut self.out, &n);
+            return Some(());
+        }
+        // serde_json validates the token and gives the form it prints (an
+        // `f64` for fractions, exponents and integers past 64 bits). That
+        // form is kept whenever it denotes exactly the token's value, so
+        // fingerprints stay what they were; when the `f64` lost digits, the
+        // exact form is written instead, or two different numbers would
+        // fingerprint alike.
+        let n = serde_json::from_str::<serde_json::Number>(token).ok()?;
+        let exact = Decimal::parse(token.as_bytes())?;
+        let at = self.out.len();
+        // Writes into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut self.out, &n);
+        if Decimal::parse(&self.out[at..]).as_ref() != Some(&exact) {
+            self.out.truncate(at);
+            exact.write(&mut self.out);
         }
         Some(())
     }
@@ -402,6 +461,265 @@ impl<'a> Canonical<'a> {
     }
 }
 
+/// The exact value of a JSON number: `digits` × 10^`exponent`, the digits
+/// without leading or trailing zeros (none for zero, whose sign is dropped).
+#[derive(Debug)]
+struct Decimal<'a> {
+    negative: bool,
+    digits: Vec<&'a [u8]>,
+    exponent: i64,
+}
+
+impl<'a> Decimal<'a> {
+    /// The value of a number as JSON writes it (`-12.50e+3`); `None` when the
+    /// text is not such a number or its exponent does not fit an `i64`.
+    fn parse(text: &'a [u8]) -> Option<Decimal<'a>> {
+        let (negative, rest) = match text.split_first() {
+            Some((b'-', rest)) => (true, rest),
+            _ => (false, text),
+        };
+        let mantissa_end = rest
+            .iter()
+            .position(|b| matches!(b, b'e' | b'E'))
+            .unwrap_or(rest.len());
+        let (mantissa, exponent) = rest.split_at(mantissa_end);
+        let (int, frac) = match mantissa.iter().position(|&b| b == b'.') {
+            Some(dot) => (&mantissa[..dot], &mantissa[dot + 1..]),
+            None => (mantissa, &[][..]),
+        };
+        let all_digits = |part: &[u8]| part.iter().all(u8::is_ascii_digit);
+        if int.is_empty() || !all_digits(int) || !all_digits(frac) {
+            return None;
+        }
+        let exponent: i128 = match exponent.split_first() {
+            None => 0,
+            Some((_, e)) => {
+                let (sign, e) = match e.split_first() {
+                    Some((b'-', e)) => (-1, e),
+                    Some((b'+', e)) => (1, e),
+                    _ => (1, e),
+                };
+                if e.is_empty() || !all_digits(e) {
+                    return None;
+                }
+                // Leading zeros never make an exponent overflow.
+                let e = &e[e.iter().position(|&b| b != b'0').unwrap_or(e.len())..];
+                // Up to 19 digits fit an i128 with room for the adjustments
+                // below; more is beyond any i64 exponent.
+                let e: i128 = match e.len() {
+                    0 => 0,
+                    1..=19 => std::str::from_utf8(e).ok()?.parse().ok()?,
+                    _ => i128::MAX,
+                };
+                if e > i128::from(i64::MAX) {
+                    // Only zero has such an exponent and a value.
+                    let zero = int.iter().chain(frac).all(|&b| b == b'0');
+                    return zero.then_some(Decimal::ZERO);
+                }
+                sign * e
+            }
+        };
+        // The significant digits of int ++ frac, as (up to) two slices.
+        let joined = [int, frac];
+        let leading = int.iter().chain(frac).take_while(|&&b| b == b'0').count();
+        let total = int.len() + frac.len();
+        if leading == total {
+            return Some(Decimal::ZERO);
+        }
+        let trailing = int
+            .iter()
+            .chain(frac)
+            .rev()
+            .take_while(|&&b| b == b'0')
+            .count();
+        let (start, end) = (leading, total - trailing);
+        let mut digits = Vec::with_capacity(2);
+        let mut offset = 0;
+        for part in joined {
+            let (from, to) = (start.max(offset), end.min(offset + part.len()));
+            if from < to {
+                digits.push(&part[from - offset..to - offset]);
+            }
+            offset += part.len();
+        }
+        // value = int.frac × 10^e = (significant digits) × 10^(e - frac.len() + trailing)
+        let exponent = exponent - frac.len() as i128 + trailing as i128;
+        Some(Decimal {
+            negative,
+            digits,
+            exponent: i64::try_from(exponent).ok()?,
+        })
+    }
+
+    const ZERO: Decimal<'static> = Decimal {
+        negative: false,
+        digits: Vec::new(),
+        exponent: 0,
+    };
+
+    /// The exact form: `[-]<digits>e<exponent>`, unique for each value and
+    /// never a form serde_json prints for a different one (it parses back to
+    /// exactly this value).
+    fn write(&self, out: &mut Vec<u8>) {
+        if self.digits.is_empty() {
+            out.push(b'0');
+            return;
+        }
+        if self.negative {
+            out.push(b'-');
+        }
+        for part in &self.digits {
+            out.extend_from_slice(part);
+        }
+        out.push(b'e');
+        out.extend_from_slice(self.exponent.to_string().as_bytes());
+    }
+}
+
+impl PartialEq for Decimal<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.negative == other.negative
+            && self.exponent == other.exponent
+            && self.digits.concat() == other.digits.concat()
+    }
+}
+
+impl Eq for Decimal<'_> {}
+
+/// Is `pointer` an RFC 6901 JSON pointer: empty (the whole document) or
+/// `/`-separated tokens in which `~` only starts `~0` or `~1`?
+pub(crate) fn check_pointer(pointer: &str) -> Result<(), Error> {
+    let mut chars = pointer.chars().peekable();
+    let well_formed = (pointer.is_empty() || pointer.starts_with('/'))
+        && std::iter::from_fn(|| chars.next().map(|c| (c, chars.peek().copied())))
+            .all(|(c, next)| c != '~' || matches!(next, Some('0' | '1')));
+    if well_formed {
+        return Ok(());
+    }
+    let hint = if pointer.starts_with('/') {
+        "escape `~` as `~0` and `/` inside a name as `~1`".to_owned()
+    } else {
+        format!("write {:?}", format!("/{pointer}"))
+    };
+    Err(Error::new(
+        ErrorKind::InvalidConfig,
+        format!("{pointer:?} is not a JSON pointer (RFC 6901), so it would match nothing: {hint}"),
+    ))
+}
+
+/// The canonical JSON of the value at `pointer` in the JSON document `text`:
+/// `None` when `text` is not JSON, `Some(None)` when nothing is at the
+/// pointer. Numbers are exact, as in the whole-body fingerprint; of
+/// duplicate keys the last wins.
+pub(crate) fn canonical_json_at(text: &str, pointer: &str) -> Option<Option<Vec<u8>>> {
+    let canonical = canonical_json(text)?;
+    Some(select(&canonical, pointer).map(<[u8]>::to_vec))
+}
+
+/// The value at `pointer` in canonical JSON (no whitespace, no duplicate
+/// keys, as [`canonical_json`] writes it).
+fn select<'c>(canonical: &'c [u8], pointer: &str) -> Option<&'c [u8]> {
+    let mut value = canonical;
+    if pointer.is_empty() {
+        return Some(value);
+    }
+    for token in pointer.strip_prefix('/')?.split('/') {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        value = match value.first()? {
+            b'{' => member(value, &token)?,
+            b'[' => element(value, &token)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// The value of key `name` in a canonical object.
+fn member<'c>(object: &'c [u8], name: &str) -> Option<&'c [u8]> {
+    let mut pos = 1;
+    while object.get(pos)? != &b'}' {
+        let key_end = skip(object, pos)?;
+        let raw = &object[pos..key_end];
+        let value_end = skip(object, key_end + 1)?;
+        // A key with escapes is decoded; one without is its own text.
+        let matches = if raw.contains(&b'\\') {
+            serde_json::from_slice::<String>(raw).ok().as_deref() == Some(name)
+        } else {
+            &raw[1..raw.len() - 1] == name.as_bytes()
+        };
+        if matches {
+            return Some(&object[key_end + 1..value_end]);
+        }
+        pos = value_end + usize::from(object.get(value_end) == Some(&b','));
+    }
+    None
+}
+
+/// Element `index` (decimal, no leading zero) of a canonical array.
+fn element<'c>(array: &'c [u8], index: &str) -> Option<&'c [u8]> {
+    if index.is_empty()
+        || !index.bytes().all(|b| b.is_ascii_digit())
+        || (index.len() > 1 && index.starts_with('0'))
+    {
+        return None;
+    }
+    let index: usize = index.parse().ok()?;
+    let mut pos = 1;
+    let mut i = 0;
+    while array.get(pos)? != &b']' {
+        let end = skip(array, pos)?;
+        if i == index {
+            return Some(&array[pos..end]);
+        }
+        i += 1;
+        pos = end + usize::from(array.get(end) == Some(&b','));
+    }
+    None
+}
+
+/// The end of the canonical value starting at `pos`.
+fn skip(json: &[u8], pos: usize) -> Option<usize> {
+    match json.get(pos)? {
+        b'"' => {
+            let mut i = pos + 1;
+            loop {
+                match json.get(i)? {
+                    b'\\' => i += 2,
+                    b'"' => return Some(i + 1),
+                    _ => i += 1,
+                }
+            }
+        }
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = pos;
+            loop {
+                match json.get(i)? {
+                    b'"' => {
+                        i = skip(json, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => Some(
+            json[pos..]
+                .iter()
+                .position(|b| matches!(b, b',' | b']' | b'}' | b':'))
+                .map_or(json.len(), |n| pos + n),
+        ),
+    }
+}
+
 /// A JSON string as serde_json writes it. A string borrowed from the body
 /// (`Cow::Borrowed`) had no escape sequence there, and JSON forbids raw
 /// quotes, backslashes and control characters inside strings, so it needs no
@@ -439,6 +757,13 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The canonical JSON of `value` (serde_json's default `Map` is ordered by
+    /// key, so serialising sorts keys).
+    fn write_canonical(out: &mut Vec<u8>, value: &serde_json::Value) {
+        // Serialising a `Value` into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(out, value);
+    }
 
     fn fp(body: &[u8]) -> String {
         Fingerprinter::new().fingerprint("POST", "/orders", &[], body)
@@ -478,7 +803,7 @@ mod tests {
             r#"{"s":"\u00e9\/\u2028\t\\","\u0001":"\u001f","plain":"a b"}"#,
             r#"[]"#,
             r#""plain""#,
-            r#"123456789012345678901234567890"#,
+            r#"12345678901234567890"#,
         ] {
             let value: serde_json::Value = serde_json::from_str(body).unwrap();
             let mut via_value = Vec::new();
@@ -532,12 +857,12 @@ mod tests {
             "7",
             "-12",
             "18446744073709551615",
-            "18446744073709551616",
+            "-9223372036854775808",
             "1.5",
             "-2.25e3",
             "1E2",
             "0.1",
-            "123456789012345678901234567890",
+            "1e300",
         ])
         .prop_map(str::to_owned);
         let leaf = prop_oneof![
@@ -589,7 +914,7 @@ mod tests {
         fn canonical_form_agrees_with_serde_json_on_any_text(
             text in "[\\[\\]{}\",: \t0-9a-fnrtu.eE+\\-\\\\/é]{0,16}"
         ) {
-            proptest::prop_assert_eq!(canonical_json(&text), via_value(&text));
+            agrees_with_serde_json(&text)?;
         }
 
         #[test]
@@ -609,8 +934,235 @@ mod tests {
                 }
             }
             let text: String = chars.into_iter().collect();
-            proptest::prop_assert_eq!(canonical_json(&text), via_value(&text));
+            agrees_with_serde_json(&text)?;
         }
+
+        /// Two numbers with the same canonical form have the same exact
+        /// value (checked by a reference written differently), so different
+        /// numbers never fingerprint alike.
+        #[test]
+        fn equal_canonical_numbers_have_equal_values(
+            a in number_token(), b in number_token()
+        ) {
+            let (ca, cb) = (canonical_json(&a), canonical_json(&b));
+            if let (Some(ca), Some(cb)) = (&ca, &cb) {
+                if ca == cb {
+                    proptest::prop_assert_eq!(reference_value(&a), reference_value(&b), "{} {}", a, b);
+                }
+                // Each canonical form is itself a JSON number of the same value.
+                proptest::prop_assert_eq!(
+                    reference_value(std::str::from_utf8(ca).unwrap()),
+                    reference_value(&a)
+                );
+            }
+        }
+    }
+
+    /// serde_json accepts exactly what the canonicaliser accepts, and the
+    /// canonical form is byte for byte serde_json's except where serde_json
+    /// read a number inexactly: there it holds the exact value, which reads
+    /// back as the same `Value`.
+    fn agrees_with_serde_json(text: &str) -> Result<(), proptest::test_runner::TestCaseError> {
+        let (canon, via) = (canonical_json(text), via_value(text));
+        proptest::prop_assert_eq!(canon.is_some(), via.is_some(), "{}", text);
+        if let (Some(canon), Some(via)) = (canon, via) {
+            if canon != via {
+                let read = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).ok();
+                proptest::prop_assert_eq!(read(&canon), read(&via), "{}", text);
+                proptest::prop_assert!(
+                    canon.contains(&b'e'),
+                    "only exact number forms may differ: {}",
+                    String::from_utf8_lossy(&canon)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// JSON number tokens: integers of any length, fractions and exponents,
+    /// with the zeros and digit counts where an `f64` loses precision.
+    fn number_token() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        (
+            any::<bool>(),
+            "(0|[1-9][0-9]{0,24})",
+            proptest::option::of("[0-9]{1,22}"),
+            proptest::option::of((
+                prop::sample::select(vec!["e", "E"]),
+                prop::sample::select(vec!["", "+", "-"]),
+                "[0-9]{1,3}",
+            )),
+        )
+            .prop_map(|(neg, int, frac, exp)| {
+                let mut t = String::new();
+                if neg {
+                    t.push('-');
+                }
+                t.push_str(&int);
+                if let Some(frac) = frac {
+                    t.push('.');
+                    t.push_str(&frac);
+                }
+                if let Some((e, sign, digits)) = exp {
+                    t.push_str(e);
+                    t.push_str(sign);
+                    t.push_str(&digits);
+                }
+                t
+            })
+    }
+
+    /// The exact value of a number token as (negative, significant digits,
+    /// exponent), computed another way: the decimal point moved into the
+    /// exponent on a `String` of all digits, then zeros trimmed.
+    fn reference_value(token: &str) -> (bool, String, i64) {
+        let negative = token.starts_with('-');
+        let token = token.trim_start_matches('-').to_ascii_lowercase();
+        let (mantissa, exp) = match token.split_once('e') {
+            Some((m, e)) => (m.to_owned(), e.parse::<i64>().unwrap()),
+            None => (token.clone(), 0),
+        };
+        let (int, frac) = mantissa.split_once('.').unwrap_or((&mantissa, ""));
+        let all = format!("{int}{frac}");
+        let mut exp = exp - frac.len() as i64;
+        let trimmed_end = all.trim_end_matches('0');
+        exp += (all.len() - trimmed_end.len()) as i64;
+        let digits = trimmed_end.trim_start_matches('0').to_owned();
+        if digits.is_empty() {
+            return (false, String::new(), 0);
+        }
+        (negative, digits, exp)
+    }
+
+    #[test]
+    fn different_numbers_never_fingerprint_alike() {
+        for (a, b) in [
+            (
+                r#"{"amount":20000000000000000001}"#,
+                r#"{"amount":20000000000000000000}"#,
+            ),
+            (r#"{"amount":0.30000000000000000001}"#, r#"{"amount":0.3}"#),
+            (r#"{"amount":1.00000000000000000001}"#, r#"{"amount":1.0}"#),
+            (r#"{"amount":1e-400}"#, r#"{"amount":0.0}"#),
+            (
+                r#"[123456789012345678901234567890]"#,
+                r#"[123456789012345678901234567891]"#,
+            ),
+        ] {
+            assert_ne!(fp(a.as_bytes()), fp(b.as_bytes()), "{a} vs {b}");
+            let fields = Fingerprinter::new().fields(["/amount", "/0"]);
+            assert_ne!(
+                fields.fingerprint("POST", "/", &[], a.as_bytes()),
+                fields.fingerprint("POST", "/", &[], b.as_bytes()),
+                "fields: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn numbers_compare_by_exact_value_within_their_kind() {
+        let canon = |t: &str| String::from_utf8(canonical_json(t).unwrap()).unwrap();
+        // Fractions and exponents of one value are one number.
+        for alike in [
+            ["1.0", "1.00", "1e0", "10e-1", "0.1e1"],
+            ["0.3", "0.30", "3e-1", "3E-1", "0.03e1"],
+            [
+                "2e19",
+                "20000000000000000000.0",
+                "2.0e19",
+                "2E+19",
+                "0.2e20",
+            ],
+            ["1.5e-400", "15e-401", "0.15e-399", "1.50e-400", "1.5E-400"],
+        ] {
+            let first = canon(alike[0]);
+            for other in &alike[1..] {
+                assert_eq!(canon(other), first, "{other} vs {}", alike[0]);
+            }
+        }
+        // An integer is not a fraction (as serde_json reads them).
+        assert_ne!(canon("1"), canon("1.0"));
+        // Within an integer's kind, the digits as written.
+        assert_eq!(canon("20000000000000000001"), "20000000000000000001e0");
+        assert_eq!(
+            canon("-0.30000000000000000001"),
+            "-30000000000000000001e-20"
+        );
+        // What serde_json reads exactly keeps its form, and its fingerprint.
+        let serde_form = |t: &str| {
+            serde_json::to_string(&serde_json::from_str::<serde_json::Number>(t).unwrap()).unwrap()
+        };
+        for exact in ["1.5", "1e300", "-2.25e3", "18446744073709551615", "0.1"] {
+            assert_eq!(canon(exact), serde_form(exact), "{exact}");
+        }
+        // Huge exponents neither panic nor collide.
+        assert_eq!(canon("0e99999999999999999999999"), canon("0.0"));
+        // Beyond an i64 exponent a non-zero number is not canonicalised: the
+        // body is hashed as it is, which never equals a canonical one.
+        assert!(canonical_json("1e99999999999999999999999").is_none());
+        assert!(canonical_json("1e-99999999999999999999999").is_none());
+        assert_ne!(fp(b"[1e-99999999999999999999999]"), fp(b"[0.0]"));
+    }
+
+    #[test]
+    fn the_query_string_counts_in_any_order() {
+        let f = Fingerprinter::new();
+        let q =
+            |query: Option<&str>| f.fingerprint_with_query("POST", "/orders", query, &[], b"{}");
+        assert_ne!(q(Some("dry_run=true")), q(None));
+        assert_eq!(q(Some("a=1&b=2")), q(Some("b=2&a=1")));
+        assert_eq!(q(Some("a=%41")), q(Some("a=A")));
+        assert_eq!(q(Some("a=b+c")), q(Some("a=b%20c")));
+        assert_ne!(q(Some("a=1&a=1")), q(Some("a=1")));
+        assert_ne!(q(Some("a=1&b=2")), q(Some("a=2&b=1")));
+        assert_ne!(q(Some("a=1")), q(Some("a1=")));
+        // No query, an empty one, and the plain fingerprint are one request.
+        assert_eq!(q(None), q(Some("")));
+        assert_eq!(q(None), f.fingerprint("POST", "/orders", &[], b"{}"));
+    }
+
+    #[test]
+    fn pointers_must_be_json_pointers() {
+        for ok in ["", "/amount", "/items/0/sku", "/a~1b", "/m~0n", "/"] {
+            assert!(check_pointer(ok).is_ok(), "{ok}");
+        }
+        for bad in ["amount", "items/0", "/a~2", "/a~"] {
+            let err = check_pointer(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+            assert!(err.to_string().contains("not a JSON pointer"), "{err}");
+        }
+        assert!(check_pointer("amount")
+            .unwrap_err()
+            .to_string()
+            .contains("\"/amount\""));
+        assert!(Fingerprinter::new()
+            .try_fields(["/amount", "amount"])
+            .is_err());
+        let panic = std::panic::catch_unwind(|| Fingerprinter::new().fields(["amount"]));
+        assert!(panic.is_err());
+    }
+
+    #[test]
+    fn a_field_is_found_by_its_pointer_in_canonical_json() {
+        let text =
+            r#"{ "b": [10, {"x": "y"}], "a/c": 1, "m~n": null, "k": 1, "k": 2, "e\u0073c": 3 }"#;
+        let at = |p: &str| {
+            canonical_json_at(text, p)
+                .unwrap()
+                .map(|v| String::from_utf8(v).unwrap())
+        };
+        assert_eq!(at("/b/1/x").as_deref(), Some(r#""y""#));
+        assert_eq!(at("/b/0").as_deref(), Some("10"));
+        assert_eq!(at("/b").as_deref(), Some(r#"[10,{"x":"y"}]"#));
+        assert_eq!(at("/a~1c").as_deref(), Some("1"));
+        assert_eq!(at("/m~0n").as_deref(), Some("null"));
+        assert_eq!(at("/k").as_deref(), Some("2"), "the last duplicate wins");
+        assert_eq!(at("/esc").as_deref(), Some("3"));
+        assert_eq!(at("/b/2"), None);
+        assert_eq!(at("/b/01"), None);
+        assert_eq!(at("/nope"), None);
+        assert_eq!(at("/b/1/x/deeper"), None);
+        assert_eq!(canonical_json_at("not json", "/a"), None);
     }
 
     #[test]

@@ -47,7 +47,7 @@ use tower::{Layer, Service};
 
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
-use crate::fingerprint::hex;
+use crate::fingerprint::{canonical_json_at, check_pointer, hex};
 use crate::record::{Status, StoredBody, StoredResponse};
 use crate::scope::record_id;
 use crate::store::{ClaimOutcome, ClaimRequest, Completion, Lease, Store};
@@ -106,14 +106,22 @@ impl IdempotentFunction {
     }
 
     /// Key = the values at these JSON pointers (`/order/id`). A single string
-    /// value is the key as is; otherwise the canonical JSON of all values. When
-    /// every pointer is absent or null, the key is missing.
+    /// value is the key as is; otherwise the canonical JSON of all values
+    /// (a single value of another type is kept apart from strings: `5` and
+    /// `"5"` are two keys). When every pointer is absent or null, the key is
+    /// missing.
+    ///
+    /// # Panics
+    ///
+    /// When a pointer is not an RFC 6901 JSON pointer (`"order_id"` for
+    /// `"/order_id"`): it would match nothing. A configuration error, found
+    /// at start-up.
     pub fn key_pointers<I, S>(mut self, pointers: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.key = KeySource::Pointers(pointers.into_iter().map(Into::into).collect());
+        self.key = KeySource::Pointers(checked_pointers("key_pointers", pointers));
         self
     }
 
@@ -128,12 +136,17 @@ impl IdempotentFunction {
 
     /// A duplicate whose values at these pointers differ from the first call's
     /// fails with [`EventError::PayloadMismatch`] instead of replaying.
+    ///
+    /// # Panics
+    ///
+    /// When a pointer is not an RFC 6901 JSON pointer, as
+    /// [`key_pointers`](Self::key_pointers).
     pub fn validate<I, S>(mut self, pointers: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.validate = pointers.into_iter().map(Into::into).collect();
+        self.validate = checked_pointers("validate", pointers);
         self
     }
 
@@ -247,17 +260,33 @@ impl IdempotentFunction {
     }
 
     pub(crate) fn fingerprint_of(&self, json: &serde_json::Value) -> String {
+        self.fingerprint_fields(|pointer| {
+            json.pointer(pointer)
+                .map(|v| v.to_string().into_bytes())
+                .unwrap_or_default()
+        })
+    }
+
+    /// [`fingerprint_of`](Self::fingerprint_of) a JSON text (an SQS body),
+    /// its numbers exact; a text that is not JSON has no fields.
+    pub(crate) fn fingerprint_of_text(&self, text: &str) -> String {
+        self.fingerprint_fields(|pointer| {
+            canonical_json_at(text, pointer)
+                .flatten()
+                .unwrap_or_default()
+        })
+    }
+
+    /// The hash of the validated fields' canonical JSON (empty when absent).
+    fn fingerprint_fields(&self, value_at: impl Fn(&str) -> Vec<u8>) -> String {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         for pointer in &self.validate {
-            let value = json
-                .pointer(pointer)
-                .map(|v| v.to_string())
-                .unwrap_or_default();
+            let value = value_at(pointer);
             h.update((pointer.len() as u64).to_be_bytes());
             h.update(pointer.as_bytes());
             h.update((value.len() as u64).to_be_bytes());
-            h.update(value.as_bytes());
+            h.update(&value);
         }
         hex(&h.finalize())
     }
@@ -453,6 +482,22 @@ impl IdempotentFunction {
             }
         }
     }
+}
+
+/// `pointers`, each checked to be a JSON pointer: one that is not would
+/// silently match nothing, so the builder refuses it at start-up.
+fn checked_pointers<I, S>(setter: &str, pointers: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let pointers: Vec<String> = pointers.into_iter().map(Into::into).collect();
+    for pointer in &pointers {
+        if let Err(e) = check_pointer(pointer) {
+            panic!("IdempotentFunction::{setter}: {e}");
+        }
+    }
+    pointers
 }
 
 /// An idempotency key and its kind: text (a string as it is) or the JSON of

@@ -451,10 +451,13 @@ where
         .iter()
         .map(|name| req.headers().get(name).map(HeaderValue::as_bytes))
         .collect();
-    let fingerprint =
-        config
-            .fingerprinter
-            .fingerprint(&method, &path, &header_values, req.body().as_ref());
+    let fingerprint = config.fingerprinter.fingerprint_with_query(
+        &method,
+        &path,
+        req.uri().query(),
+        &header_values,
+        req.body().as_ref(),
+    );
     // Every log line of this request carries the hashed record id, never the
     // raw key or body.
     let span = tracing::info_span!("idempotency", record_id = %id);

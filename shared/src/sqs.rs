@@ -37,6 +37,7 @@ use serde::Serialize;
 
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
+use crate::fingerprint::{canonical_json_at, check_pointer};
 use crate::function::{EventError, IdempotentFunction, Key};
 
 /// Where a record's key comes from.
@@ -65,8 +66,18 @@ impl SqsBatch {
 
     /// Key = the value at this JSON pointer of the record's JSON body (for
     /// producer-side ids, so two messages carrying the same event dedupe).
+    ///
+    /// # Panics
+    ///
+    /// When `pointer` is not an RFC 6901 JSON pointer (`"event_id"` for
+    /// `"/event_id"`): it would match nothing. A configuration error, found
+    /// at start-up.
     pub fn key_body_pointer(mut self, pointer: impl Into<String>) -> Self {
-        self.key = SqsKey::BodyPointer(pointer.into());
+        let pointer = pointer.into();
+        if let Err(e) = check_pointer(&pointer) {
+            panic!("SqsBatch::key_body_pointer: {e}");
+        }
+        self.key = SqsKey::BodyPointer(pointer);
         self
     }
 
@@ -105,16 +116,14 @@ impl SqsBatch {
             let failed = if fifo && fifo_failed {
                 true
             } else {
-                let body: serde_json::Value = message
-                    .body
-                    .as_deref()
-                    .and_then(|b| serde_json::from_str(b).ok())
-                    .unwrap_or(serde_json::Value::Null);
+                // Keys and validated fields are read from the body's text,
+                // so numbers keep every digit.
+                let body = message.body.as_deref().unwrap_or_default();
                 let key = match &self.key {
                     SqsKey::MessageId => id.clone().map(Key::text),
-                    SqsKey::BodyPointer(pointer) => body_key(&body, pointer),
+                    SqsKey::BodyPointer(pointer) => body_key(body, pointer),
                 };
-                let fingerprint = self.function.fingerprint_of(&body);
+                let fingerprint = self.function.fingerprint_of_text(body);
                 let result: Result<O, EventError<E>> = self
                     .function
                     .run_keyed(key, fingerprint, message, &handler)
@@ -145,13 +154,14 @@ impl SqsBatch {
 }
 
 /// The key at `pointer` of a message body: a string as it is, another value
-/// as its JSON (kept apart from strings: `5` is not `"5"`), null or absent
-/// as no key.
-fn body_key(body: &serde_json::Value, pointer: &str) -> Option<Key> {
-    match body.pointer(pointer)? {
-        serde_json::Value::String(s) => Some(Key::text(s.clone())),
-        serde_json::Value::Null => None,
-        other => Some(Key::json(other.to_string())),
+/// as its canonical JSON (kept apart from strings: `5` is not `"5"`; numbers
+/// exact), null, absent or a body that is not JSON as no key.
+fn body_key(body: &str, pointer: &str) -> Option<Key> {
+    let value = canonical_json_at(body, pointer)??;
+    match value.as_slice() {
+        b"null" => None,
+        [b'"', ..] => serde_json::from_slice::<String>(&value).ok().map(Key::text),
+        _ => String::from_utf8(value).ok().map(Key::json),
     }
 }
 

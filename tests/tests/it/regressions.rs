@@ -702,7 +702,10 @@ async fn the_query_string_is_part_of_the_request(f: crate::fixture::Fixture) {
     // The same parameters in another order are the same request.
     send(&svc, post("/orders?a=1&b=2", Some("k2"), "{}")).await;
     let reordered = send(&svc, post("/orders?b=2&a=1", Some("k2"), "{}")).await;
-    assert_eq!(reordered.headers()[lambda_idempotency::REPLAYED_HEADER], "true");
+    assert_eq!(
+        reordered.headers()[lambda_idempotency::REPLAYED_HEADER],
+        "true"
+    );
     assert_eq!(runs.count(), 2);
 }
 
@@ -883,4 +886,34 @@ async fn a_claim_over_an_expired_record_does_not_decode_its_old_body() {
         .unwrap();
     let next = claimed(store.claim(&request("r", "b", 60_000)).await.unwrap());
     assert_eq!(next.attempt, 2);
+}
+
+// Item 12: a JSON pointer without its leading `/` is refused when built.
+
+#[test]
+fn a_pointer_without_its_leading_slash_is_refused_when_built() {
+    use lambda_idempotency::{Fingerprinter, IdempotentFunction, MemoryStore, SqsBatch};
+    let message = |result: std::thread::Result<()>| {
+        let panic = result.expect_err("refused");
+        panic.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let key = message(std::panic::catch_unwind(|| {
+        IdempotentFunction::new(MemoryStore::new(), "f").key_pointers(["order_id"]);
+    }));
+    assert!(key.contains("\"/order_id\""), "{key}");
+    let validate = message(std::panic::catch_unwind(|| {
+        IdempotentFunction::new(MemoryStore::new(), "f").validate(["/ok", "amount"]);
+    }));
+    assert!(validate.contains("\"/amount\""), "{validate}");
+    let sqs = message(std::panic::catch_unwind(|| {
+        SqsBatch::new(IdempotentFunction::new(MemoryStore::new(), "f"))
+            .key_body_pointer("event_id");
+    }));
+    assert!(sqs.contains("\"/event_id\""), "{sqs}");
+    let fields = Fingerprinter::new().try_fields(["amount"]).unwrap_err();
+    assert_eq!(fields.kind(), lambda_idempotency::ErrorKind::InvalidConfig);
+    // Well-formed pointers build.
+    IdempotentFunction::new(MemoryStore::new(), "f")
+        .key_pointers(["/order_id"])
+        .validate(["/amount", ""]);
 }
