@@ -471,3 +471,111 @@ async fn the_sweeper_function_handles_the_sample_event() {
         .unwrap();
     assert!(metrics.iter().any(|m| m["Name"] == "SweepFenced"));
 }
+
+// Defects found by the audit (issue 14, item 9); each test failed before its fix.
+
+#[tokio::test]
+async fn the_fail_policy_never_resurrects_an_expired_record() {
+    let store = store().await;
+    let id = hashed_id("expired-and-stuck");
+    let now = now_ms();
+    // Stuck and past its own expiry (TTL deletion lags): absent by definition.
+    let request = ClaimRequest {
+        record_id: id.clone(),
+        fingerprint: "fp".into(),
+        owner: "crashed".into(),
+        now_ms: now,
+        lease_expires_at_ms: now + 1,
+        expires_at_s: now / 1000 - 5,
+    };
+    assert!(matches!(
+        store.claim(&request).await.unwrap(),
+        ClaimOutcome::Claimed(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let summary = Sweeper::new(store.clone())
+        .policy(SweepPolicy::Fail)
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await;
+    assert_eq!(
+        (summary.found, summary.failed, summary.errors),
+        (1, 0, 0),
+        "{summary:?}"
+    );
+    assert_eq!(
+        summary.released, 1,
+        "deleted, as its expiry had already made it absent"
+    );
+    assert!(item(&store, &id).await.is_none());
+}
+
+#[tokio::test]
+async fn a_recovery_point_committed_after_the_index_was_read_keeps_the_record() {
+    let store = store().await;
+    let id = hashed_id("late-checkpoint");
+    let lease = claim(&store, &id, 1).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
+    let shard = schema::sweep_shard(&id).to_digit(16).unwrap();
+    let (found, _) = sweeper.stuck(shard, None, now_ms()).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert!(!found[0].has_checkpoint);
+    // The (stale but still holding) invocation commits a recovery point
+    // after the index page was read.
+    store
+        .checkpoint(
+            &lease,
+            &Checkpoint {
+                name: "charged".into(),
+                data: serde_json::json!({"charge_id": "ch_1"}),
+                attempt: lease.attempt,
+            },
+        )
+        .await
+        .unwrap();
+    let resolution = sweeper.resolve(&found[0], now_ms()).await.unwrap();
+    assert_eq!(resolution, Resolution::Resumable);
+    let kept = item(&store, &id)
+        .await
+        .expect("the record stays for its retry");
+    assert!(kept.contains_key(schema::CHECKPOINT));
+}
+
+#[tokio::test]
+async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline() {
+    // A server that accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let shared = aws_config::from_env()
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let config = aws_sdk_dynamodb::config::Builder::from(&shared)
+        .endpoint_url(format!("http://127.0.0.1:{port}"))
+        .build();
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), "idempotency");
+    let deadline = now_ms() + 3_000;
+    let summary = tokio::time::timeout(
+        Duration::from_secs(30),
+        Sweeper::new(store)
+            .stop_before(Duration::from_secs(1))
+            .sweep(Some(deadline)),
+    )
+    .await
+    .expect("the sweep returned");
+    assert!(
+        now_ms() <= deadline,
+        "returned {} ms after its deadline",
+        now_ms() - deadline
+    );
+    assert!(summary.remaining, "{summary:?}");
+    assert!(summary.errors >= 1, "{summary:?}");
+    held.abort();
+}
