@@ -599,22 +599,29 @@ impl Sweeper {
     }
 }
 
-/// The time a sweep has left: until `stop_before` ahead of its deadline.
+/// The time a sweep has left. No call starts within `stop_before` of the
+/// deadline; a call already running may use the first half of that margin,
+/// so one that hangs is cut off while the sweep still has time to answer.
 struct Clock {
     deadline_ms: Option<u64>,
     margin_ms: u64,
 }
 
 impl Clock {
-    /// Time left, `None` when it is up; unbounded without a deadline.
+    /// How long a call started now may run, or `None` when no call may
+    /// start any more; unbounded (`Some(None)`) without a deadline.
     fn left(&self) -> Option<Option<Duration>> {
         let Some(deadline) = self.deadline_ms else {
             return Some(None);
         };
-        let left = deadline
-            .saturating_sub(self.margin_ms)
-            .saturating_sub(crate::http::now_ms());
-        (left > 0).then(|| Some(Duration::from_millis(left)))
+        let now = crate::http::now_ms();
+        if deadline.saturating_sub(self.margin_ms) <= now {
+            return None;
+        }
+        let budget = deadline
+            .saturating_sub(self.margin_ms / 2)
+            .saturating_sub(now);
+        Some(Some(Duration::from_millis(budget)))
     }
 }
 
