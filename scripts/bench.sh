@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: performance against the goals of the benchmarks issue, side by
 # side with Powertools for AWS Lambda (Python), both on the same DynamoDB Local
-# in the same run. Writes BENCHMARKS.md and docs/benchmarks.svg (target/bench
+# in the same run. Writes BENCHMARKS.md and docs/benchmarks.svg (bench/ in the target directory
 # keeps the raw JSON) and prints the goals and latency tables. Release builds
 # only.
 #
@@ -10,7 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-out="$root/target/bench"
+# shellcheck source=scripts/target-dir.sh
+source scripts/target-dir.sh
+out="$target_dir/bench"
 mkdir -p "$out" docs
 
 if [ "${1:-}" != "--inside" ]; then
@@ -34,13 +36,13 @@ if [ "${1:-}" != "--inside" ]; then
   # and a JVM that has just served the latency rounds (garbage collection,
   # JIT threads) would compete for the two cores during the timing.
   echo "bench: library CPU per request (thread CPU time, in-memory store)" >&2
-  "$root/target/release/bench" cpu 20000 >"$out/cpu.json"
+  "$target_dir/release/bench" cpu 20000 >"$out/cpu.json"
   instructions() {
     # Instructions of N requests minus those of N/2: the per-request cost
     # without start-up. callgrind counts are repeatable, unlike time.
     local kind=$1 total=()
     for n in 2000 4000; do
-      valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.$kind.$n" "$root/target/release/bench" cpu-probe "$kind" "$n" >/dev/null 2>"$out/callgrind.$kind.$n.log"
+      valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.$kind.$n" "$target_dir/release/bench" cpu-probe "$kind" "$n" >/dev/null 2>"$out/callgrind.$kind.$n.log"
       total+=("$(grep -E '^summary:|^totals:' "$out/callgrind.$kind.$n" | head -n 1 | awk '{print $2}')")
     done
     echo $(( (total[1] - total[0]) / 2000 ))
@@ -58,7 +60,7 @@ if [ "${1:-}" != "--inside" ]; then
 fi
 
 py="$root/.tools/bench-venv/bin/python"
-bench="$root/target/release/bench"
+bench="$target_dir/release/bench"
 n="${BENCH_ITERATIONS:-2000}"
 r="${BENCH_ROUNDS:-3}"
 
@@ -87,7 +89,7 @@ for prefix, merged in (("rust-latency", "rust-latency.json"), ("powertools", "po
     json.dump(result, open(os.path.join(out, merged), "w"))
 PY
 echo "bench: cold start, orders-api through the Runtime API (10 runs)" >&2
-"$bench" cold 10 "$root/target/release/orders-api" >"$out/cold.json"
+"$bench" cold 10 "$target_dir/release/orders-api" >"$out/cold.json"
 echo "bench: cold start, Powertools Python import + setup + first invocation (10 runs)" >&2
 export POWERTOOLS_TABLE="powertools-cold-$$"
 "$py" - <<'PY'
@@ -99,7 +101,7 @@ c.create_table(TableName=t, AttributeDefinitions=[{"AttributeName": "id", "Attri
 PY
 "$bench" cold-command 10 "$py" scripts/bench/powertools_cold.py >"$out/powertools-cold.json"
 echo "bench: duplicate storm on orders-api (10,000 requests, 1,000 keys, 10 racing duplicates each, concurrency 32, 4 processes)" >&2
-"$bench" storm "$root/target/release/orders-api" 10000 1000 32 4 >"$out/storm.json"
+"$bench" storm "$target_dir/release/orders-api" 10000 1000 32 4 >"$out/storm.json"
 
 "$py" - "$out" <<'PY'
 import json, os, platform, subprocess, sys

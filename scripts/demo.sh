@@ -9,6 +9,8 @@ root=$(pwd)
 
 # shellcheck source=scripts/python-tools.sh
 source scripts/python-tools.sh
+# shellcheck source=scripts/target-dir.sh
+source scripts/target-dir.sh
 
 if [ "${1:-}" != "--inside" ]; then
   exec scripts/dynamodb-local.sh "$0" --inside
@@ -22,7 +24,7 @@ echo "demo: building orders-api and the demo driver" >&2
 # unify features differently and make watch rebuild everything on the first call.
 cargo build --quiet -p orders-api --bin orders-api
 cargo build --quiet -p integration-tests --bin demo
-target/debug/demo create-tables
+"$target_dir/debug/demo" create-tables
 
 log="$root/.tools/cargo-lambda-watch.log"
 : >"$log"
@@ -63,10 +65,10 @@ fail() {
 }
 
 start_watch
-target/debug/demo play "http://127.0.0.1:$port" || fail
+"$target_dir/debug/demo" play "http://127.0.0.1:$port" || fail
 # Step 8 killed a function process mid-request. cargo lambda watch does not
 # replace a dead instance (and its other instance is left with a broken
 # runtime API connection), so start a fresh watch: Lambda's next instance.
 stop_watch
 start_watch
-target/debug/demo resume "http://127.0.0.1:$port" || fail
+"$target_dir/debug/demo" resume "http://127.0.0.1:$port" || fail

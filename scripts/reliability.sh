@@ -6,6 +6,8 @@
 #   RELIABILITY_OUT (default RELIABILITY.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/target-dir.sh
+source scripts/target-dir.sh
 size="${RELIABILITY_SIZE:-full}"
 out="${RELIABILITY_OUT:-RELIABILITY.md}"
 # orders-api alone, as Lambda tooling builds it; the driver separately.
@@ -13,9 +15,9 @@ cargo build --quiet -p orders-api --bin orders-api
 cargo build --quiet -p integration-tests --bin reliability
 # Sections 4 and 5: each property test appends what its cases met to this
 # file (tests/tests/it/fuzz.rs, model.rs); the driver reports it.
-log="$PWD/target/reliability-properties-$size.jsonl"
+log="$target_dir/reliability-properties-$size.jsonl"
 rm -f "$log"
 RELIABILITY_PROPERTY_LOG="$log" scripts/dynamodb-local.sh \
   cargo test --quiet -p integration-tests --test it -- fuzz:: model::
-scripts/dynamodb-local.sh target/debug/reliability "$size" target/debug/orders-api "$out" "$log" >/dev/null
+scripts/dynamodb-local.sh "$target_dir/debug/reliability" "$size" "$target_dir/debug/orders-api" "$out" "$log" >/dev/null
 echo "reliability ($size): no violations; report in $out"

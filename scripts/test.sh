@@ -20,7 +20,9 @@ AWS_DEFAULT_REGION=us-east-1 sam validate --lint
 AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
 # Storm, crash and store-fault injection at the reduced size (the full run,
 # `make reliability`, writes RELIABILITY.md).
-RELIABILITY_SIZE=ci RELIABILITY_OUT=target/RELIABILITY-ci.md scripts/reliability.sh
+# shellcheck source=scripts/target-dir.sh
+source scripts/target-dir.sh
+RELIABILITY_SIZE=ci RELIABILITY_OUT="$target_dir/RELIABILITY-ci.md" scripts/reliability.sh
 # The README demo, end to end through cargo lambda watch; it fails on any
 # answer that breaks the contract.
 scripts/demo.sh
