@@ -38,6 +38,10 @@ use crate::error::{Error, ErrorKind};
 use crate::fingerprint::hex;
 use crate::store::{Checkpoint, Lease, Store};
 
+/// How many writes [`IdempotencyContext::defer_write`] takes: a DynamoDB
+/// transaction holds 100 items, and one is the completion.
+pub const MAX_DEFERRED_WRITES: usize = 99;
+
 /// The claim behind the current invocation.
 #[derive(Clone)]
 pub struct IdempotencyContext {
@@ -161,15 +165,35 @@ impl IdempotencyContext {
 
     /// Hand a DynamoDB write to the completion: it commits in the same
     /// transaction as the stored response, or not at all. Needs a
-    /// [`DynamoStore`](crate::DynamoStore); at most 99 writes.
-    pub fn defer_write(&self, write: TransactWriteItem) {
-        if let Some(claim) = &self.claim {
-            claim
-                .writes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(write);
+    /// [`DynamoStore`](crate::DynamoStore).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`] when the context is detached (made with
+    /// [`new`](Self::new): there is no completion to join) or already holds
+    /// [`MAX_DEFERRED_WRITES`] writes (a DynamoDB transaction takes 100 items,
+    /// one of them the completion). The write is not kept.
+    pub fn defer_write(&self, write: TransactWriteItem) -> Result<(), Error> {
+        let claim = self.claim.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                "this IdempotencyContext is detached (made with IdempotencyContext::new), so \
+                 there is no completion for the write to commit with",
+            )
+        })?;
+        let mut writes = claim.writes.lock().unwrap_or_else(|p| p.into_inner());
+        if writes.len() >= MAX_DEFERRED_WRITES {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "at most {MAX_DEFERRED_WRITES} writes can be deferred to one completion (a \
+                     DynamoDB transaction takes 100 items, one is the completion); write the rest \
+                     before completing"
+                ),
+            ));
         }
+        writes.push(write);
+        Ok(())
     }
 
     /// The deferred writes, taken once by the completion.
@@ -178,5 +202,43 @@ impl IdempotencyContext {
             .as_ref()
             .map(|c| std::mem::take(&mut *c.writes.lock().unwrap_or_else(|p| p.into_inner())))
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::types::{AttributeValue, Put};
+
+    fn write(i: usize) -> TransactWriteItem {
+        let put = Put::builder()
+            .table_name("t")
+            .item("id", AttributeValue::S(i.to_string()))
+            .build()
+            .expect("table and item set");
+        TransactWriteItem::builder().put(put).build()
+    }
+
+    #[test]
+    fn deferred_writes_need_a_claim_and_fit_one_transaction() {
+        let detached = IdempotencyContext::new("r", 1);
+        let err = detached.defer_write(write(0)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert!(err.to_string().contains("detached"), "{err}");
+
+        let lease = Lease {
+            record_id: "r".into(),
+            owner: "o".into(),
+            fingerprint: "f".into(),
+            attempt: 1,
+            recovered: None,
+        };
+        let claimed = IdempotencyContext::from_lease(Arc::new(crate::MemoryStore::new()), lease);
+        for i in 0..MAX_DEFERRED_WRITES {
+            claimed.defer_write(write(i)).unwrap();
+        }
+        let err = claimed.defer_write(write(99)).unwrap_err();
+        assert!(err.to_string().contains("at most 99"), "{err}");
+        assert_eq!(claimed.take_writes().len(), MAX_DEFERRED_WRITES);
     }
 }

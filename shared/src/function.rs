@@ -217,15 +217,12 @@ impl IdempotentFunction {
         F: FnOnce(A, Option<IdempotencyContext>) -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {
-        let json = serde_json::to_value(&arg).map_err(|e| {
-            EventError::Store(Error::with_source(
-                ErrorKind::InvalidConfig,
-                format!(
-                    "the argument of `{}` cannot be serialised to JSON to find its key: {e}",
-                    self.name
-                ),
-                e,
-            ))
+        let json = serde_json::to_value(&arg).map_err(|source| EventError::Serialization {
+            what: format!(
+                "the argument of `{}` (to find its key), nothing ran",
+                self.name
+            ),
+            source,
         })?;
         let key = self.key_of(&json);
         let fingerprint = self.fingerprint_of(&json);
@@ -335,7 +332,7 @@ impl IdempotentFunction {
         if capped {
             crate::http::warn_lease_capped();
         }
-        let owner = crate::http::owner_token().map_err(EventError::Store)?;
+        let owner = crate::http::owner_token().map_err(EventError::Randomness)?;
         let claim = ClaimRequest {
             record_id: id.clone(),
             fingerprint: fingerprint.clone(),
@@ -411,20 +408,16 @@ impl IdempotentFunction {
         let transactional = !writes.is_empty();
         let json = match json {
             Ok(json) => json,
-            Err(e) => {
+            Err(source) => {
                 // Cannot be replayed, and its deferred writes were never sent.
                 self.release(lease, "its output cannot be serialised").await;
-                return Err(EventError::CompletionFailed {
-                    record_id: id.clone(),
-                    source: Error::with_source(
-                        ErrorKind::InvalidConfig,
-                        format!(
-                            "the output of `{}` cannot be serialised to JSON, so it cannot be \
-                             stored for replay: {e}; the key was released",
-                            self.name
-                        ),
-                        e,
+                return Err(EventError::Serialization {
+                    what: format!(
+                        "the output of `{}` (to store it for replay; idempotency record {id}), \
+                         the key was released",
+                        self.name
                     ),
+                    source,
                 });
             }
         };
@@ -565,16 +558,26 @@ pub enum EventError<E> {
     },
     /// The function ran but its outcome was not recorded, so the event must
     /// be delivered again. The source says why: the deferred writes were
-    /// cancelled or refused, or the output cannot be serialised (nothing
-    /// committed, the key was released); a newer attempt took over before the
-    /// writes committed; or the store did not answer (the outcome is unknown,
-    /// the key frees when its lease ends and the retry replays or runs again).
+    /// cancelled or refused (nothing committed, the key was released); a
+    /// newer attempt took over before the writes committed; or the store did
+    /// not answer (the outcome is unknown, the key frees when its lease ends
+    /// and the retry replays or runs again).
     CompletionFailed {
         /// The record id.
         record_id: String,
         /// What the store or serde said.
         source: Error,
     },
+    /// A value could not be serialised to JSON: the argument (nothing ran)
+    /// or the output (it ran, nothing was recorded, the key was released).
+    Serialization {
+        /// What could not be serialised, and what happened because of it.
+        what: String,
+        /// What serde said.
+        source: serde_json::Error,
+    },
+    /// The operating system gave no randomness for the owner token; nothing ran.
+    Randomness(Error),
     /// The store failed; nothing ran.
     Store(Error),
     /// The wrapped function failed; the key was released.
@@ -613,6 +616,10 @@ impl<E: fmt::Display> fmt::Display for EventError<E> {
                 f,
                 "the outcome of idempotency record {record_id} was not recorded, so the event must be retried: {source}"
             ),
+            EventError::Serialization { what, source } => {
+                write!(f, "cannot serialise {what}: {source}")
+            }
+            EventError::Randomness(e) => write!(f, "{e}; nothing ran"),
             EventError::Store(e) => write!(f, "idempotency store failed, nothing ran: {e}"),
             EventError::Handler(e) => e.fmt(f),
         }
@@ -632,6 +639,8 @@ impl<E> EventError<E> {
             EventError::OutputTooLarge { .. } => "Idempotency.OutputTooLarge",
             EventError::CorruptOutput { .. } => "Idempotency.CorruptOutput",
             EventError::CompletionFailed { .. } => "Idempotency.CompletionFailed",
+            EventError::Serialization { .. } => "Idempotency.Serialization",
+            EventError::Randomness(_) => "Idempotency.Randomness",
             EventError::Store(_) => "Idempotency.StoreUnavailable",
             EventError::Handler(_) => "Handler",
         }
@@ -727,5 +736,31 @@ where
                 })
                 .await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    #[tokio::test]
+    async fn an_argument_that_cannot_be_serialised_is_its_own_error_and_nothing_runs() {
+        let store = MemoryStore::new();
+        let function = IdempotentFunction::new(store.clone(), "f");
+        // JSON object keys must be strings.
+        let arg = std::collections::HashMap::from([((1, 2), 3)]);
+        let ran = std::sync::atomic::AtomicBool::new(false);
+        let err = function
+            .call(arg, |_| async {
+                ran.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok::<u8, String>(0)
+            })
+            .await
+            .unwrap_err();
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(err.error_type(), "Idempotency.Serialization");
+        assert!(err.to_string().contains("argument of `f`"), "{err}");
+        assert_eq!(store.requests(), 0);
     }
 }

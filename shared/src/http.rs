@@ -135,9 +135,21 @@ impl Config {
     }
 }
 
-/// Set this environment variable to `true` (or `1`) to turn the middleware
-/// off, for local tests of the handler alone. A warning is logged when it is on.
+/// Set this environment variable to `true` (or `1`, `yes`) to turn the
+/// middleware off, for local tests of the handler alone. Read by
+/// [`IdempotencyLayer::from_env`]; a warning is logged when it is on.
 pub const DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
+
+/// Does [`DISABLED_ENV`] turn the middleware off in this process?
+pub fn disabled_from_env() -> bool {
+    disabled_by(std::env::var(DISABLED_ENV).ok().as_deref())
+}
+
+/// The rule of [`DISABLED_ENV`]: `1`, `true` or `yes` in any case, spaces
+/// around ignored; anything else (or unset) leaves the middleware on.
+fn disabled_by(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
 
 impl IdempotencyLayer {
     /// Defaults: POST and PATCH covered, header `Idempotency-Key`, key optional,
@@ -163,11 +175,17 @@ impl IdempotencyLayer {
                 cache: None,
                 metrics: None,
                 replay_hook: None,
-                disabled: std::env::var(DISABLED_ENV).is_ok_and(|v| {
-                    matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes")
-                }),
+                disabled: false,
             },
         }
+    }
+
+    /// [`new`](Self::new), switched off when the [`DISABLED_ENV`]
+    /// environment variable says so (see [`disabled_from_env`]): what a
+    /// function wants so that `LAMBDA_IDEMPOTENCY_DISABLED=true` turns it off
+    /// for local tests.
+    pub fn from_env(store: impl Store + 'static) -> Self {
+        Self::new(store).disabled(disabled_from_env())
     }
 
     /// The methods the middleware covers; others pass through.
@@ -305,8 +323,8 @@ impl IdempotencyLayer {
         self
     }
 
-    /// Turn the middleware off (every request passes through). Also set by
-    /// the [`DISABLED_ENV`] environment variable, for local tests.
+    /// Turn the middleware off (every request passes through), for local
+    /// tests; [`from_env`](Self::from_env) sets it from [`DISABLED_ENV`].
     pub fn disabled(mut self, disabled: bool) -> Self {
         self.config.disabled = disabled;
         self
@@ -871,72 +889,49 @@ mod tests {
         assert_bounds(&svc);
     }
 
-    /// `LAMBDA_IDEMPOTENCY_DISABLED` is read when a layer is built. Setting it
-    /// in this multi-threaded test process would race the other tests, so
-    /// the test runs itself again in a child process with the variable set.
     #[test]
-    fn disabled_env_switch_turns_the_middleware_off() {
-        const CHILD: &str = "LAMBDA_IDEMPOTENCY_TEST_EXPECT";
-        if let Some(expect) = std::env::var_os(CHILD) {
-            let disabled = expect == "disabled";
-            let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
-            let counted = runs.clone();
-            let store = MemoryStore::new();
-            let svc = IdempotencyLayer::new(store.clone()).layer(tower::service_fn(
-                move |_req: Request| {
-                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    async { Ok::<_, lambda_http::Error>(Response::new(Body::from("ok"))) }
-                },
-            ));
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            for _ in 0..2 {
-                let req = http::Request::post("/orders")
-                    .header("idempotency-key", "k1")
-                    .body(Body::from("{}"))
-                    .unwrap();
-                assert_eq!(rt.block_on(svc.clone().oneshot(req)).unwrap().status(), 200);
-            }
-            let runs = runs.load(std::sync::atomic::Ordering::SeqCst);
-            if disabled {
-                assert_eq!(
-                    (runs, store.requests()),
-                    (2, 0),
-                    "off: both run, no store request"
-                );
-            } else {
-                assert_eq!(runs, 1, "on: the retry is a replay");
-                assert!(store.requests() > 0);
-            }
-            return;
+    fn the_disabled_variable_turns_the_middleware_off_only_when_it_says_so() {
+        for value in ["1", "true", "TRUE", " yes ", "Yes"] {
+            assert!(disabled_by(Some(value)), "{value:?}");
         }
-        let exe = std::env::current_exe().unwrap();
-        for (value, expect) in [
-            ("1", "disabled"),
-            ("true", "disabled"),
-            (" YES ", "disabled"),
-            ("0", "enabled"),
-            ("off", "enabled"),
-            ("", "enabled"),
+        for value in [
+            None,
+            Some(""),
+            Some("0"),
+            Some("false"),
+            Some("off"),
+            Some("no"),
         ] {
-            let out = std::process::Command::new(&exe)
-                .args([
-                    "--exact",
-                    "http::tests::disabled_env_switch_turns_the_middleware_off",
-                    "--test-threads=1",
-                ])
-                .env(CHILD, expect)
-                .env(DISABLED_ENV, value)
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && stdout.contains("1 passed"),
-                "{DISABLED_ENV}={value:?} should leave the middleware {expect}:\n{stdout}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert!(!disabled_by(value), "{value:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn new_is_on_whatever_the_environment_and_disabled_passes_through() {
+        // `new` reads no environment: this holds even where the variable is set.
+        assert!(!layer().config.disabled);
+        let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = runs.clone();
+        let store = MemoryStore::new();
+        let svc = IdempotencyLayer::new(store.clone())
+            .disabled(true)
+            .layer(tower::service_fn(move |_req: Request| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok::<_, lambda_http::Error>(Response::new(Body::from("ok"))) }
+            }));
+        for _ in 0..2 {
+            let req = http::Request::post("/orders")
+                .header("idempotency-key", "k1")
+                .body(Body::from("{}"))
+                .unwrap();
+            assert_eq!(svc.clone().oneshot(req).await.unwrap().status(), 200);
+        }
+        assert_eq!(
+            runs.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "both ran"
+        );
+        assert_eq!(store.requests(), 0, "no store request");
     }
 
     #[tokio::test]

@@ -80,7 +80,7 @@ pub mod sqs;
 pub mod store;
 pub mod sweep;
 
-pub use crate::context::IdempotencyContext;
+pub use crate::context::{IdempotencyContext, MAX_DEFERRED_WRITES};
 pub use crate::error::{Error, ErrorKind};
 pub use crate::fingerprint::Fingerprinter;
 pub use crate::function::{EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction};

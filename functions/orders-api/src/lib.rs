@@ -105,7 +105,8 @@ impl Config {
 
 /// The idempotency settings of this API, for callers that build their own store.
 pub fn idempotency_layer(store: DynamoStore, config: &Config) -> IdempotencyLayer {
-    let layer = IdempotencyLayer::new(store)
+    // `from_env`: LAMBDA_IDEMPOTENCY_DISABLED=true switches it off for local tests.
+    let layer = IdempotencyLayer::from_env(store)
         .require_key(true)
         .tenant(tenant_source(config))
         .expires_after(config.expires_after)

@@ -515,7 +515,7 @@ fn transactional_handler(
         let table = table.clone();
         async move {
             let ctx = IdempotencyContext::of(&req).ok_or("no context")?;
-            ctx.defer_write(put_order(&table, order_id, true));
+            ctx.defer_write(put_order(&table, order_id, true))?;
             Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::from(order_id))?)
         }
     })

@@ -184,8 +184,8 @@ async fn a_transaction_dynamodb_refuses_as_invalid_releases_the_key() {
         counted.bump();
         async move {
             let ctx = IdempotencyContext::of(&req).ok_or("no context")?;
-            ctx.defer_write(put_order(&orders, "o-1"));
-            ctx.defer_write(put_order(&orders, "o-1"));
+            ctx.defer_write(put_order(&orders, "o-1"))?;
+            ctx.defer_write(put_order(&orders, "o-1"))?;
             Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::from("o-1"))?)
         }
     });
@@ -258,7 +258,7 @@ async fn an_event_whose_transactional_completion_is_cancelled_fails_and_is_relea
         let write = must_be_new(id);
         function.call_with_context(serde_json::json!({"id": id}), move |_, ctx| async move {
             runs.bump();
-            ctx.expect("keyed").defer_write(write);
+            ctx.expect("keyed").defer_write(write).expect("deferred");
             Ok::<_, String>("done".to_owned())
         })
     };
@@ -288,7 +288,7 @@ async fn an_event_whose_transactional_completion_is_cancelled_fails_and_is_relea
         .process(event, move |_, ctx| {
             let write = write.clone();
             async move {
-                ctx.expect("keyed").defer_write(write);
+                ctx.expect("keyed").defer_write(write).expect("deferred");
                 Ok::<_, String>(())
             }
         })
@@ -343,7 +343,7 @@ async fn an_event_whose_completion_outcome_is_unknown_fails_and_keeps_the_key() 
             .build();
         function.call_with_context(serde_json::json!({"id": "e-1"}), move |_, ctx| async move {
             runs.bump();
-            ctx.expect("keyed").defer_write(write);
+            ctx.expect("keyed").defer_write(write).expect("deferred");
             lose.arm(1); // the completion's response
             Ok::<_, String>("sent".to_owned())
         })
@@ -371,7 +371,8 @@ async fn an_output_that_cannot_be_serialised_fails_the_event_and_releases_the_ke
         })
         .await
         .unwrap_err();
-    assert_eq!(err.error_type(), "Idempotency.CompletionFailed", "{err}");
+    assert_eq!(err.error_type(), "Idempotency.Serialization", "{err}");
+    assert!(err.to_string().contains("output"), "{err}");
     assert!(store.is_empty(), "released, so the redelivery runs again");
 }
 
