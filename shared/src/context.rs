@@ -35,7 +35,7 @@ use aws_sdk_dynamodb::types::TransactWriteItem;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ErrorKind};
-use crate::fingerprint::hex;
+use crate::hash::hex;
 use crate::store::{Checkpoint, Lease, Store};
 
 /// How many writes [`IdempotencyContext::defer_write`] takes: a DynamoDB

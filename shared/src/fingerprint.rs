@@ -27,6 +27,7 @@ use std::borrow::Cow;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ErrorKind};
+use crate::hash::hex;
 
 /// Computes request fingerprints; cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -742,16 +743,6 @@ fn write_str(out: &mut Vec<u8>, s: &Cow<'_, str>) {
 fn put(h: &mut Sha256, bytes: &[u8]) {
     h.update((bytes.len() as u64).to_be_bytes());
     h.update(bytes);
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0xf) as usize] as char);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@
 //!
 //! For a typed handler, [`IdempotentEventLayer`] wraps a
 //! `Service<LambdaEvent<T>>` and registers each event's Lambda context for the
-//! lease; see [`sqs`](crate::sqs) for SQS batches.
+//! lease; see [`SqsBatch`](crate::SqsBatch) for SQS batches.
 
 use std::fmt;
 use std::future::Future;
@@ -45,12 +45,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::{Layer, Service};
 
+use crate::claim::{self, Found, Leases};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
-use crate::fingerprint::{canonical_json_at, check_pointer, hex};
-use crate::record::{Status, StoredBody, StoredResponse};
+use crate::fingerprint::{canonical_json_at, check_pointer};
+use crate::hash::hex;
+use crate::record::{StoredBody, StoredResponse};
 use crate::scope::record_id;
-use crate::store::{ClaimOutcome, ClaimRequest, Completion, Lease, Store};
+use crate::store::{ClaimRequest, Completion, Lease, Store};
 
 type KeyFn = dyn Fn(&serde_json::Value) -> Option<String> + Send + Sync;
 
@@ -81,8 +83,7 @@ pub struct IdempotentFunction {
     pass_through_missing_key: bool,
     namespace: String,
     expires_after: Duration,
-    max_lease: Duration,
-    lease_margin: Duration,
+    leases: Leases,
     deadline_ms: Option<u64>,
 }
 
@@ -99,8 +100,7 @@ impl IdempotentFunction {
             pass_through_missing_key: false,
             namespace: String::new(),
             expires_after: Duration::from_secs(24 * 3600),
-            max_lease: Duration::from_secs(15 * 60),
-            lease_margin: Duration::from_secs(2),
+            leases: Leases::default(),
             deadline_ms: None,
         }
     }
@@ -172,13 +172,13 @@ impl IdempotentFunction {
     /// Upper bound of a lease (default 15 minutes); the lease without a
     /// registered deadline.
     pub fn max_lease(mut self, lease: Duration) -> Self {
-        self.max_lease = lease;
+        self.leases.max_lease = lease;
         self
     }
 
     /// Time added to the deadline before a lease may be taken over (default 2 s).
     pub fn lease_margin(mut self, margin: Duration) -> Self {
-        self.lease_margin = margin;
+        self.leases.margin = margin;
         self
     }
 
@@ -326,49 +326,27 @@ impl IdempotentFunction {
             });
         };
         let id = self.record_id_of(&key);
-        let now = crate::http::now_ms();
-        let (lease_end, capped) =
-            crate::http::lease_end_for(now, self.deadline_ms, self.max_lease, self.lease_margin);
-        if capped {
-            crate::http::warn_lease_capped();
-        }
-        let owner = crate::http::owner_token().map_err(EventError::Randomness)?;
-        let claim = ClaimRequest {
-            record_id: id.clone(),
-            fingerprint: fingerprint.clone(),
-            owner,
-            now_ms: now,
-            lease_expires_at_ms: lease_end,
-            expires_at_s: (now / 1000 + self.expires_after.as_secs()).max(lease_end / 1000 + 1),
-        };
-        let lease = match self.store.claim(&claim).await.map_err(EventError::Store)? {
-            ClaimOutcome::Claimed(lease) => lease,
-            ClaimOutcome::Exists(record) => {
-                if record.fingerprint != fingerprint {
-                    return Err(EventError::PayloadMismatch { record_id: id });
-                }
-                return match (record.status, record.response) {
-                    (Status::Completed, Some(stored)) if stored.status == 200 => {
-                        tracing::info!(record_id = %id, "idempotent output replayed");
-                        serde_json::from_slice(stored.body.bytes()).map_err(|source| {
-                            EventError::CorruptOutput {
-                                record_id: id,
-                                source,
-                            }
-                        })
-                    }
-                    (Status::Completed, Some(stored)) if is_too_large_marker(&stored) => {
-                        Err(EventError::OutputTooLarge { record_id: id })
-                    }
-                    (Status::Completed, _) => Err(EventError::Abandoned { record_id: id }),
-                    (Status::InProgress, _) => Err(EventError::InProgress {
-                        record_id: id,
-                        retry_after: Duration::from_millis(
-                            record.lease_expires_at_ms.saturating_sub(now),
-                        ),
-                    }),
-                };
+        let (claim, _) = ClaimRequest::start(
+            id.clone(),
+            fingerprint,
+            self.deadline_ms,
+            self.leases,
+            self.expires_after,
+        )
+        .map_err(EventError::Randomness)?;
+        let lease = match claim::claim(self.store.as_ref(), &claim)
+            .await
+            .map_err(EventError::Store)?
+        {
+            Found::Claimed(lease) => lease,
+            Found::Mismatch => return Err(EventError::PayloadMismatch { record_id: id }),
+            Found::InProgress { retry_after } => {
+                return Err(EventError::InProgress {
+                    record_id: id,
+                    retry_after,
+                })
             }
+            Found::Completed(record) => return replay(id, record.response),
         };
         let context = IdempotencyContext::from_lease(self.store.clone(), lease.clone());
         let outcome = AssertUnwindSafe(f(arg, Some(context.clone())))
@@ -422,7 +400,7 @@ impl IdempotentFunction {
             }
         };
         let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(json));
-        let expires = crate::http::now_ms() / 1000 + self.expires_after.as_secs();
+        let expires = claim::now_ms() / 1000 + self.expires_after.as_secs();
         let err = match self
             .store
             .complete_with_writes(lease, &stored, expires, writes)
@@ -465,15 +443,29 @@ impl IdempotentFunction {
         })
     }
 
-    /// Release `lease` (fenced) so the retry runs again; a failure only
-    /// delays that retry until the lease ends, so it is logged, not raised.
+    /// Release `lease` (fenced) so the retry runs again (logged there).
     async fn release(&self, lease: &Lease, why: &str) {
-        match self.store.release(lease).await {
-            Ok(()) => tracing::info!(record_id = %lease.record_id, reason = why, "key released"),
-            Err(e) => {
-                tracing::warn!(record_id = %lease.record_id, reason = why, error = %e, "the key could not be released; it frees when its lease ends")
-            }
+        claim::release(self.store.as_ref(), lease, why).await;
+    }
+}
+
+/// The stored output of a completed record, for a duplicate: the output
+/// itself, or what stands in for it (too large to keep, or abandoned and
+/// failed by the sweeper).
+fn replay<O: DeserializeOwned, E>(
+    record_id: String,
+    stored: Option<StoredResponse>,
+) -> Result<O, EventError<E>> {
+    match stored {
+        Some(stored) if stored.status == 200 => {
+            tracing::info!(record_id = %record_id, "idempotent output replayed");
+            serde_json::from_slice(stored.body.bytes())
+                .map_err(|source| EventError::CorruptOutput { record_id, source })
         }
+        Some(stored) if is_too_large_marker(&stored) => {
+            Err(EventError::OutputTooLarge { record_id })
+        }
+        _ => Err(EventError::Abandoned { record_id }),
     }
 }
 

@@ -10,7 +10,7 @@
 //! |---|---|
 //! | first request with a key | the handler's response, stored |
 //! | retry, same request, completed | the stored response + `Idempotent-Replayed: true` |
-//! | retry while the first still runs | `409` [problem](crate::problem), `Retry-After` |
+//! | retry while the first still runs | `409` [problem], `Retry-After` |
 //! | same key, different request | `422` problem |
 //! | key missing (when required) or malformed | `400` problem |
 //! | store unreachable | `503` problem, `Retry-After`; the handler does not run |
@@ -44,7 +44,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
@@ -53,15 +53,16 @@ use tower::{Layer, Service};
 use tracing::Instrument;
 
 use crate::cache::LocalCache;
+use crate::claim::{self, millis, now_ms, Found, Leases, Release};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
-use crate::fingerprint::{hex, Fingerprinter};
+use crate::fingerprint::Fingerprinter;
 use crate::key;
 use crate::metrics::{Event, Metrics};
 use crate::problem;
-use crate::record::{Record, Status, StoredResponse};
+use crate::record::StoredResponse;
 use crate::scope::{normalize_path, record_id, route_of, Tenant, TenantSource};
-use crate::store::{ClaimOutcome, ClaimRequest, Completion, Lease, Store};
+use crate::store::{ClaimRequest, Completion, Lease, Store};
 
 /// Header added to replayed responses.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -82,8 +83,7 @@ struct Config {
     fingerprinter: Fingerprinter,
     namespace: String,
     expires_after: Duration,
-    max_lease: Duration,
-    lease_margin: Duration,
+    leases: Leases,
     store_server_errors: bool,
     store_when: Option<StatusFn>,
     in_progress_retry_after: Duration,
@@ -166,8 +166,7 @@ impl IdempotencyLayer {
                 fingerprinter: Fingerprinter::new(),
                 namespace: String::new(),
                 expires_after: Duration::from_secs(24 * 3600),
-                max_lease: Duration::from_secs(15 * 60),
-                lease_margin: Duration::from_secs(2),
+                leases: Leases::default(),
                 store_server_errors: false,
                 store_when: None,
                 in_progress_retry_after: Duration::from_secs(1),
@@ -235,14 +234,14 @@ impl IdempotencyLayer {
     /// Upper bound of a lease (default 15 minutes, Lambda's longest timeout).
     /// Outside Lambda, where there is no deadline, the lease is this long.
     pub fn max_lease(mut self, lease: Duration) -> Self {
-        self.config.max_lease = lease;
+        self.config.leases.max_lease = lease;
         self
     }
 
     /// Time added to the Lambda deadline before a lease may be taken over
     /// (default 2 s), covering clock skew and the runtime's own shutdown.
     pub fn lease_margin(mut self, margin: Duration) -> Self {
-        self.config.lease_margin = margin;
+        self.config.leases.margin = margin;
         self
     }
 
@@ -495,39 +494,27 @@ where
             }
         }));
     }
-    let (lease_end, capped) = lease_end(&config, now, req.lambda_context_ref().map(|c| c.deadline));
+    let deadline = req.lambda_context_ref().map(|c| c.deadline);
+    let (claim, capped) = match ClaimRequest::start(
+        id.clone(),
+        fingerprint.clone(),
+        deadline,
+        config.leases,
+        config.expires_after,
+    ) {
+        Ok(started) => started,
+        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
+    };
     if capped {
         config.count(Event::LeaseCapped);
-        span.in_scope(warn_lease_capped);
     }
-    let owner = match owner_token() {
-        Ok(owner) => owner,
+    let lease = match claim::claim(config.store.as_ref(), &claim)
+        .instrument(span.clone())
+        .await
+    {
         Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
-    };
-    let claim = ClaimRequest {
-        record_id: id.clone(),
-        fingerprint: fingerprint.clone(),
-        owner,
-        now_ms: now,
-        lease_expires_at_ms: lease_end,
-        expires_at_s: (now / 1000 + config.expires_after.as_secs()).max(lease_end / 1000 + 1),
-    };
-    let lease = match config.store.claim(&claim).instrument(span.clone()).await {
-        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
-        Ok(ClaimOutcome::Exists(record)) => {
-            if let (Some(cache), Status::Completed, Some(stored)) =
-                (&config.cache, record.status, &record.response)
-            {
-                cache.put(
-                    &id,
-                    &record.fingerprint,
-                    stored.clone(),
-                    record.expires_at_s,
-                );
-            }
-            return Ok(span.in_scope(|| answer_existing(&config, &record, &fingerprint, now)));
-        }
-        Ok(ClaimOutcome::Claimed(lease)) => lease,
+        Ok(Found::Claimed(lease)) => lease,
+        Ok(found) => return Ok(span.in_scope(|| answer_existing(&config, found))),
     };
     config.count(Event::Claimed);
     span.in_scope(|| {
@@ -680,38 +667,49 @@ async fn finish<E>(
     Ok(response)
 }
 
-fn answer_existing(
-    config: &Config,
-    record: &Record,
-    fingerprint: &str,
-    now: u64,
-) -> Response<Body> {
-    if record.fingerprint != fingerprint {
-        config.count(Event::FingerprintMismatch);
-        return key_reused();
-    }
-    match (&record.status, &record.response) {
-        (Status::Completed, Some(stored)) => {
-            config.count(Event::Replayed);
-            tracing::info!("idempotent response replayed");
-            replay(config, stored)
+/// The answer to a request whose claim found the record held or done.
+fn answer_existing(config: &Config, found: Found) -> Response<Body> {
+    match found {
+        Found::Mismatch => {
+            config.count(Event::FingerprintMismatch);
+            key_reused()
         }
-        _ => {
-            config.count(Event::InProgressConflict);
-            let remaining_s = record
-                .lease_expires_at_ms
-                .saturating_sub(now)
-                .div_ceil(1000);
-            let after = remaining_s.min(config.in_progress_retry_after.as_secs());
-            tracing::info!("idempotency key in progress");
-            problem::response_retry_after(
-                problem::IN_PROGRESS,
-                "a request with this Idempotency-Key is still being processed; retry after the \
-                 number of seconds in Retry-After to get its response",
-                after,
-            )
-        }
+        Found::Completed(record) => match &record.response {
+            Some(stored) => {
+                if let Some(cache) = &config.cache {
+                    cache.put(
+                        &record.id,
+                        &record.fingerprint,
+                        stored.clone(),
+                        record.expires_at_s,
+                    );
+                }
+                config.count(Event::Replayed);
+                tracing::info!("idempotent response replayed");
+                replay(config, stored)
+            }
+            // A completed record always has its response (the store's
+            // decoding makes sure); an in-progress answer is the safe one.
+            None => in_progress(config, Duration::ZERO),
+        },
+        Found::InProgress { retry_after } => in_progress(config, retry_after),
+        // Answered by the caller before this is called.
+        Found::Claimed(_) => in_progress(config, Duration::ZERO),
     }
+}
+
+fn in_progress(config: &Config, lease_left: Duration) -> Response<Body> {
+    config.count(Event::InProgressConflict);
+    let after = millis(lease_left)
+        .div_ceil(1000)
+        .min(config.in_progress_retry_after.as_secs());
+    tracing::info!("idempotency key in progress");
+    problem::response_retry_after(
+        problem::IN_PROGRESS,
+        "a request with this Idempotency-Key is still being processed; retry after the \
+         number of seconds in Retry-After to get its response",
+        after,
+    )
 }
 
 fn replay(config: &Config, stored: &StoredResponse) -> Response<Body> {
@@ -746,106 +744,13 @@ fn unavailable(config: &Config, err: &Error) -> Response<Body> {
 }
 
 async fn release(config: &Config, lease: &Lease, why: &str) {
-    match config.store.release(lease).await {
-        Ok(()) => {
-            config.count(Event::Released);
-            tracing::info!(
-                attempt = lease.attempt,
-                reason = why,
-                "idempotency key released"
-            )
-        }
-        Err(err) if err.is_fenced() => {
-            config.count(Event::FencedWrite);
-            tracing::warn!(
-                attempt = lease.attempt,
-                "release fenced: a newer attempt took over this key"
-            )
-        }
-        Err(err) => {
-            config.count(Event::StoreError);
-            tracing::error!(attempt = lease.attempt, error = %err, "could not release the idempotency key; it frees when its lease ends")
-        }
-    }
-}
-
-/// End of the lease: the Lambda deadline plus the margin, capped by
-/// `max_lease`. Without a deadline (outside Lambda) the cap applies. The flag
-/// is true when the cap ended the lease before the invocation's deadline.
-fn lease_end(config: &Config, now: u64, deadline_ms: Option<u64>) -> (u64, bool) {
-    lease_end_for(now, deadline_ms, config.max_lease, config.lease_margin)
-}
-
-pub(crate) fn lease_end_for(
-    now: u64,
-    deadline_ms: Option<u64>,
-    max_lease: Duration,
-    margin: Duration,
-) -> (u64, bool) {
-    let cap = now.saturating_add(millis(max_lease));
-    match deadline_ms.filter(|d| *d > 0) {
-        Some(deadline) => {
-            let wanted = deadline.max(now).saturating_add(millis(margin));
-            (wanted.min(cap), wanted > cap)
-        }
-        None => (cap, false),
-    }
-}
-
-/// Say once per process that `max_lease` is shorter than an invocation: a
-/// lease that ends while its invocation still runs lets a retry take the key
-/// over and run the handler a second time, concurrently.
-pub(crate) fn warn_lease_capped() {
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        tracing::error!(
-            "max_lease is shorter than this invocation's remaining time: a retry can take the \
-             key over while it still runs and run the handler twice; set max_lease above the \
-             function timeout (plus the lease margin)"
-        );
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(millis)
-        .unwrap_or(0)
-}
-
-/// A fresh owner token: SHA-256 of a secret seed, drawn from the operating
-/// system once per process, and a counter, cut to 128 bits. Unpredictable and
-/// unique like a token drawn from the OS on every call, without a system call
-/// on every claim.
-pub(crate) fn owner_token() -> Result<String, Error> {
-    use sha2::{Digest, Sha256};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEED: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let seed = match SEED.get() {
-        Some(seed) => seed,
-        None => {
-            let mut seed = [0u8; 32];
-            getrandom::fill(&mut seed).map_err(|e| {
-                Error::new(
-                    ErrorKind::Randomness,
-                    format!("could not draw a random seed for owner tokens from the operating system: {e}"),
-                )
-            })?;
-            // A concurrent first call may have won; either seed is as good.
-            SEED.get_or_init(|| seed)
-        }
-    };
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let digest = Sha256::new()
-        .chain_update(seed)
-        .chain_update(n.to_be_bytes())
-        .finalize();
-    Ok(hex(&digest[..16]))
+    config.count(
+        match claim::release(config.store.as_ref(), lease, why).await {
+            Release::Done => Event::Released,
+            Release::Fenced => Event::FencedWrite,
+            Release::Failed => Event::StoreError,
+        },
+    );
 }
 
 #[cfg(test)]
@@ -856,28 +761,6 @@ mod tests {
 
     fn layer() -> IdempotencyLayer {
         IdempotencyLayer::new(MemoryStore::new())
-    }
-
-    #[test]
-    fn lease_follows_deadline_plus_margin_within_the_cap() {
-        let config = layer()
-            .max_lease(Duration::from_secs(60))
-            .lease_margin(Duration::from_secs(2))
-            .config;
-        assert_eq!(lease_end(&config, 1_000, Some(11_000)), (13_000, false));
-        assert_eq!(lease_end(&config, 1_000, Some(900_000)), (61_000, true));
-        assert_eq!(lease_end(&config, 1_000, None), (61_000, false));
-        assert_eq!(lease_end(&config, 5_000, Some(1_000)), (7_000, false));
-    }
-
-    #[test]
-    fn owner_tokens_are_distinct_128_bit_hex() {
-        let tokens: std::collections::HashSet<String> =
-            (0..1000).map(|_| owner_token().unwrap()).collect();
-        assert_eq!(tokens.len(), 1000);
-        assert!(tokens
-            .iter()
-            .all(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit())));
     }
 
     #[test]

@@ -66,10 +66,12 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+mod claim;
 pub mod context;
 pub mod error;
 pub mod fingerprint;
 pub mod function;
+mod hash;
 pub mod http;
 pub mod key;
 pub mod metrics;

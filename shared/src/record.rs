@@ -75,7 +75,21 @@ pub struct Record {
     /// The stored outcome; present when completed.
     pub response: Option<StoredResponse>,
     /// The last recovery point committed, if any.
-    pub checkpoint: Option<crate::store::Checkpoint>,
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// A recovery point: a named step a handler finished, with small data to
+/// resume from. Written fenced by `attempt`; kept across takeovers within one
+/// life of the record, dropped when the record completes, is released, or
+/// expires (the claim that starts the next life removes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The step's name (for example `charged`).
+    pub name: String,
+    /// What the next step needs (for example the charge id).
+    pub data: serde_json::Value,
+    /// The attempt that committed it.
+    pub attempt: u64,
 }
 
 /// A response as stored: status, headers and body, byte for byte.

@@ -35,7 +35,7 @@ use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
 use sha2::{Digest, Sha256};
 
-use crate::fingerprint::hex;
+use crate::hash::hex;
 
 type Resolver = dyn Fn(&Request) -> Option<String> + Send + Sync;
 

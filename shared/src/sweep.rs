@@ -477,7 +477,7 @@ impl Sweeper {
             deadline_ms,
             margin_ms: u64::try_from(self.stop_before.as_millis()).unwrap_or(u64::MAX),
         };
-        let first = first_shard(crate::http::now_ms());
+        let first = first_shard(crate::claim::now_ms());
         for i in 0..SWEEP_SHARDS {
             let shard = (first + i) % SWEEP_SHARDS;
             let mut cursor: Cursor = None;
@@ -486,7 +486,7 @@ impl Sweeper {
                     summary.remaining = true;
                     return summary;
                 };
-                let now = crate::http::now_ms();
+                let now = crate::claim::now_ms();
                 let page = match bounded(left, self.stuck(shard, cursor, now)).await {
                     Some(Ok(page)) => Ok(page),
                     Some(Err(err)) => Err(err.to_string()),
@@ -539,7 +539,7 @@ impl Sweeper {
                 let sweeper = self.clone();
                 running.spawn(async move {
                     let resolution =
-                        bounded(left, sweeper.resolve(&record, crate::http::now_ms())).await;
+                        bounded(left, sweeper.resolve(&record, crate::claim::now_ms())).await;
                     (record, resolution)
                 });
             }
@@ -614,7 +614,7 @@ impl Clock {
         let Some(deadline) = self.deadline_ms else {
             return Some(None);
         };
-        let now = crate::http::now_ms();
+        let now = crate::claim::now_ms();
         if deadline.saturating_sub(self.margin_ms) <= now {
             return None;
         }

@@ -41,6 +41,7 @@ pub(crate) mod dynamodb;
 pub(crate) mod memory;
 
 use crate::error::Error;
+pub use crate::record::Checkpoint;
 use crate::record::{Record, StoredResponse};
 
 /// Everything a claim writes.
@@ -75,20 +76,6 @@ pub struct Lease {
     /// The last recovery point, when this claim took over an abandoned attempt
     /// that had committed one.
     pub recovered: Option<Checkpoint>,
-}
-
-/// A recovery point: a named step a handler finished, with small data to
-/// resume from. Written fenced by `attempt`; kept across takeovers within one
-/// life of the record, dropped when the record completes, is released, or
-/// expires (the claim that starts the next life removes it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Checkpoint {
-    /// The step's name (for example `charged`).
-    pub name: String,
-    /// What the next step needs (for example the charge id).
-    pub data: serde_json::Value,
-    /// The attempt that committed it.
-    pub attempt: u64,
 }
 
 /// What [`Store::complete`] stored.

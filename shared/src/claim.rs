@@ -1,0 +1,243 @@
+//! The claim core: how a claim is made and what its answer means, the same
+//! for the HTTP middleware and the event wrappers.
+//!
+//! A claim needs a clock ([`now_ms`]), a lease that ends at the invocation's
+//! deadline plus a margin, capped ([`Leases`]), a fresh owner token
+//! ([`owner_token`]) and the one expiry rule (a record outlives its lease:
+//! [`ClaimRequest::start`]). Its answer is one of four ([`Found`]); a lease
+//! that is given up is [`release`]d, fenced.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, ErrorKind};
+use crate::hash::hex;
+use crate::record::{Record, Status};
+use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};
+
+/// The caller's clock, epoch milliseconds (0 before 1970).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0)
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// How leases are drawn: until the invocation's deadline plus `margin`,
+/// never longer than `max_lease` (the whole lease where there is no deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Leases {
+    pub(crate) max_lease: Duration,
+    pub(crate) margin: Duration,
+}
+
+impl Default for Leases {
+    /// 15 minutes (Lambda's longest timeout) and 2 s.
+    fn default() -> Self {
+        Leases {
+            max_lease: Duration::from_secs(15 * 60),
+            margin: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Leases {
+    /// The end of a lease taken at `now`, and whether `max_lease` cut it
+    /// short of the invocation's deadline (a retry could then take the key
+    /// over while the invocation still runs).
+    pub(crate) fn end(&self, now: u64, deadline_ms: Option<u64>) -> (u64, bool) {
+        let cap = now.saturating_add(millis(self.max_lease));
+        match deadline_ms.filter(|d| *d > 0) {
+            Some(deadline) => {
+                let wanted = deadline.max(now).saturating_add(millis(self.margin));
+                (wanted.min(cap), wanted > cap)
+            }
+            None => (cap, false),
+        }
+    }
+}
+
+/// Say once per process that `max_lease` is shorter than an invocation: a
+/// lease that ends while its invocation still runs lets a retry take the key
+/// over and run the handler a second time, concurrently.
+fn warn_lease_capped() {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::error!(
+            "max_lease is shorter than this invocation's remaining time: a retry can take the \
+             key over while it still runs and run the handler twice; set max_lease above the \
+             function timeout (plus the lease margin)"
+        );
+    }
+}
+
+/// A fresh owner token: SHA-256 of a secret seed, drawn from the operating
+/// system once per process, and a counter, cut to 128 bits. Unpredictable and
+/// unique like a token drawn from the OS on every call, without a system call
+/// on every claim.
+pub(crate) fn owner_token() -> Result<String, Error> {
+    use sha2::{Digest, Sha256};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let seed = match SEED.get() {
+        Some(seed) => seed,
+        None => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).map_err(|e| {
+                Error::new(
+                    ErrorKind::Randomness,
+                    format!("could not draw a random seed for owner tokens from the operating system: {e}"),
+                )
+            })?;
+            // A concurrent first call may have won; either seed is as good.
+            SEED.get_or_init(|| seed)
+        }
+    };
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let digest = Sha256::new()
+        .chain_update(seed)
+        .chain_update(n.to_be_bytes())
+        .finalize();
+    Ok(hex(&digest[..16]))
+}
+
+impl ClaimRequest {
+    /// The claim of `record_id` for the request with `fingerprint`, now, by
+    /// a fresh owner, its lease drawn by `leases` from the invocation's
+    /// deadline. The record is kept `expires_after`, and always past its
+    /// lease (a record must not expire while its lease still holds it). The
+    /// flag says the lease was cut short of the deadline (counted and logged
+    /// once here).
+    pub(crate) fn start(
+        record_id: String,
+        fingerprint: String,
+        deadline_ms: Option<u64>,
+        leases: Leases,
+        expires_after: Duration,
+    ) -> Result<(ClaimRequest, bool), Error> {
+        let now = now_ms();
+        let (lease_end, capped) = leases.end(now, deadline_ms);
+        if capped {
+            warn_lease_capped();
+        }
+        let request = ClaimRequest {
+            record_id,
+            fingerprint,
+            owner: owner_token()?,
+            now_ms: now,
+            lease_expires_at_ms: lease_end,
+            expires_at_s: (now / 1000)
+                .saturating_add(expires_after.as_secs())
+                .max(lease_end / 1000 + 1),
+        };
+        Ok((request, capped))
+    }
+}
+
+/// What a claim found.
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// This invocation holds the record: run.
+    Claimed(Lease),
+    /// The same request completed: its record, with the stored response.
+    Completed(Record),
+    /// The same request still runs elsewhere, for at most this long.
+    InProgress { retry_after: Duration },
+    /// The key was first used by a different request.
+    Mismatch,
+}
+
+/// Claim `request` on `store` and say what that means.
+pub(crate) async fn claim(store: &dyn Store, request: &ClaimRequest) -> Result<Found, Error> {
+    Ok(match store.claim(request).await? {
+        ClaimOutcome::Claimed(lease) => Found::Claimed(lease),
+        ClaimOutcome::Exists(record) if record.fingerprint != request.fingerprint => {
+            Found::Mismatch
+        }
+        ClaimOutcome::Exists(record) if record.status == Status::Completed => {
+            Found::Completed(record)
+        }
+        ClaimOutcome::Exists(record) => Found::InProgress {
+            retry_after: Duration::from_millis(
+                record.lease_expires_at_ms.saturating_sub(request.now_ms),
+            ),
+        },
+    })
+}
+
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// The record is gone: the next retry runs again.
+    Done,
+    /// A newer attempt holds the record; nothing was written.
+    Fenced,
+    /// The store failed; the record frees when its lease ends.
+    Failed,
+}
+
+/// Release `lease` (fenced) so the next retry runs again, saying `why` in
+/// the log. A failure only delays that retry until the lease ends, so it is
+/// logged, not raised.
+pub(crate) async fn release(store: &dyn Store, lease: &Lease, why: &str) -> Release {
+    match store.release(lease).await {
+        Ok(()) => {
+            tracing::info!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key released");
+            Release::Done
+        }
+        Err(err) if err.is_fenced() => {
+            tracing::warn!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "release fenced: a newer attempt took over this key");
+            Release::Fenced
+        }
+        Err(err) => {
+            tracing::error!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, error = %err, "could not release the idempotency key; it frees when its lease ends");
+            Release::Failed
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_follows_deadline_plus_margin_within_the_cap() {
+        let leases = Leases {
+            max_lease: Duration::from_secs(60),
+            margin: Duration::from_secs(2),
+        };
+        assert_eq!(leases.end(1_000, Some(11_000)), (13_000, false));
+        assert_eq!(leases.end(1_000, Some(900_000)), (61_000, true));
+        assert_eq!(leases.end(1_000, None), (61_000, false));
+        assert_eq!(leases.end(5_000, Some(1_000)), (7_000, false));
+    }
+
+    #[test]
+    fn a_record_outlives_its_lease() {
+        let leases = Leases {
+            max_lease: Duration::from_secs(600),
+            margin: Duration::ZERO,
+        };
+        let (request, capped) =
+            ClaimRequest::start("r".into(), "f".into(), None, leases, Duration::from_secs(1))
+                .unwrap();
+        assert!(!capped);
+        assert!(request.expires_at_s * 1000 > request.lease_expires_at_ms);
+        assert_eq!(request.lease_expires_at_ms, request.now_ms + 600_000);
+    }
+
+    #[test]
+    fn owner_tokens_are_distinct_128_bit_hex() {
+        let tokens: std::collections::HashSet<String> =
+            (0..1000).map(|_| owner_token().unwrap()).collect();
+        assert_eq!(tokens.len(), 1000);
+        assert!(tokens
+            .iter()
+            .all(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit())));
+    }
+}
