@@ -1,0 +1,34 @@
+//! A scheduled sweeper: resolves records stuck in progress (an invocation
+//! crashed or timed out and its client never retried) before its own
+//! deadline, and prints what it did as an EMF metric line.
+//!
+//! Environment: `IDEMPOTENCY_TABLE` and the usual AWS variables.
+
+use std::time::Duration;
+
+use lambda_idempotency::{DynamoStore, SweepPolicy, SweepSummary, Sweeper};
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+
+async fn sweep(
+    sweeper: &Sweeper,
+    event: LambdaEvent<serde_json::Value>,
+) -> Result<SweepSummary, Error> {
+    let summary = sweeper.sweep(Some(event.context.deadline)).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    println!("{}", summary.emf("sweeper", now));
+    Ok(summary)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
+    let aws = aws_config::load_from_env().await;
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
+    let sweeper = Sweeper::new(store)
+        .policy(SweepPolicy::Release) // the next retry runs again
+        .grace(Duration::from_secs(60));
+    lambda_runtime::run(service_fn(|event| sweep(&sweeper, event))).await
+}
