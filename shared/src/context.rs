@@ -111,7 +111,7 @@ impl IdempotencyContext {
         req.extensions().get()
     }
 
-    /// The record's stable id (hash of tenant, method, path and key). Safe to log.
+    /// The record's stable id (hash of namespace, tenant, method, route and key). Safe to log.
     pub fn record_id(&self) -> &str {
         &self.record_id
     }

@@ -1,6 +1,7 @@
 //! Request fingerprints: is a retry the *same* request as the first one?
 //!
-//! A fingerprint is a SHA-256 over the method, the path and the body. A JSON
+//! A fingerprint is a SHA-256 over the method, the path, the query string (its
+//! parameters decoded and sorted), any selected headers and the body. A JSON
 //! body is canonicalised first (object keys sorted, whitespace dropped), so
 //! `{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` fingerprint alike; any other body
 //! is hashed byte for byte. The body part can be restricted to selected fields
@@ -37,7 +38,7 @@ pub struct Fingerprinter {
 }
 
 impl Fingerprinter {
-    /// Fingerprint method, path and the whole body.
+    /// Fingerprint method, path, query string and the whole body.
     pub fn new() -> Self {
         Self::default()
     }

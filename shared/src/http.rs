@@ -727,8 +727,8 @@ fn key_reused() -> Response<Body> {
     tracing::info!("idempotency key reused with a different request");
     problem::response(
         problem::KEY_REUSED,
-        "this Idempotency-Key was first used with a different request (method, path or \
-         body); use a new key for a new request",
+        "this Idempotency-Key was first used with a different request (method, path, query \
+         string or body); use a new key for a new request",
     )
 }
 

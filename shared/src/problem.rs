@@ -9,7 +9,7 @@
 //! | [`KEY_INVALID`] | 400 | the key is empty, longer than 255 bytes, or not printable ASCII |
 //! | [`TENANT_MISSING`] | 401 | a tenant source is configured but the request has no tenant (no authorizer, absent claim); nothing ran |
 //! | [`IN_PROGRESS`] | 409 | the first request with this key is still running (`Retry-After` says when to retry) |
-//! | [`KEY_REUSED`] | 422 | the key was first used with a different request (method, path or body) |
+//! | [`KEY_REUSED`] | 422 | the key was first used with a different request (method, route, path, query string, selected headers or body) |
 //! | [`STORE_UNAVAILABLE`] | 503 | the idempotency store could not be reached; the handler did not run |
 //! | [`RESPONSE_TOO_LARGE`] | 500 | the first request succeeded but its response was too large to store; it is not run again |
 //! | [`TRANSACTION_CANCELLED`] | 409 | the handler's transactional writes were cancelled by a condition; nothing was written, retry may run again |

@@ -54,7 +54,7 @@ impl Intercept for RequestCounter {
 
 /// Replaces the first `n` responses with HTTP 500 *after* DynamoDB processed
 /// the request: the write happened, the client never saw it, the SDK retries.
-/// This is exactly the lost-response case of DESIGN section 4, rule 3.
+/// This is exactly the lost-response case of docs/DESIGN.md section 4, rule 3.
 #[derive(Debug, Clone)]
 pub struct LoseResponses(Arc<AtomicU64>);
 

@@ -61,7 +61,8 @@ impl MemoryStore {
         }
     }
 
-    /// How many store operations were made (claim, complete, release), the
+    /// How many store operations were made (claim, complete, release,
+    /// checkpoint), the
     /// in-memory counterpart of DynamoDB requests.
     pub fn requests(&self) -> u64 {
         self.inner.requests.load(Ordering::Relaxed)

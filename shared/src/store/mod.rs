@@ -1,11 +1,11 @@
 //! Where records live: the [`Store`] trait and its two implementations.
 //!
 //! - [`DynamoStore`](crate::DynamoStore): the product. One conditional write per
-//!   claim, fenced completes and releases, TTL expiry.
+//!   claim (a second one for a takeover), fenced completes and releases, TTL expiry.
 //! - [`MemoryStore`](crate::MemoryStore): the same semantics in a `HashMap`, for
 //!   users' unit tests and property tests.
 //!
-//! Both obey these rules (DESIGN section 4):
+//! Both obey these rules (docs/DESIGN.md section 4):
 //!
 //! 1. [`Store::claim`] succeeds when the record is absent, expired
 //!    (`expires_at` in the past), or in progress with an expired lease and the

@@ -1,4 +1,4 @@
-//! Every row of the HTTP contract (DESIGN section 3) through the middleware.
+//! Every row of the HTTP contract (docs/DESIGN.md section 7) through the middleware.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Model check: random interleavings of claim, complete, release, checkpoint,
 //! takeover, sweep and expiry (a virtual clock: stores compare against the
 //! caller's time) run against each store and a reference model of the rules in
-//! DESIGN section 4. Every outcome must match the model, and no interleaving
+//! docs/DESIGN.md section 4. Every outcome must match the model, and no interleaving
 //! may produce two completions in one life of a record or a completion by a
 //! fenced attempt. Each run tallies the outcomes it met (claims won, fenced
 //! writes refused, ...), reported like the fuzz tests' (see `crate::fuzz::Tally`).

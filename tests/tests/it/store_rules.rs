@@ -1,4 +1,4 @@
-//! The store rules of DESIGN section 4, exercised directly on each store.
+//! The store rules of docs/DESIGN.md section 4, exercised directly on each store.
 
 use std::time::Duration;
 
