@@ -31,12 +31,11 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodb::types::TransactWriteItem;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ErrorKind};
 use crate::hash::hex;
-use crate::store::{Checkpoint, Lease, Store};
+use crate::store::{Checkpoint, DeferredWrites, Lease, Store};
 
 /// How many writes [`IdempotencyContext::defer_write`] takes: a DynamoDB
 /// transaction holds 100 items, and one is the completion.
@@ -56,7 +55,7 @@ pub struct IdempotencyContext {
 struct Claim {
     store: Arc<dyn Store>,
     lease: Lease,
-    writes: Mutex<Vec<TransactWriteItem>>,
+    writes: Mutex<DeferredWrites>,
 }
 
 impl fmt::Debug for IdempotencyContext {
@@ -101,7 +100,7 @@ impl IdempotencyContext {
             claim: Some(Arc::new(Claim {
                 store,
                 lease,
-                writes: Mutex::new(Vec::new()),
+                writes: Mutex::new(DeferredWrites::new()),
             })),
         }
     }
@@ -163,9 +162,11 @@ impl IdempotencyContext {
         Ok(())
     }
 
-    /// Hand a DynamoDB write to the completion: it commits in the same
-    /// transaction as the stored response, or not at all. Needs a
-    /// [`DynamoStore`](crate::DynamoStore).
+    /// Hand a write to the completion: it commits in the same transaction as
+    /// the stored response, or not at all. The write is of the store's own
+    /// kind: for a [`DynamoStore`](crate::DynamoStore), an
+    /// `aws_sdk_dynamodb::types::TransactWriteItem` (a store that cannot take
+    /// it fails the completion, which then writes nothing).
     ///
     /// # Errors
     ///
@@ -173,7 +174,10 @@ impl IdempotencyContext {
     /// [`new`](Self::new): there is no completion to join) or already holds
     /// [`MAX_DEFERRED_WRITES`] writes (a DynamoDB transaction takes 100 items,
     /// one of them the completion). The write is not kept.
-    pub fn defer_write(&self, write: TransactWriteItem) -> Result<(), Error> {
+    pub fn defer_write<W>(&self, write: W) -> Result<(), Error>
+    where
+        W: std::any::Any + Send + Sync,
+    {
         let claim = self.claim.as_ref().ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidConfig,
@@ -197,7 +201,7 @@ impl IdempotencyContext {
     }
 
     /// The deferred writes, taken once by the completion.
-    pub(crate) fn take_writes(&self) -> Vec<TransactWriteItem> {
+    pub(crate) fn take_writes(&self) -> DeferredWrites {
         self.claim
             .as_ref()
             .map(|c| std::mem::take(&mut *c.writes.lock().unwrap_or_else(|p| p.into_inner())))
@@ -208,7 +212,7 @@ impl IdempotencyContext {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aws_sdk_dynamodb::types::{AttributeValue, Put};
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 
     fn write(i: usize) -> TransactWriteItem {
         let put = Put::builder()

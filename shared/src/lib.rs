@@ -48,7 +48,8 @@
 //! | is a retry the same request? | [`fingerprint`] |
 //! | tenants and record ids | [`scope`] |
 //! | the record and its states | [`record`] |
-//! | claim, complete, release | [`store`] ([`DynamoStore`], [`MemoryStore`]) |
+//! | how a claim is made and answered | `claim.rs` (shared by [`http`] and [`function`]) |
+//! | claim, complete, release, list and resolve stuck records | [`store`] ([`DynamoStore`], [`MemoryStore`]) |
 //! | the middleware, replay | [`http`] |
 //! | replay without a request | [`cache`] |
 //! | what the handler sees | [`context`] |
@@ -92,7 +93,10 @@ pub use crate::scope::TenantSource;
 pub use crate::sqs::SqsBatch;
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
-pub use crate::store::{Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, Store};
+pub use crate::store::{
+    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, Resolve, Store,
+    StuckPage, StuckRecord, SweepCursor,
+};
 pub use crate::sweep::{Resolution, SweepPolicy, SweepSummary, Sweeper};
 
 // The README's quickstart is compiled with the doc tests.

@@ -77,10 +77,10 @@ pub async fn handle(
     tracing::info!(?summary, "sweep finished");
     if summary.pages == 0 && summary.errors > 0 {
         return Err(format!(
-            "the sweep could not read the `sweep` index of table `{}` ({} failed queries, \
+            "the sweep could not read the `sweep` index of {} ({} failed queries, \
              see the error log lines): check IDEMPOTENCY_TABLE, the index and the function's \
              dynamodb:Query permission",
-            sweeper.table(),
+            sweeper.store_description(),
             summary.errors
         )
         .into());

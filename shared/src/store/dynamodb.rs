@@ -22,7 +22,8 @@ use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 use crate::record::decode_body;
 use crate::store::{
     claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
-    Completion, Fitted, Lease, Store, DEFAULT_MAX_RESPONSE_BYTES,
+    Completion, DeferredWrites, Fitted, Lease, Resolution, Resolve, Store, StuckPage, StuckRecord,
+    SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// Attribute and index names of the idempotency table.
@@ -240,11 +241,12 @@ impl Store for DynamoStore {
         lease: &Lease,
         response: &StoredResponse,
         expires_at_s: u64,
-        writes: Vec<TransactWriteItem>,
+        writes: DeferredWrites,
     ) -> Result<Completion, Error> {
         if writes.is_empty() {
             return self.complete(lease, response, expires_at_s).await;
         }
+        let writes = writes.into_typed::<TransactWriteItem>()?;
         let (update, completion) = self.completion(lease, response, expires_at_s);
         let record_update = Update::builder()
             .table_name(&*self.table)
@@ -355,6 +357,176 @@ impl Store for DynamoStore {
                 _ => Err(self.unavailable("DeleteItem (release)", err)),
             },
         }
+    }
+
+    async fn stuck(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+    ) -> Result<StuckPage, Error> {
+        let position = match cursor {
+            Some(cursor) => Position::decode(&cursor)?,
+            None => Position {
+                first: first_shard(crate::claim::now_ms()),
+                i: 0,
+                key: None,
+            },
+        };
+        let shard = format!("{:x}", (position.first + position.i) % SWEEP_SHARDS);
+        let result = self
+            .client
+            .query()
+            .table_name(&*self.table)
+            .index_name(SWEEP_INDEX)
+            .key_condition_expression("#shard = :shard AND #at < :cutoff")
+            .expression_attribute_names("#shard", SWEEP_SHARD)
+            .expression_attribute_names("#at", SWEEP_AT)
+            .expression_attribute_values(":shard", s(&shard))
+            .expression_attribute_values(":cutoff", n(cutoff_ms))
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(position.key.clone())
+            .send()
+            .await;
+        let out = match result {
+            Ok(out) => out,
+            Err(err) => {
+                // One unreadable shard costs that shard, not the sweep: the
+                // listing goes on with the next one.
+                tracing::error!(
+                    shard,
+                    error = %self.unavailable("Query (sweep index)", err),
+                    "reading a shard of the sweep index failed; the next sweep retries it"
+                );
+                return Ok(StuckPage {
+                    next: position.next_shard(),
+                    failed_reads: 1,
+                    ..StuckPage::default()
+                });
+            }
+        };
+        let mut records = Vec::new();
+        for item in out.items() {
+            let id = item.get(ID).and_then(|v| v.as_s().ok());
+            let owner = item.get(OWNER).and_then(|v| v.as_s().ok());
+            match (id, number(item, ATTEMPT), owner, number(item, SWEEP_AT)) {
+                (Some(id), Some(attempt), Some(owner), Some(lease)) => records.push(StuckRecord {
+                    id: id.clone(),
+                    attempt,
+                    owner: owner.clone(),
+                    lease_expires_at_ms: lease,
+                    has_checkpoint: item.contains_key(CHECKPOINT),
+                }),
+                // An index entry without the fencing attributes cannot be
+                // resolved safely; it is logged and left alone.
+                _ => {
+                    tracing::warn!(record_id = ?id, "sweep index entry lacks attempt/owner; skipped")
+                }
+            }
+        }
+        let next = match out.last_evaluated_key() {
+            Some(key) => Some(Position {
+                key: Some(key.clone()),
+                ..position
+            }),
+            None => position.next_shard_position(),
+        };
+        Ok(StuckPage {
+            records,
+            next: next.map(|p| p.encode()),
+            reads: 1,
+            failed_reads: 0,
+        })
+    }
+
+    async fn resolve_stuck(
+        &self,
+        record: &StuckRecord,
+        how: Resolve<'_>,
+        cutoff_ms: u64,
+        now_ms: u64,
+    ) -> Result<Resolution, Error> {
+        let lease = Lease {
+            record_id: record.id.clone(),
+            owner: record.owner.clone(),
+            fingerprint: String::new(),
+            attempt: record.attempt,
+            recovered: None,
+        };
+        // The lease fence, and the lease seen over.
+        let fence = format!("{} AND #lease < :cutoff", Self::fence_condition());
+        match how {
+            Resolve::Release => {
+                let condition = format!("{fence} AND attribute_not_exists(#checkpoint)");
+                match self
+                    .delete_stuck(&lease, &condition, cutoff_ms, now_ms)
+                    .await?
+                {
+                    None => Ok(Resolution::Released),
+                    // Still the attempt seen, now with a recovery point (the
+                    // index copy lags): kept for its retry to resume.
+                    Some(item)
+                        if still_stuck(&item, record, cutoff_ms)
+                            && item.contains_key(CHECKPOINT) =>
+                    {
+                        Ok(Resolution::Resumable)
+                    }
+                    Some(_) => Ok(Resolution::Fenced),
+                }
+            }
+            Resolve::Fail {
+                response,
+                expires_at_s,
+            } => {
+                let (update, _) = self.completion(&lease, response, expires_at_s);
+                let mut names = update.names;
+                names.insert("#lease".into(), LEASE_EXPIRES_AT.into());
+                names.insert("#expires_at".into(), EXPIRES_AT.into());
+                let mut values = update.values;
+                values.insert(":cutoff".into(), n(cutoff_ms));
+                values.insert(":now_s".into(), n(now_ms / 1000));
+                let result = self
+                    .client
+                    .update_item()
+                    .table_name(&*self.table)
+                    .key(ID, s(&record.id))
+                    // Not expired: an expired record is absent, and failing
+                    // it would bring it back with a fresh expiry.
+                    .condition_expression(format!("{fence} AND #expires_at >= :now_s"))
+                    .update_expression(update.expression)
+                    .set_expression_attribute_names(Some(names))
+                    .set_expression_attribute_values(Some(values))
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .send()
+                    .await;
+                match result {
+                    Ok(_) => Ok(Resolution::Failed),
+                    Err(err) => match condition_failure_item(&err) {
+                        Some(item)
+                            if still_stuck(&item, record, cutoff_ms)
+                                && number(&item, EXPIRES_AT).is_some_and(|e| e < now_ms / 1000) =>
+                        {
+                            let condition = format!("{fence} AND #expires_at < :now_s");
+                            match self
+                                .delete_stuck(&lease, &condition, cutoff_ms, now_ms)
+                                .await?
+                            {
+                                None => Ok(Resolution::Released),
+                                Some(_) => Ok(Resolution::Fenced),
+                            }
+                        }
+                        Some(_) => Ok(Resolution::Fenced),
+                        None => Err(self.unavailable("UpdateItem (fail stuck record)", err)),
+                    },
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("DynamoDB table `{}`", self.table)
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
@@ -468,6 +640,50 @@ impl DynamoStore {
             },
             completion,
         )
+    }
+
+    /// Delete a stuck record under `condition` (fenced on `lease`, lease
+    /// before `:cutoff`, maybe `:now_s`); `Some(item)` when the condition
+    /// failed, the item as it was (empty when gone).
+    async fn delete_stuck(
+        &self,
+        lease: &Lease,
+        condition: &str,
+        cutoff_ms: u64,
+        now_ms: u64,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, Error> {
+        let mut request = self
+            .client
+            .delete_item()
+            .table_name(&*self.table)
+            .key(ID, s(&lease.record_id))
+            .condition_expression(condition)
+            .expression_attribute_names("#status", STATUS)
+            .expression_attribute_names("#attempt", ATTEMPT)
+            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
+            .expression_attribute_values(":cutoff", n(cutoff_ms))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if condition.contains("#checkpoint") {
+            request = request.expression_attribute_names("#checkpoint", CHECKPOINT);
+        }
+        if condition.contains("#expires_at") {
+            request = request
+                .expression_attribute_names("#expires_at", EXPIRES_AT)
+                .expression_attribute_values(":now_s", n(now_ms / 1000));
+        }
+        for (name, value) in Self::fence_values(lease) {
+            request = request.expression_attribute_values(name, value);
+        }
+        match request.send().await {
+            Ok(_) => Ok(None),
+            Err(err) => match err.as_service_error() {
+                Some(DeleteItemError::ConditionalCheckFailedException(e)) => {
+                    Ok(Some(e.item().cloned().unwrap_or_default()))
+                }
+                _ => Err(self.unavailable("DeleteItem (release stuck record)", err)),
+            },
+        }
     }
 
     /// The claim of a new life: the record is absent, or expired (TTL
@@ -610,6 +826,117 @@ impl DynamoStore {
                 None => Err(self.unavailable("UpdateItem (takeover)", err)),
             },
         }
+    }
+}
+
+/// Is `item` still the stuck attempt `record` saw (in progress, same attempt
+/// and owner, lease over before `cutoff_ms`)?
+fn still_stuck(
+    item: &HashMap<String, AttributeValue>,
+    record: &StuckRecord,
+    cutoff_ms: u64,
+) -> bool {
+    item.get(STATUS)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+        == Some(Status::InProgress.as_str())
+        && number(item, ATTEMPT) == Some(record.attempt)
+        && item.get(OWNER).and_then(|v| v.as_s().ok()) == Some(&record.owner)
+        && number(item, LEASE_EXPIRES_AT).is_some_and(|l| l < cutoff_ms)
+}
+
+/// A number attribute of an item.
+fn number(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The shard a listing of stuck records starting at `now_ms` reads first:
+/// drawn from a hash of the second, so every shard is first as often as any
+/// other whatever a sweeper's schedule, and a backlog no single sweep
+/// finishes cannot starve the shards read last.
+fn first_shard(now_ms: u64) -> u32 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest((now_ms / 1000).to_be_bytes());
+    u32::from(digest[0]) % SWEEP_SHARDS
+}
+
+/// Where a listing of the sweep index is: the shard it started at, how many
+/// shards it has finished, and the index key to go on from in the current one.
+#[derive(Debug, Clone)]
+struct Position {
+    first: u32,
+    i: u32,
+    key: Option<HashMap<String, AttributeValue>>,
+}
+
+impl Position {
+    /// The start of the next shard, `None` after the last.
+    fn next_shard_position(&self) -> Option<Position> {
+        (self.i + 1 < SWEEP_SHARDS).then(|| Position {
+            first: self.first,
+            i: self.i + 1,
+            key: None,
+        })
+    }
+
+    fn next_shard(&self) -> Option<SweepCursor> {
+        self.next_shard_position().map(|p| p.encode())
+    }
+
+    /// As a cursor: JSON of the shard counters and the index key's three
+    /// attributes (all strings or numbers).
+    fn encode(&self) -> SweepCursor {
+        let key = self.key.as_ref().map(|key| {
+            let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).cloned();
+            serde_json::json!({
+                "id": text(ID),
+                "shard": text(SWEEP_SHARD),
+                "at": key.get(SWEEP_AT).and_then(|v| v.as_n().ok()),
+            })
+        });
+        SweepCursor(serde_json::json!({"first": self.first, "i": self.i, "key": key}).to_string())
+    }
+
+    fn decode(cursor: &SweepCursor) -> Result<Position, Error> {
+        let invalid = || {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "sweep cursor {:?} was not made by a DynamoStore listing; start again without one",
+                    cursor.0
+                ),
+            )
+        };
+        let v: serde_json::Value = serde_json::from_str(&cursor.0).map_err(|_| invalid())?;
+        let counter = |name: &str| {
+            v[name]
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n < SWEEP_SHARDS)
+        };
+        let (Some(first), Some(i)) = (counter("first"), counter("i")) else {
+            return Err(invalid());
+        };
+        let key = match &v["key"] {
+            serde_json::Value::Null => None,
+            key => {
+                let (Some(id), Some(shard), Some(at)) = (
+                    key["id"].as_str(),
+                    key["shard"].as_str(),
+                    key["at"].as_str(),
+                ) else {
+                    return Err(invalid());
+                };
+                Some(HashMap::from([
+                    (ID.to_owned(), s(id)),
+                    (SWEEP_SHARD.to_owned(), s(shard)),
+                    (SWEEP_AT.to_owned(), AttributeValue::N(at.to_owned())),
+                ]))
+            }
+        };
+        Ok(Position { first, i, key })
     }
 }
 
@@ -767,6 +1094,43 @@ fn decode_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listings_start_at_every_shard_in_turn() {
+        // Sweeps every minute, every 5 and every 16 minutes (a period the
+        // shard count divides), over 200 runs: each shard is the first one
+        // read several times, so a backlog that no single sweep finishes
+        // cannot starve the shards read last.
+        for period_ms in [60_000u64, 300_000, 960_000] {
+            let mut firsts = [0u32; SWEEP_SHARDS as usize];
+            for run in 0..200u64 {
+                firsts[first_shard(1_700_000_000_000 + run * period_ms) as usize] += 1;
+            }
+            assert!(
+                firsts.iter().all(|n| *n >= 4),
+                "every {period_ms} ms: {firsts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_listing_position_round_trips_and_a_foreign_cursor_is_refused() {
+        let position = Position {
+            first: 3,
+            i: 5,
+            key: Some(HashMap::from([
+                (ID.to_owned(), s("abc")),
+                (SWEEP_SHARD.to_owned(), s("8")),
+                (SWEEP_AT.to_owned(), n(42)),
+            ])),
+        };
+        let back = Position::decode(&position.encode()).unwrap();
+        assert_eq!((back.first, back.i, back.key), (3, 5, position.key));
+        for foreign in ["", "{}", r#"{"first":3,"i":16,"key":null}"#, "last-id"] {
+            let err = Position::decode(&SweepCursor(foreign.into())).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{foreign}");
+        }
+    }
 
     #[test]
     fn a_completion_compresses_its_body_once() {

@@ -8,7 +8,8 @@ use crate::error::Error;
 use crate::record::{Record, Status, StoredResponse};
 use crate::store::{
     claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
-    Completion, Lease, Store, DEFAULT_MAX_RESPONSE_BYTES,
+    Completion, Lease, Resolution, Resolve, Store, StuckPage, StuckRecord, SweepCursor,
+    DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// An in-memory [`Store`] with the same semantics as the DynamoDB one, for unit
@@ -188,6 +189,84 @@ impl Store for MemoryStore {
         let mut records = self.records();
         Self::check_lease(&mut records, lease)?.checkpoint = Some(checkpoint.clone());
         Ok(())
+    }
+
+    async fn stuck(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+    ) -> Result<StuckPage, Error> {
+        self.count();
+        let records = self.records();
+        // In id order from the cursor (the last id of the previous page).
+        let after = cursor.map(|c| c.0);
+        let mut stuck: Vec<StuckRecord> = records
+            .values()
+            .filter(|r| r.status == Status::InProgress && r.lease_expires_at_ms < cutoff_ms)
+            .filter(|r| after.as_ref().is_none_or(|a| r.id > *a))
+            .map(|r| StuckRecord {
+                id: r.id.clone(),
+                attempt: r.attempt,
+                owner: r.owner.clone(),
+                lease_expires_at_ms: r.lease_expires_at_ms,
+                has_checkpoint: r.checkpoint.is_some(),
+            })
+            .collect();
+        stuck.sort_by(|a, b| a.id.cmp(&b.id));
+        let more = stuck.len() > limit.max(1);
+        stuck.truncate(limit.max(1));
+        let next = more
+            .then(|| stuck.last().map(|r| SweepCursor(r.id.clone())))
+            .flatten();
+        Ok(StuckPage {
+            records: stuck,
+            next,
+            reads: 1,
+            failed_reads: 0,
+        })
+    }
+
+    async fn resolve_stuck(
+        &self,
+        record: &StuckRecord,
+        how: Resolve<'_>,
+        cutoff_ms: u64,
+        now_ms: u64,
+    ) -> Result<Resolution, Error> {
+        self.count();
+        let mut records = self.records();
+        let Some(current) = records.get_mut(&record.id).filter(|r| {
+            r.status == Status::InProgress
+                && r.attempt == record.attempt
+                && r.owner == record.owner
+                && r.lease_expires_at_ms < cutoff_ms
+        }) else {
+            return Ok(Resolution::Fenced);
+        };
+        let expired = current.expires_at_s < now_ms / 1000;
+        match how {
+            Resolve::Release if current.checkpoint.is_some() => Ok(Resolution::Resumable),
+            Resolve::Fail {
+                response,
+                expires_at_s,
+            } if !expired => {
+                let fitted = fit(response, self.inner.max_response_bytes);
+                current.status = Status::Completed;
+                current.expires_at_s = expires_at_s;
+                current.response = Some(fitted.response.into_owned());
+                current.checkpoint = None;
+                Ok(Resolution::Failed)
+            }
+            Resolve::Release | Resolve::Fail { .. } => {
+                records.remove(&record.id);
+                Ok(Resolution::Released)
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        "MemoryStore".to_owned()
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {

@@ -105,6 +105,72 @@ pub enum ClaimOutcome {
     Exists(Record),
 }
 
+/// A record stuck in progress, as a store's listing of them shows it: what
+/// the fenced resolution of it is conditioned on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StuckRecord {
+    /// The record id (a hash; safe to log).
+    pub id: String,
+    /// Its fencing token when found.
+    pub attempt: u64,
+    /// Its owner when found.
+    pub owner: String,
+    /// When its lease ended, epoch ms.
+    pub lease_expires_at_ms: u64,
+    /// True when the listing saw a recovery point (a hint: the resolution
+    /// checks again).
+    pub has_checkpoint: bool,
+}
+
+/// Where a listing of stuck records goes on: opaque to the sweeper, each
+/// store encodes its own position in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepCursor(pub(crate) String);
+
+/// One page of a listing of stuck records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StuckPage {
+    /// The stuck records of this page.
+    pub records: Vec<StuckRecord>,
+    /// Where the listing goes on; `None` when it is complete.
+    pub next: Option<SweepCursor>,
+    /// Reads of the store this page took that succeeded.
+    pub reads: u64,
+    /// Reads that failed (logged); the part of the listing they covered is
+    /// skipped, for the next sweep.
+    pub failed_reads: u64,
+}
+
+/// How to resolve a stuck record.
+#[derive(Debug, Clone, Copy)]
+pub enum Resolve<'a> {
+    /// Delete it so the next retry runs again, unless it holds a recovery
+    /// point (then it is left for that retry to resume).
+    Release,
+    /// Complete it with `response`, kept until `expires_at_s`; a record
+    /// already past its own expiry is deleted instead (it is absent by
+    /// definition), never brought back.
+    Fail {
+        /// What every retry gets from now on.
+        response: &'a StoredResponse,
+        /// Until when, epoch seconds.
+        expires_at_s: u64,
+    },
+}
+
+/// What resolving a stuck record did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    /// Deleted.
+    Released,
+    /// Completed with the terminal problem response.
+    Failed,
+    /// Left for the next retry to resume from its recovery point.
+    Resumable,
+    /// Not touched: re-claimed, completed or resolved by someone else meanwhile.
+    Fenced,
+}
+
 /// Storage for idempotency records. See the module docs for the rules every
 /// implementation obeys.
 #[async_trait::async_trait]
@@ -126,9 +192,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Commit a recovery point, if the lease is still ours.
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error>;
 
-    /// Complete and commit the handler's own DynamoDB writes in one
-    /// transaction, fenced like [`complete`](Store::complete). Only
-    /// [`DynamoStore`](crate::DynamoStore) can; others fail with
+    /// Complete and commit the handler's deferred writes (of this store's
+    /// own kind, see [`DeferredWrites`]) in one transaction, fenced like
+    /// [`complete`](Store::complete). Stores without transactions fail with
     /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) unless
     /// there are no writes.
     async fn complete_with_writes(
@@ -136,15 +202,101 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         lease: &Lease,
         response: &StoredResponse,
         expires_at_s: u64,
-        writes: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+        writes: DeferredWrites,
     ) -> Result<Completion, Error> {
         if writes.is_empty() {
             return self.complete(lease, response, expires_at_s).await;
         }
         Err(Error::new(
             crate::ErrorKind::InvalidConfig,
-            "transactional completion needs a DynamoStore: this store cannot commit DynamoDB writes",
+            format!(
+                "{} cannot commit deferred writes with a completion (it has no transactions); \
+                 use a DynamoStore",
+                self.describe()
+            ),
         ))
+    }
+
+    /// One page of the records in progress whose lease ended before
+    /// `cutoff_ms`, from `cursor` (`None`: the start), at most `limit`
+    /// records. Never a scan of every record: stores keep stuck records
+    /// findable on their own (DynamoDB: a sparse index).
+    async fn stuck(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+    ) -> Result<StuckPage, Error>;
+
+    /// Resolve `record` as `how` says, with one write fenced on what the
+    /// listing saw (same attempt and owner, still in progress, lease ended
+    /// before `cutoff_ms`); `now_ms` tells whether the record expired.
+    async fn resolve_stuck(
+        &self,
+        record: &StuckRecord,
+        how: Resolve<'_>,
+        cutoff_ms: u64,
+        now_ms: u64,
+    ) -> Result<Resolution, Error>;
+
+    /// What this store is, for messages (`DynamoDB table `idempotency``).
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// Writes a handler hands to its completion
+/// ([`IdempotencyContext::defer_write`](crate::IdempotencyContext::defer_write)),
+/// of the kind the store commits in a transaction (for
+/// [`DynamoStore`](crate::DynamoStore): `TransactWriteItem`s). Opaque, so the
+/// [`Store`] trait names no engine's types.
+#[derive(Default)]
+pub struct DeferredWrites(Vec<Box<dyn std::any::Any + Send + Sync>>);
+
+impl DeferredWrites {
+    /// No writes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add one write.
+    pub fn push<W: std::any::Any + Send + Sync>(&mut self, write: W) {
+        self.0.push(Box::new(write));
+    }
+
+    /// How many writes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The writes as `W`, in order; the error names the first that is not.
+    pub fn into_typed<W: std::any::Any>(self) -> Result<Vec<W>, Error> {
+        self.0
+            .into_iter()
+            .enumerate()
+            .map(|(i, write)| {
+                write.downcast::<W>().map(|w| *w).map_err(|_| {
+                    Error::new(
+                        crate::ErrorKind::InvalidConfig,
+                        format!(
+                            "deferred write {i} is not a {}; this store commits only those",
+                            std::any::type_name::<W>()
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for DeferredWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeferredWrites({})", self.0.len())
     }
 }
 
@@ -172,11 +324,31 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
         lease: &Lease,
         response: &StoredResponse,
         expires_at_s: u64,
-        writes: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+        writes: DeferredWrites,
     ) -> Result<Completion, Error> {
         (**self)
             .complete_with_writes(lease, response, expires_at_s, writes)
             .await
+    }
+    async fn stuck(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+    ) -> Result<StuckPage, Error> {
+        (**self).stuck(cutoff_ms, cursor, limit).await
+    }
+    async fn resolve_stuck(
+        &self,
+        record: &StuckRecord,
+        how: Resolve<'_>,
+        cutoff_ms: u64,
+        now_ms: u64,
+    ) -> Result<Resolution, Error> {
+        (**self).resolve_stuck(record, how, cutoff_ms, now_ms).await
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
     }
 }
 

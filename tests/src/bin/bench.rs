@@ -281,6 +281,25 @@ impl Store for TimedStore {
         self.clock.add(start);
         out
     }
+    async fn stuck(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<lambda_idempotency::SweepCursor>,
+        limit: usize,
+    ) -> StoreResult<lambda_idempotency::StuckPage> {
+        self.inner.stuck(cutoff_ms, cursor, limit).await
+    }
+    async fn resolve_stuck(
+        &self,
+        record: &lambda_idempotency::StuckRecord,
+        how: lambda_idempotency::Resolve<'_>,
+        cutoff_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<lambda_idempotency::Resolution> {
+        self.inner
+            .resolve_stuck(record, how, cutoff_ms, now_ms)
+            .await
+    }
 }
 
 /// Time one call through a service; the response is checked by the caller,

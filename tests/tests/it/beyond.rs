@@ -489,6 +489,13 @@ async fn tables() -> (DynamoStore, String, aws_sdk_dynamodb::Client) {
     (store, orders, client)
 }
 
+/// One write to hand to a completion.
+fn deferred(write: TransactWriteItem) -> lambda_idempotency::DeferredWrites {
+    let mut writes = lambda_idempotency::DeferredWrites::new();
+    writes.push(write);
+    writes
+}
+
 fn put_order(table: &str, id: &str, must_be_new: bool) -> TransactWriteItem {
     let mut put = Put::builder()
         .table_name(table)
@@ -613,7 +620,7 @@ async fn transactional_completion_by_a_stale_attempt_is_fenced_and_writes_nothin
             &stale,
             &StoredResponse::new(201, vec![], StoredBody::Empty),
             now_ms() / 1000 + 60,
-            vec![put_order(&orders, "o-9", false)],
+            deferred(put_order(&orders, "o-9", false)),
         )
         .await
         .unwrap_err();
@@ -633,7 +640,7 @@ async fn memory_store_refuses_deferred_writes_clearly() {
             &lease,
             &StoredResponse::new(201, vec![], StoredBody::Empty),
             now_ms() / 1000 + 60,
-            vec![put_order("t", "o", false)],
+            deferred(put_order("t", "o", false)),
         )
         .await
         .unwrap_err();
