@@ -1,0 +1,267 @@
+//! [`IdempotencyLayer`]: the middleware's configuration, and its factory.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method, Response, StatusCode};
+use lambda_http::Body;
+use tower::Layer;
+
+use super::{disabled_from_env, Idempotency, DISABLED_ENV};
+use crate::cache::LocalCache;
+use crate::claim::Leases;
+use crate::fingerprint::Fingerprinter;
+use crate::metrics::{Event, Metrics};
+use crate::scope::TenantSource;
+use crate::store::Store;
+
+/// Configuration and factory of the [`Idempotency`] middleware.
+#[derive(Clone, Debug)]
+pub struct IdempotencyLayer {
+    pub(super) config: Config,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Config {
+    pub(super) store: Arc<dyn Store>,
+    pub(super) methods: Vec<Method>,
+    pub(super) header: HeaderName,
+    pub(super) require_key: bool,
+    pub(super) tenant: TenantSource,
+    pub(super) fingerprinter: Fingerprinter,
+    pub(super) namespace: String,
+    pub(super) expires_after: Duration,
+    pub(super) leases: Leases,
+    pub(super) store_server_errors: bool,
+    pub(super) store_when: Option<StatusFn>,
+    pub(super) in_progress_retry_after: Duration,
+    pub(super) unavailable_retry_after: Duration,
+    pub(super) cache: Option<Arc<LocalCache>>,
+    pub(super) metrics: Option<Metrics>,
+    pub(super) replay_hook: Option<HookFn>,
+    pub(super) disabled: bool,
+}
+
+type ReplayHook = dyn Fn(&mut Response<Body>) + Send + Sync;
+
+#[derive(Clone)]
+pub(super) struct StatusFn(pub(super) Arc<dyn Fn(StatusCode) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for StatusFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreWhen")
+    }
+}
+
+#[derive(Clone)]
+pub(super) struct HookFn(pub(super) Arc<ReplayHook>);
+
+impl std::fmt::Debug for HookFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplayHook")
+    }
+}
+
+impl Config {
+    pub(super) fn count(&self, event: Event) {
+        if let Some(metrics) = &self.metrics {
+            metrics.emit(event);
+        }
+    }
+}
+
+impl IdempotencyLayer {
+    /// Defaults: POST and PATCH covered, header `Idempotency-Key`, key optional,
+    /// anonymous tenant, whole-body fingerprint, records kept 24 hours, lease =
+    /// Lambda deadline + 2 s capped at 15 minutes, 5xx responses released.
+    pub fn new(store: impl Store + 'static) -> Self {
+        IdempotencyLayer {
+            config: Config {
+                store: Arc::new(store),
+                methods: vec![Method::POST, Method::PATCH],
+                header: HeaderName::from_static("idempotency-key"),
+                require_key: false,
+                tenant: TenantSource::anonymous(),
+                fingerprinter: Fingerprinter::new(),
+                namespace: String::new(),
+                expires_after: Duration::from_secs(24 * 3600),
+                leases: Leases::default(),
+                store_server_errors: false,
+                store_when: None,
+                in_progress_retry_after: Duration::from_secs(1),
+                unavailable_retry_after: Duration::from_secs(1),
+                cache: None,
+                metrics: None,
+                replay_hook: None,
+                disabled: false,
+            },
+        }
+    }
+
+    /// [`new`](Self::new), switched off when the [`DISABLED_ENV`]
+    /// environment variable says so (see [`disabled_from_env`]): what a
+    /// function wants so that `LAMBDA_IDEMPOTENCY_DISABLED=true` turns it off
+    /// for local tests.
+    pub fn from_env(store: impl Store + 'static) -> Self {
+        Self::new(store).disabled(disabled_from_env())
+    }
+
+    /// The methods the middleware covers; others pass through.
+    pub fn methods<I: IntoIterator<Item = Method>>(mut self, methods: I) -> Self {
+        self.config.methods = methods.into_iter().collect();
+        self
+    }
+
+    /// The key header (default `Idempotency-Key`).
+    pub fn header_name(mut self, name: HeaderName) -> Self {
+        self.config.header = name;
+        self
+    }
+
+    /// Answer `400` when a covered request has no key (default: pass it through
+    /// unprotected).
+    pub fn require_key(mut self, required: bool) -> Self {
+        self.config.require_key = required;
+        self
+    }
+
+    /// Where the tenant comes from (default: one anonymous scope).
+    pub fn tenant(mut self, source: TenantSource) -> Self {
+        self.config.tenant = source;
+        self
+    }
+
+    /// How requests are fingerprinted (default: method, path, whole body).
+    pub fn fingerprint(mut self, fingerprinter: Fingerprinter) -> Self {
+        self.config.fingerprinter = fingerprinter;
+        self
+    }
+
+    /// A namespace mixed into every record id, for sharing one table between
+    /// services whose paths could collide.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.config.namespace = namespace.into();
+        self
+    }
+
+    /// How long a completed record replays (default 24 hours).
+    pub fn expires_after(mut self, ttl: Duration) -> Self {
+        self.config.expires_after = ttl;
+        self
+    }
+
+    /// Upper bound of a lease (default 15 minutes, Lambda's longest timeout).
+    /// Outside Lambda, where there is no deadline, the lease is this long.
+    pub fn max_lease(mut self, lease: Duration) -> Self {
+        self.config.leases.max_lease = lease;
+        self
+    }
+
+    /// Time added to the Lambda deadline before a lease may be taken over
+    /// (default 2 s), covering clock skew and the runtime's own shutdown.
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.config.leases.margin = margin;
+        self
+    }
+
+    /// Store 5xx responses and replay them, instead of releasing the record so
+    /// the next retry runs the handler again (default: release). Handler errors
+    /// (`Err`) are always released: there is no response to replay.
+    pub fn store_server_errors(mut self, store: bool) -> Self {
+        self.config.store_server_errors = store;
+        self
+    }
+
+    /// Which statuses are stored and replayed; any other is released so a
+    /// retry runs the handler again (default [`stored_by_default`](super::stored_by_default); 5xx are
+    /// also stored when [`store_server_errors`](Self::store_server_errors) is
+    /// on). Handler errors (`Err`) are always released.
+    ///
+    /// ```
+    /// use lambda_idempotency::{http::stored_by_default, IdempotencyLayer, MemoryStore};
+    ///
+    /// // This API's 409 means "already cancelled": final, so replay it.
+    /// let layer = IdempotencyLayer::new(MemoryStore::new())
+    ///     .store_when(|status| status == 409 || stored_by_default(status));
+    /// # let _ = layer;
+    /// ```
+    pub fn store_when<F>(mut self, stored: F) -> Self
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.config.store_when = Some(StatusFn(Arc::new(stored)));
+        self
+    }
+
+    /// Longest `Retry-After` of a `409` (default 1 s); shorter when the lease
+    /// ends sooner.
+    pub fn in_progress_retry_after(mut self, after: Duration) -> Self {
+        self.config.in_progress_retry_after = after;
+        self
+    }
+
+    /// Keep up to `entries` completed records in process memory for at most
+    /// `max_age`, so a warm instance replays them without a store request
+    /// (see [`cache`](crate::cache)). Off by default.
+    pub fn local_cache(mut self, entries: usize, max_age: Duration) -> Self {
+        self.config.cache = Some(Arc::new(LocalCache::new(
+            entries,
+            max_age,
+            crate::cache::DEFAULT_MAX_BYTES,
+        )));
+        self
+    }
+
+    /// Bound the local cache by the bytes of the responses it holds (default
+    /// [`DEFAULT_MAX_BYTES`](crate::cache::DEFAULT_MAX_BYTES)); least recently
+    /// used entries make room, a response larger than the budget is not
+    /// cached. Only has an effect after [`local_cache`](Self::local_cache).
+    pub fn local_cache_max_bytes(mut self, max_bytes: usize) -> Self {
+        if let Some(cache) = &self.config.cache {
+            self.config.cache = Some(Arc::new(cache.with_max_bytes(max_bytes)));
+        }
+        self
+    }
+
+    /// Emit CloudWatch EMF metrics (claimed, replayed, conflicts, mismatches,
+    /// fenced writes, releases, store errors, cache hits, oversized responses).
+    /// Off by default.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.config.metrics = Some(metrics);
+        self
+    }
+
+    /// Adjust every replayed response (after `Idempotent-Replayed` is set), for
+    /// example to add a header.
+    pub fn replay_hook<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&mut Response<Body>) + Send + Sync + 'static,
+    {
+        self.config.replay_hook = Some(HookFn(Arc::new(hook)));
+        self
+    }
+
+    /// Turn the middleware off (every request passes through), for local
+    /// tests; [`from_env`](Self::from_env) sets it from [`DISABLED_ENV`].
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.config.disabled = disabled;
+        self
+    }
+
+    /// `Retry-After` of a `503` (default 1 s).
+    pub fn unavailable_retry_after(mut self, after: Duration) -> Self {
+        self.config.unavailable_retry_after = after;
+        self
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Idempotency<S> {
+        if self.config.disabled {
+            tracing::warn!("lambda-idempotency is DISABLED ({DISABLED_ENV} or .disabled(true)): retries will run the handler again");
+        }
+        Idempotency::new(inner, Arc::new(self.config.clone()))
+    }
+}

@@ -1,0 +1,205 @@
+//! The HTTP middleware: [`IdempotencyLayer`] and the [`Idempotency`] service.
+//!
+//! Wrap any `lambda_http` handler (API Gateway REST and HTTP APIs, Function
+//! URLs, ALB) or a whole router. For each request with a covered method (POST
+//! and PATCH by default) and an `Idempotency-Key` header, the middleware claims
+//! the key with one store write, runs the handler only if the claim succeeded,
+//! stores the response, and replays it for retries:
+//!
+//! | situation | response |
+//! |---|---|
+//! | first request with a key | the handler's response, stored |
+//! | retry, same request, completed | the stored response + `Idempotent-Replayed: true` |
+//! | retry while the first still runs | `409` [problem](crate::problem), `Retry-After` |
+//! | same key, different request | `422` problem |
+//! | key missing (when required) or malformed | `400` problem |
+//! | store unreachable | `503` problem, `Retry-After`; the handler does not run |
+//! | handler error, 5xx, or a client error that may change (401, 403, 404, 408, 409, 425, 429, ...) | record released so a retry runs again ([`stored_by_default`]; [`store_when`](IdempotencyLayer::store_when) changes it) |
+//! | a tenant source is configured and finds no tenant | `401` problem |
+//! | other methods | passed through untouched |
+//!
+//! ```
+//! use lambda_http::{service_fn, Body, Error, Request, Response};
+//! use lambda_idempotency::{IdempotencyLayer, MemoryStore};
+//! use tower::{Layer, Service, ServiceExt};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let handler = service_fn(|_req: Request| async {
+//!     Ok::<_, Error>(Response::builder().status(201).body(Body::from("created")).unwrap())
+//! });
+//! let mut service = IdempotencyLayer::new(MemoryStore::new()).layer(handler);
+//!
+//! let request = || http::Request::post("/orders").header("Idempotency-Key", "k1")
+//!     .body(Body::from("{}")).unwrap();
+//! let first = service.ready().await?.call(request()).await?;
+//! assert_eq!(first.status(), 201);
+//! let retry = service.ready().await?.call(request()).await?;
+//! assert_eq!(retry.status(), 201);
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
+//! # Ok::<(), Error>(()) }).unwrap();
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+use tower::Layer;
+
+pub use self::future::ResponseFuture;
+pub use self::layer::IdempotencyLayer;
+pub use self::service::Idempotency;
+use crate::store::Store;
+use http::StatusCode;
+
+/// Header added to replayed responses.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// Set this environment variable to `true` (or `1`, `yes`) to turn the
+/// middleware off, for local tests of the handler alone. Read by
+/// [`IdempotencyLayer::from_env`]; a warning is logged when it is on.
+pub const DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
+
+/// Does [`DISABLED_ENV`] turn the middleware off in this process?
+pub fn disabled_from_env() -> bool {
+    disabled_by(std::env::var(DISABLED_ENV).ok().as_deref())
+}
+
+/// The rule of [`DISABLED_ENV`]: `1`, `true` or `yes` in any case, spaces
+/// around ignored; anything else (or unset) leaves the middleware on.
+fn disabled_by(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
+/// Is a response with `status` stored and replayed by default? Yes for 2xx
+/// and 3xx, and for the client errors that are final for the same request:
+/// 400, 405, 410, 413, 414, 415 and 422. Everything else is released so a
+/// retry runs the handler again: 5xx, and client errors that depend on
+/// something else than the request and may change (401, 403, 404, 408, 409,
+/// 412, 425, 429, ...). Change it with
+/// [`IdempotencyLayer::store_when`].
+pub fn stored_by_default(status: StatusCode) -> bool {
+    status.is_success()
+        || status.is_redirection()
+        || matches!(status.as_u16(), 400 | 405 | 410 | 413 | 414 | 415 | 422)
+}
+
+/// Wrap a handler function with the default configuration: the simple case.
+///
+/// ```no_run
+/// use lambda_http::{Body, Error, Request, Response};
+/// use lambda_idempotency::{idempotent, DynamoStore};
+///
+/// async fn create_order(_req: Request) -> Result<Response<Body>, Error> {
+///     Ok(Response::builder().status(201).body(Body::from("{}"))?)
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Error> {
+///     let config = aws_config::load_from_env().await;
+///     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), "idempotency");
+///     lambda_http::run(idempotent(store, create_order)).await
+/// }
+/// ```
+pub fn idempotent<F>(
+    store: impl Store + 'static,
+    handler: F,
+) -> Idempotency<tower::util::ServiceFn<F>> {
+    IdempotencyLayer::new(store).layer(tower::service_fn(handler))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use crate::MemoryStore;
+    use lambda_http::{Body, Request, Response};
+    use tower::Service;
+    use tower::ServiceExt;
+
+    fn layer() -> IdempotencyLayer {
+        IdempotencyLayer::new(MemoryStore::new())
+    }
+
+    #[test]
+    fn service_is_clone_and_send_for_run_concurrent() {
+        fn assert_bounds<T: Clone + Send + Sync + 'static>(_: &T) {}
+        let svc = layer().layer(tower::service_fn(|_req: Request| async {
+            Ok::<_, lambda_http::Error>(Response::new(Body::Empty))
+        }));
+        assert_bounds(&svc);
+    }
+
+    #[test]
+    fn the_disabled_variable_turns_the_middleware_off_only_when_it_says_so() {
+        for value in ["1", "true", "TRUE", " yes ", "Yes"] {
+            assert!(disabled_by(Some(value)), "{value:?}");
+        }
+        for value in [
+            None,
+            Some(""),
+            Some("0"),
+            Some("false"),
+            Some("off"),
+            Some("no"),
+        ] {
+            assert!(!disabled_by(value), "{value:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn new_is_on_whatever_the_environment_and_disabled_passes_through() {
+        // `new` reads no environment: this holds even where the variable is set.
+        assert!(!layer().config.disabled);
+        let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = runs.clone();
+        let store = MemoryStore::new();
+        let svc = IdempotencyLayer::new(store.clone())
+            .disabled(true)
+            .layer(tower::service_fn(move |_req: Request| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok::<_, lambda_http::Error>(Response::new(Body::from("ok"))) }
+            }));
+        for _ in 0..2 {
+            let req = http::Request::post("/orders")
+                .header("idempotency-key", "k1")
+                .body(Body::from("{}"))
+                .unwrap();
+            assert_eq!(svc.clone().oneshot(req).await.unwrap().status(), 200);
+        }
+        assert_eq!(
+            runs.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "both ran"
+        );
+        assert_eq!(store.requests(), 0, "no store request");
+    }
+
+    #[tokio::test]
+    async fn uncovered_methods_pass_through_without_store_requests() {
+        let store = MemoryStore::new();
+        let mut svc = IdempotencyLayer::new(store.clone())
+            .require_key(true)
+            .layer(tower::service_fn(|_req: Request| async {
+                Ok::<_, lambda_http::Error>(Response::new(Body::from("ok")))
+            }));
+        let req = http::Request::get("/orders/1")
+            .header("idempotency-key", "k")
+            .body(Body::Empty)
+            .unwrap();
+        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get(REPLAYED_HEADER).is_none());
+        assert_eq!(store.requests(), 0);
+    }
+
+    #[test]
+    fn the_wrapped_service_can_be_reached_and_taken_back() {
+        #[derive(Clone, Debug, PartialEq)]
+        struct Named(&'static str);
+        let mut svc = layer().layer(Named("inner"));
+        assert_eq!(svc.get_ref(), &Named("inner"));
+        svc.get_mut().0 = "changed";
+        assert_eq!(svc.into_inner(), Named("changed"));
+    }
+}

@@ -1,0 +1,425 @@
+//! [`Idempotency`]: the middleware service, and what it does with a request.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use http::{HeaderValue, Response};
+use lambda_http::{Body, IntoResponse, Request, RequestExt};
+use tower::Service;
+use tracing::Instrument;
+
+use super::layer::{Config, HookFn, StatusFn};
+use super::{stored_by_default, ResponseFuture, REPLAYED_HEADER};
+use crate::claim::{self, millis, now_ms, Found, Release};
+use crate::context::IdempotencyContext;
+use crate::error::{Error, ErrorKind};
+use crate::key;
+use crate::metrics::Event;
+use crate::problem;
+use crate::record::StoredResponse;
+use crate::scope::{normalize_path, record_id, route_of, Tenant};
+use crate::store::{ClaimRequest, Completion, Lease};
+
+/// The middleware service made by [`IdempotencyLayer`](super::IdempotencyLayer);
+/// see the [module docs](super).
+#[derive(Clone, Debug)]
+pub struct Idempotency<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> Idempotency<S> {
+    pub(super) fn new(inner: S, config: Arc<Config>) -> Self {
+        Idempotency { inner, config }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, R> Service<Request> for Idempotency<S>
+where
+    S: Service<Request, Response = R> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    R: IntoResponse + Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        // The clone is not ready; keep the ready one for this call (tower's rule).
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        ResponseFuture::new(handle(config, inner, req))
+    }
+}
+
+async fn handle<S, R>(
+    config: Arc<Config>,
+    mut inner: S,
+    mut req: Request,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request, Response = R>,
+    R: IntoResponse,
+{
+    if config.disabled || !config.methods.contains(req.method()) {
+        return Ok(inner.call(req).await?.into_response().await);
+    }
+    let key = match req.headers().get(&config.header) {
+        None if config.require_key => {
+            return Ok(problem::response(
+                problem::KEY_MISSING,
+                &format!(
+                    "{} {} requires an `{}` header; send a unique value (a UUID) and reuse it \
+                     when you retry the same request",
+                    req.method(),
+                    req.uri().path(),
+                    config.header
+                ),
+            ))
+        }
+        None => return Ok(inner.call(req).await?.into_response().await),
+        Some(value) => match key::parse_bytes(value.as_bytes()) {
+            Ok(key) => key,
+            Err(err) => return Ok(problem::response(problem::KEY_INVALID, &err.to_string())),
+        },
+    };
+
+    let tenant = match config.tenant.scope(&req) {
+        Tenant::Known(tenant) => Some(tenant),
+        Tenant::Anonymous => None,
+        Tenant::Missing => {
+            config.count(Event::TenantMissing);
+            tracing::warn!(source = ?config.tenant, "covered request without a tenant refused");
+            return Ok(problem::response(
+                problem::TENANT_MISSING,
+                "this API scopes idempotency keys per caller, and the request carries no caller \
+                 identity (no authorizer, or its claim or field is absent); send the request \
+                 through the API's authorizer",
+            ));
+        }
+    };
+    let method = req.method().as_str().to_owned();
+    // The scope is the route the request matched, the fingerprint the path
+    // as a router reads it: `/orders/` retries `/orders`.
+    let path = normalize_path(req.uri().path()).into_owned();
+    let id = record_id(
+        &config.namespace,
+        tenant.as_deref(),
+        &method,
+        &route_of(&req),
+        key.as_str(),
+    );
+    let header_values: Vec<Option<&[u8]>> = config
+        .fingerprinter
+        .header_names()
+        .iter()
+        .map(|name| req.headers().get(name).map(HeaderValue::as_bytes))
+        .collect();
+    let fingerprint = config.fingerprinter.fingerprint_with_query(
+        &method,
+        &path,
+        req.uri().query(),
+        &header_values,
+        req.body().as_ref(),
+    );
+    // Every log line of this request carries the hashed record id, never the
+    // raw key or body.
+    let span = tracing::info_span!("idempotency", record_id = %id);
+
+    let now = now_ms();
+    if let Some((cached_fingerprint, stored)) =
+        config.cache.as_ref().and_then(|c| c.get(&id, now / 1000))
+    {
+        return Ok(span.in_scope(|| {
+            if cached_fingerprint == fingerprint {
+                config.count(Event::CacheHit);
+                tracing::info!("idempotent response replayed from the local cache");
+                replay(&config, &stored)
+            } else {
+                config.count(Event::FingerprintMismatch);
+                key_reused()
+            }
+        }));
+    }
+    let deadline = req.lambda_context_ref().map(|c| c.deadline);
+    let (claim, capped) = match ClaimRequest::start(
+        id.clone(),
+        fingerprint.clone(),
+        deadline,
+        config.leases,
+        config.expires_after,
+    ) {
+        Ok(started) => started,
+        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
+    };
+    if capped {
+        config.count(Event::LeaseCapped);
+    }
+    let lease = match claim::claim(config.store.as_ref(), &claim)
+        .instrument(span.clone())
+        .await
+    {
+        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
+        Ok(Found::Claimed(lease)) => lease,
+        Ok(found) => return Ok(span.in_scope(|| answer_existing(&config, found))),
+    };
+    config.count(Event::Claimed);
+    span.in_scope(|| {
+        tracing::info!(
+            attempt = lease.attempt,
+            resumes_from = lease.recovered.as_ref().map(|c| c.name.as_str()),
+            "idempotency key claimed"
+        )
+    });
+
+    let context = IdempotencyContext::from_lease(config.store.clone(), lease.clone());
+    req.extensions_mut().insert(context.clone());
+    let called = AssertUnwindSafe(async { inner.call(req).await })
+        .catch_unwind()
+        .instrument(span.clone())
+        .await;
+    let response = match called {
+        Ok(Ok(response)) => response.into_response().await,
+        Ok(Err(err)) => {
+            release(&config, &lease, "the handler returned an error")
+                .instrument(span)
+                .await;
+            return Err(err);
+        }
+        Err(panic) => {
+            // Free the key for the retry now rather than at the lease's end,
+            // then let the panic go on to the runtime as it would have.
+            release(&config, &lease, "the handler panicked")
+                .instrument(span)
+                .await;
+            std::panic::resume_unwind(panic);
+        }
+    };
+    finish(&config, &lease, &context, &fingerprint, response)
+        .instrument(span)
+        .await
+}
+
+/// Record the handler's response: release it when it asks for a retry,
+/// otherwise store it (with any deferred writes, in one transaction).
+async fn finish<E>(
+    config: &Config,
+    lease: &Lease,
+    context: &IdempotencyContext,
+    fingerprint: &str,
+    response: Response<Body>,
+) -> Result<Response<Body>, E> {
+    let status = response.status();
+    let stored = match &config.store_when {
+        Some(StatusFn(stored)) => stored(status),
+        None => stored_by_default(status),
+    } || (config.store_server_errors && status.is_server_error());
+    if !stored {
+        // Deferred writes are dropped with the outcome: nothing of this attempt commits.
+        context.take_writes();
+        release(
+            config,
+            lease,
+            "the handler answered with a status that is not stored",
+        )
+        .await;
+        return Ok(response);
+    }
+    let stored = StoredResponse::from_http(&response);
+    let expires_at = now_ms() / 1000 + config.expires_after.as_secs();
+    let writes = context.take_writes();
+    let transactional = !writes.is_empty();
+    match config
+        .store
+        .complete_with_writes(lease, &stored, expires_at, writes)
+        .await
+    {
+        Ok(Completion::Stored) => {
+            tracing::info!(
+                attempt = lease.attempt,
+                status = status.as_u16(),
+                transactional,
+                "idempotent response stored"
+            );
+            if let Some(cache) = &config.cache {
+                cache.put(&lease.record_id, fingerprint, stored, expires_at);
+            }
+        }
+        Ok(Completion::Oversized { bytes }) => {
+            config.count(Event::OversizedResponse);
+            tracing::warn!(
+                attempt = lease.attempt,
+                bytes,
+                "response too large to store; replays will get the response-too-large problem"
+            );
+        }
+        Err(err) if err.is_fenced() => {
+            config.count(Event::FencedWrite);
+            tracing::warn!(
+                attempt = lease.attempt,
+                "completion fenced: a newer attempt took over this key"
+            );
+            if transactional {
+                // Nothing of this attempt committed, so its response is not true.
+                return Ok(problem::response_retry_after(
+                    problem::IN_PROGRESS,
+                    "this request was taken over by a newer attempt before its writes committed; \
+                     retry to get that attempt's response",
+                    config.in_progress_retry_after.as_secs(),
+                ));
+            }
+            // The work is done and this response is its true outcome, so the
+            // client gets it; the newer attempt's outcome is the one that replays.
+        }
+        Err(err) if err.kind() == ErrorKind::TransactionCancelled => {
+            tracing::warn!(attempt = lease.attempt, error = %err, "transactional completion cancelled; nothing written");
+            release(config, lease, "its transactional writes were cancelled").await;
+            return Ok(problem::response(
+                problem::TRANSACTION_CANCELLED,
+                &err.to_string(),
+            ));
+        }
+        Err(err)
+            if matches!(
+                err.kind(),
+                ErrorKind::TransactionRejected | ErrorKind::InvalidConfig
+            ) =>
+        {
+            // Refused before anything ran: nothing committed, so the key is
+            // free for a retry (which fails the same way until the handler
+            // is fixed, but never sits in progress).
+            tracing::error!(attempt = lease.attempt, error = %err, "transactional completion refused as invalid; nothing written");
+            release(
+                config,
+                lease,
+                "its transactional writes were refused as invalid",
+            )
+            .await;
+            return Ok(problem::response(
+                problem::TRANSACTION_REJECTED,
+                &err.to_string(),
+            ));
+        }
+        Err(err) => {
+            config.count(Event::StoreError);
+            tracing::error!(attempt = lease.attempt, error = %err, "could not store the idempotent response");
+            if transactional {
+                // Unknown whether the transaction committed; do not claim success.
+                return Ok(unavailable(config, &err));
+            }
+            // Not stored: the record stays in progress until its lease ends,
+            // then a retry (or the sweeper) resolves it.
+        }
+    }
+    Ok(response)
+}
+
+/// The answer to a request whose claim found the record held or done.
+fn answer_existing(config: &Config, found: Found) -> Response<Body> {
+    match found {
+        Found::Mismatch => {
+            config.count(Event::FingerprintMismatch);
+            key_reused()
+        }
+        Found::Completed(record) => match &record.response {
+            Some(stored) => {
+                if let Some(cache) = &config.cache {
+                    cache.put(
+                        &record.id,
+                        &record.fingerprint,
+                        stored.clone(),
+                        record.expires_at_s,
+                    );
+                }
+                config.count(Event::Replayed);
+                tracing::info!("idempotent response replayed");
+                replay(config, stored)
+            }
+            // A completed record always has its response (the store's
+            // decoding makes sure); an in-progress answer is the safe one.
+            None => in_progress(config, Duration::ZERO),
+        },
+        Found::InProgress { retry_after } => in_progress(config, retry_after),
+        // Answered by the caller before this is called.
+        Found::Claimed(_) => in_progress(config, Duration::ZERO),
+    }
+}
+
+fn in_progress(config: &Config, lease_left: Duration) -> Response<Body> {
+    config.count(Event::InProgressConflict);
+    let after = millis(lease_left)
+        .div_ceil(1000)
+        .min(config.in_progress_retry_after.as_secs());
+    tracing::info!("idempotency key in progress");
+    problem::response_retry_after(
+        problem::IN_PROGRESS,
+        "a request with this Idempotency-Key is still being processed; retry after the \
+         number of seconds in Retry-After to get its response",
+        after,
+    )
+}
+
+fn replay(config: &Config, stored: &StoredResponse) -> Response<Body> {
+    let mut response = stored.to_http();
+    response
+        .headers_mut()
+        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    if let Some(HookFn(hook)) = &config.replay_hook {
+        hook(&mut response);
+    }
+    response
+}
+
+fn key_reused() -> Response<Body> {
+    tracing::info!("idempotency key reused with a different request");
+    problem::response(
+        problem::KEY_REUSED,
+        "this Idempotency-Key was first used with a different request (method, path, query \
+         string or body); use a new key for a new request",
+    )
+}
+
+fn unavailable(config: &Config, err: &Error) -> Response<Body> {
+    config.count(Event::StoreError);
+    tracing::error!(error = %err, "idempotency store unavailable; request refused");
+    problem::response_retry_after(
+        problem::STORE_UNAVAILABLE,
+        "the idempotency store could not be reached, so the request was not processed; \
+         retry with the same Idempotency-Key after Retry-After seconds",
+        config.unavailable_retry_after.as_secs(),
+    )
+}
+
+async fn release(config: &Config, lease: &Lease, why: &str) {
+    config.count(
+        match claim::release(config.store.as_ref(), lease, why).await {
+            Release::Done => Event::Released,
+            Release::Fenced => Event::FencedWrite,
+            Release::Failed => Event::StoreError,
+        },
+    );
+}
