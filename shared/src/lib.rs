@@ -48,13 +48,12 @@
 //! | is a retry the same request? | [`fingerprint`] |
 //! | tenants and record ids | [`scope`] |
 //! | the record and its states | [`record`] |
-//! | how a claim is made and answered | `claim.rs` (shared by [`http`] and [`function`]) |
+//! | how a claim is made and answered | `claim.rs` (shared by [`http`] and [`event`]) |
 //! | claim, complete, release, list and resolve stuck records | [`store`] ([`DynamoStore`], [`MemoryStore`]) |
 //! | the middleware, replay | [`http`] |
 //! | replay without a request | [`cache`] |
 //! | what the handler sees | [`context`] |
-//! | async functions, typed events | [`function`] |
-//! | SQS batches | [`sqs`] |
+//! | async functions, typed events, SQS batches | [`event`] |
 //! | stuck in-progress records | [`sweep`] |
 //! | CloudWatch EMF metrics | [`metrics`] |
 //! | errors | [`error`] |
@@ -70,8 +69,8 @@ pub mod cache;
 mod claim;
 pub mod context;
 pub mod error;
+pub mod event;
 pub mod fingerprint;
-pub mod function;
 mod hash;
 pub mod http;
 pub mod key;
@@ -79,18 +78,18 @@ pub mod metrics;
 pub mod problem;
 pub mod record;
 pub mod scope;
-pub mod sqs;
 pub mod store;
 pub mod sweep;
 
 pub use crate::context::{IdempotencyContext, MAX_DEFERRED_WRITES};
 pub use crate::error::{Error, ErrorKind};
+pub use crate::event::{
+    EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction, SqsBatch,
+};
 pub use crate::fingerprint::Fingerprinter;
-pub use crate::function::{EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction};
 pub use crate::http::{idempotent, Idempotency, IdempotencyLayer, REPLAYED_HEADER};
 pub use crate::record::{Record, Status, StoredBody, StoredResponse};
 pub use crate::scope::TenantSource;
-pub use crate::sqs::SqsBatch;
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{

@@ -1,33 +1,4 @@
-//! SQS batches with per-record idempotency and partial batch responses.
-//!
-//! Each record runs through an [`IdempotentFunction`]: a redelivered or
-//! duplicated message replays instead of running again. Records whose handler
-//! failed, that are still in progress elsewhere, or that could not be claimed
-//! are returned in `batchItemFailures`, so SQS redelivers only those (the event
-//! source mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`).
-//!
-//! Records run one after another, so a duplicate inside the same batch replays
-//! the first one's output. On a FIFO queue the first failure also fails every
-//! later record of the batch, keeping their order.
-//!
-//! ```
-//! use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-//! use lambda_idempotency::{IdempotentFunction, MemoryStore, SqsBatch};
-//!
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let batch = SqsBatch::new(IdempotentFunction::new(MemoryStore::new(), "consumer"));
-//! let mut message = SqsMessage::default();
-//! message.message_id = Some("m1".into());
-//! message.body = Some("{}".into());
-//! let mut event = SqsEvent::default();
-//! event.records = vec![message];
-//! let response = batch
-//!     .process(event, |_msg, _ctx| async { Err::<(), _>("downstream down") })
-//!     .await
-//!     .expect("every record has a messageId");
-//! assert_eq!(response.batch_item_failures[0].item_identifier, "m1");
-//! # });
-//! ```
+//! [`SqsBatch`]: SQS batches, each record once, with partial batch responses.
 
 use std::future::Future;
 
@@ -35,10 +6,10 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::function::{EventError, IdempotentFunction, Key};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::fingerprint::{canonical_json_at, check_pointer};
-use crate::function::{EventError, IdempotentFunction, Key};
 
 /// Where a record's key comes from.
 #[derive(Debug, Clone)]

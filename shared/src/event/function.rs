@@ -1,49 +1,15 @@
-//! Idempotency for any async function and for typed `lambda_runtime` events.
-//!
-//! Lambda's async invocations and event sources deliver at least once. An
-//! [`IdempotentFunction`] runs a closure once per key, stores its output with
-//! serde and replays it (deserialised) to every duplicate; a duplicate that
-//! arrives while the first still runs gets [`EventError::InProgress`] so the
-//! event source retries later; a failing closure releases the key (fenced) so
-//! the retry runs again.
-//!
-//! The key comes from the argument: by default its whole canonical JSON, or the
-//! values at RFC 6901 JSON pointers ([`key_pointers`](IdempotentFunction::key_pointers)),
-//! or a closure. Optional validation pointers make a duplicate whose payload
-//! differs at those fields a distinct error ([`EventError::PayloadMismatch`]).
-//!
-//! ```
-//! use lambda_idempotency::{IdempotentFunction, MemoryStore};
-//! use serde_json::json;
-//!
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let charge = IdempotentFunction::new(MemoryStore::new(), "charge").key_pointers(["/payment_id"]);
-//! let payment = json!({"payment_id": "p1", "amount": 5});
-//! let first: String = charge.call(payment.clone(), |p| async move {
-//!     Ok::<_, std::io::Error>(format!("charged {}", p["amount"]))
-//! }).await.unwrap();
-//! let again: String = charge.call(payment, |_| async { Ok::<_, std::io::Error>("ran twice".to_owned()) }).await.unwrap();
-//! assert_eq!(first, again); // the second closure never ran
-//! # });
-//! ```
-//!
-//! For a typed handler, [`IdempotentEventLayer`] wraps a
-//! `Service<LambdaEvent<T>>` and registers each event's Lambda context for the
-//! lease; see [`SqsBatch`](crate::SqsBatch) for SQS batches.
+//! [`IdempotentFunction`]: any async function, run once per key.
 
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use lambda_runtime::{Diagnostic, LambdaEvent};
+use lambda_runtime::Diagnostic;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tower::{Layer, Service};
 
 use crate::claim::{self, Found, Leases};
 use crate::context::IdempotencyContext;
@@ -73,7 +39,7 @@ impl fmt::Debug for KeySource {
     }
 }
 
-/// Runs a closure at most once per key; see the [module docs](self).
+/// Runs a closure at most once per key; see the [`event`](crate::event) module docs.
 #[derive(Clone, Debug)]
 pub struct IdempotentFunction {
     store: Arc<dyn Store>,
@@ -648,86 +614,6 @@ impl<E: Into<Diagnostic> + fmt::Display> From<EventError<E>> for Diagnostic {
                 error_message: other.to_string(),
             },
         }
-    }
-}
-
-/// Wraps a `Service<LambdaEvent<T>>` so each event runs at most once per key;
-/// each event's Lambda context is registered for the lease.
-///
-/// ```
-/// use lambda_idempotency::{IdempotentEventLayer, IdempotentFunction, MemoryStore};
-/// use lambda_runtime::{service_fn, LambdaEvent};
-/// use serde_json::{json, Value};
-/// use tower::{Layer, Service, ServiceExt};
-///
-/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// let function = IdempotentFunction::new(MemoryStore::new(), "order-events").key_pointers(["/event_id"]);
-/// let mut handler = IdempotentEventLayer::new(function).layer(service_fn(|ev: LambdaEvent<Value>| async move {
-///     Ok::<_, lambda_runtime::Error>(json!({"handled": ev.payload["event_id"]}))
-/// }));
-/// let event = || LambdaEvent::new(json!({"event_id": "e1"}), Default::default());
-/// let out = handler.ready().await.unwrap().call(event()).await.unwrap();
-/// assert_eq!(out, handler.ready().await.unwrap().call(event()).await.unwrap());
-/// # });
-/// ```
-#[derive(Clone, Debug)]
-pub struct IdempotentEventLayer {
-    function: IdempotentFunction,
-}
-
-impl IdempotentEventLayer {
-    /// Use `function`'s key, validation, expiry and lease settings.
-    pub fn new(function: IdempotentFunction) -> Self {
-        IdempotentEventLayer { function }
-    }
-}
-
-impl<S> Layer<S> for IdempotentEventLayer {
-    type Service = IdempotentEvent<S>;
-
-    fn layer(&self, inner: S) -> IdempotentEvent<S> {
-        IdempotentEvent {
-            inner,
-            function: self.function.clone(),
-        }
-    }
-}
-
-/// The service made by [`IdempotentEventLayer`].
-#[derive(Clone, Debug)]
-pub struct IdempotentEvent<S> {
-    inner: S,
-    function: IdempotentFunction,
-}
-
-impl<S, T, O> Service<LambdaEvent<T>> for IdempotentEvent<S>
-where
-    S: Service<LambdaEvent<T>, Response = O> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    T: Serialize + Send + 'static,
-    O: Serialize + DeserializeOwned + Send + 'static,
-{
-    type Response = O;
-    type Error = EventError<S::Error>;
-    type Future = Pin<Box<dyn Future<Output = Result<O, EventError<S::Error>>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(EventError::Handler)
-    }
-
-    fn call(&mut self, event: LambdaEvent<T>) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let function = self.function.with_context(&event.context);
-        Box::pin(async move {
-            let LambdaEvent { payload, context } = event;
-            function
-                .call(payload, move |payload| {
-                    inner.call(LambdaEvent::new(payload, context))
-                })
-                .await
-        })
     }
 }
 
