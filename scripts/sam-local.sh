@@ -81,6 +81,10 @@ if [ "${1:-}" = "--inside" ]; then
       wait "$dockerd_pid" 2>/dev/null
     fi
     [ -e "/proc/sys/fs/binfmt_misc/$binfmt_name" ] && echo -1 >"/proc/sys/fs/binfmt_misc/$binfmt_name"
+    # The containers' cgroups are gone with them; their parent is not.
+    for dir in /sys/fs/cgroup/*/"$cgroup_name" /sys/fs/cgroup/"$cgroup_name"; do
+      [ -d "$dir" ] && find "$dir" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done
     exit "$rc"
   }
   trap inner_cleanup EXIT
@@ -101,6 +105,10 @@ if [ "${1:-}" = "--inside" ]; then
     mask='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
     printf '%s' ":$binfmt_name:M::$magic:$mask:/usr/bin/qemu-aarch64-static:F" >"$binfmt/register"
   fi
+  # Without iptables, ports are published by docker-proxy, which accepts
+  # before the container listens; the wrapper starts it only once the
+  # container's port is up, so SAM's wait for the container works as on a
+  # normal Docker host (see tests/sam-local/docker-proxy-when-ready).
   # A private /run hides the host's container sockets (dockerd would use a
   # running system containerd) and holds the daemon's exec root; the data
   # root is a tmpfs too. Both vanish with this mount namespace.
@@ -111,6 +119,7 @@ if [ "${1:-}" = "--inside" ]; then
   dockerd --iptables=false --ip6tables=false --data-root "$run/docker/data" \
     --exec-root /run/sam-local-docker --pidfile /run/sam-local-docker.pid \
     -H "$DOCKER_HOST" --cgroup-parent "$cgroup_name" --log-level warn \
+    --userland-proxy-path "$root/tests/sam-local/docker-proxy-when-ready" \
     >"$SAM_LOCAL_LOGS/dockerd.log" 2>&1 &
   dockerd_pid=$!
   for _ in $(seq 1 300); do
