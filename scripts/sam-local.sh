@@ -419,6 +419,8 @@ outer_cleanup() {
   rm -rf "$run"
   if [ "$rc" -eq 0 ]; then
     say "passed in $(($(date +%s) - started_at)) s ($arch, $arch_note)"
+  elif [ "$rc" -eq 130 ] || [ "$rc" -eq 143 ]; then
+    say "interrupted after $(($(date +%s) - started_at)) s; logs in $logs"
   else
     say "FAILED after $(($(date +%s) - started_at)) s ($arch); logs in $logs"
   fi
