@@ -251,10 +251,14 @@ if ! command -v dockerd >/dev/null || ! command -v containerd >/dev/null || ! co
   if [ -e "$policy" ]; then policy_backup=$(mktemp); cp -p "$policy" "$policy_backup"; fi
   printf '#!/bin/sh\n# scripts/sam-local.sh: no service starts while docker.io installs\nexit 101\n' >"$policy"
   chmod 755 "$policy"
+  daemons() { { pgrep -x dockerd || true; pgrep -x containerd || true; } | sort; }
+  daemons_before=$(daemons)
   install_rc=0
   apt_install docker.io || install_rc=$?
   if [ -n "$policy_backup" ]; then mv "$policy_backup" "$policy"; else rm -f "$policy"; fi
   [ "$install_rc" -eq 0 ] || die "apt-get install docker.io failed"
+  started=$(comm -13 <(echo "$daemons_before") <(daemons))
+  [ -z "$started" ] || die "installing docker.io started the packaged daemon (pids: $started); stop it and disable its service"
 fi
 command -v docker >/dev/null || die "no docker client on PATH (docker.io installs one)"
 missing=()
