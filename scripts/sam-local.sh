@@ -103,12 +103,10 @@ if [ "${1:-}" = "--inside" ]; then
     binfmt=/proc/sys/fs/binfmt_misc
     magic='\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00'
     mask='\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff'
+    # A stale entry of an interrupted run (only where the host mounts binfmt_misc).
+    if [ -e "$binfmt/$binfmt_name" ]; then echo -1 >"$binfmt/$binfmt_name"; fi
     printf '%s' ":$binfmt_name:M::$magic:$mask:/usr/bin/qemu-aarch64-static:F" >"$binfmt/register"
   fi
-  # Without iptables, ports are published by docker-proxy, which accepts
-  # before the container listens; the wrapper starts it only once the
-  # container's port is up, so SAM's wait for the container works as on a
-  # normal Docker host (see tests/sam-local/docker-proxy-when-ready).
   # A private /run hides the host's container sockets (dockerd would use a
   # running system containerd) and holds the daemon's exec root; the data
   # root is a tmpfs too. Both vanish with this mount namespace.
@@ -116,6 +114,10 @@ if [ "${1:-}" = "--inside" ]; then
   mkdir -p "$run/docker"
   mount -t tmpfs -o mode=711 tmpfs "$run/docker"
   export DOCKER_HOST="unix://$run/docker.sock"
+  # Without iptables, ports are published by docker-proxy, which accepts
+  # before the container listens; the wrapper starts it only once the
+  # container's port is up, so SAM's wait for the container works as on a
+  # normal Docker host (see tests/sam-local/docker-proxy-when-ready).
   dockerd --iptables=false --ip6tables=false --data-root "$run/docker/data" \
     --exec-root /run/sam-local-docker --pidfile /run/sam-local-docker.pid \
     -H "$DOCKER_HOST" --cgroup-parent "$cgroup_name" --log-level warn \
@@ -305,6 +307,8 @@ for f in "${functions[@]}"; do
     die "$target_dir/$triple/debug/$bin was not built from $root (another work tree shares CARGO_TARGET_DIR?): run again"
 done
 cp "$target_dir/debug/demo" "$state/build/demo"
+grep -a -z -q -x -F "$root" "$state/build/demo" ||
+  die "$target_dir/debug/demo was not built from $root (another work tree shares CARGO_TARGET_DIR?): run again"
 say "built: functions in $((functions_built - build_started)) s, the table helper in $(($(date +%s) - functions_built)) s"
 
 for f in "${functions[@]}"; do

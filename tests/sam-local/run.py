@@ -172,7 +172,12 @@ def invoke_all(run):
             *run.sam_common(),
         ]
         started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        except subprocess.TimeoutExpired as e:
+            log(f"invoke  {s['event']:<46} {s['function']:<20} -> no response in 180 s  FAIL")
+            run.fail(f"{s['step']}: sam local invoke did not finish in 180 s", str(e.stderr or ""))
+            continue
         took = time.monotonic() - started
         log_file = run.logs / f"invoke-{s['step']}.log"
         log_file.write_text(f"$ {shlex.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
