@@ -48,7 +48,7 @@
 #   SAM_LOCAL_ALLOW_SKIP=1 make test  # on a machine that cannot run dockerd
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
+root=$(pwd -P) # physical, as cargo records it in the debug info
 state="$root/target/sam-local"
 run_id=${SAM_LOCAL_RUN_ID:-$$}
 cgroup_name="lambda-idempotency-sam-local-$run_id"
