@@ -8,6 +8,12 @@ test:
 demo:
 	scripts/demo.sh
 
+.PHONY: sam-local
+# Every sample event through `sam local invoke`, and `sam local start-api` + curl,
+# offline: Docker daemon in a private network namespace (root; ~1-3 min).
+sam-local:
+	scripts/sam-local.sh
+
 .PHONY: bench-sweep
 # Sweep 10,000 stuck records on DynamoDB Local (release build); prints items/s.
 bench-sweep:

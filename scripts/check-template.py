@@ -1,7 +1,10 @@
 """Transform template.yaml with the SAM translator, as `sam deploy` would, once
 without and once with the JWT authorizer parameters, and check what API Gateway
 would receive. `sam validate --lint` lints the template but does not run the
-transform with chosen parameter values; this does.
+transform with chosen parameter values; this does. Then read the template as
+`sam local` reads it (SAM CLI's own providers): `sam local start-api` must find
+both routes without failing on the optional authorizer, and every function
+must declare the variables that `--env-vars` overrides for DynamoDB Local.
 
     python scripts/check-template.py      # run by `make test` (tools venv)
 """
@@ -54,13 +57,68 @@ def transformed(params):
     return transform(copy.deepcopy(template), params, NoManagedPolicies())
 
 
+def conditions_for(params):
+    return {
+        "HasJwtAuthorizer": bool(params.get("JwtIssuer")),
+        "HasDynamoDbEndpoint": bool(params.get("DynamoDbEndpoint")),
+    }
+
+
 def api_body(params):
     out = transformed(params)
-    conditions = {"HasJwtAuthorizer": bool(params.get("JwtIssuer"))}
     values = dict(params)
     if "JwtAudience" in values:
         values["JwtAudience"] = values["JwtAudience"].split(",")
-    return resolve(out["Resources"]["OrdersHttpApi"]["Properties"]["Body"], conditions, values)
+    return resolve(out["Resources"]["OrdersHttpApi"]["Properties"]["Body"], conditions_for(params), values)
+
+
+def malformed_intrinsics(node, path="$"):
+    """Places where an intrinsic function shares its object with other keys
+    (what the SAM transform makes of an Fn::If it cannot extend): CloudFormation
+    refuses such a template."""
+    found = []
+    if isinstance(node, list):
+        for i, n in enumerate(node):
+            found += malformed_intrinsics(n, f"{path}[{i}]")
+    elif isinstance(node, dict):
+        if len(node) > 1 and any(k == "Ref" or k.startswith("Fn::") for k in node):
+            found.append(path)
+        for k, v in node.items():
+            found += malformed_intrinsics(v, f"{path}.{k}")
+    return found
+
+
+# Variables scripts/sam-local.sh (and the README's env.json) override for
+# `sam local`: SAM passes a value from --env-vars only for a declared variable.
+LOCAL_OVERRIDES = {
+    "OrdersApiFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE", "SIMULATED_PROVIDER_LATENCY_MS"],
+    "OrderEventsFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE"],
+    "SweeperFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "SWEEP_GRACE_SECONDS"],
+}
+
+
+def check_sam_local(check):
+    """The template as `sam local invoke` / `start-api` read it."""
+    from samcli.lib.providers.api_provider import ApiProvider
+    from samcli.lib.providers.sam_function_provider import SamFunctionProvider
+    from samcli.lib.providers.sam_stack_provider import SamLocalStackProvider
+
+    stacks, _ = SamLocalStackProvider.get_stacks(str(ROOT / "template.yaml"))
+    try:
+        routes = sorted((r.function_name, tuple(r.methods), r.path) for r in ApiProvider(stacks).routes)
+        error = None
+    except Exception as e:  # noqa: BLE001 - what start-api would die of
+        routes, error = [], f"{type(e).__name__}: {e}"
+    check(
+        routes
+        == [("OrdersApiFunction", ("GET",), "/orders/{order_id}"), ("OrdersApiFunction", ("POST",), "/orders")],
+        f"sam local start-api: reads both routes of the HTTP API ({error or routes})",
+    )
+    functions = {f.name: f for f in SamFunctionProvider(stacks).get_all()}
+    for name, variables in LOCAL_OVERRIDES.items():
+        declared = (functions[name].environment or {}).get("Variables", {})
+        missing = [v for v in variables if v not in declared]
+        check(not missing, f"sam local: {name} declares {', '.join(variables)} for --env-vars ({missing or 'all'})")
 
 
 def operations(body):
@@ -103,11 +161,30 @@ def main():
 
     for params, expected in (({}, "true"), ({"JwtIssuer": issuer, "JwtAudience": audience}, "false")):
         function = transformed(params)["Resources"]["OrdersApiFunction"]["Properties"]
-        env = resolve(function["Environment"]["Variables"], {"HasJwtAuthorizer": bool(params)}, params)
+        env = resolve(function["Environment"]["Variables"], conditions_for(params), params)
         check(
             env.get("IDEMPOTENCY_ALLOW_ANONYMOUS") == expected,
             f"{'with' if params else 'without'} JwtIssuer: IDEMPOTENCY_ALLOW_ANONYMOUS is {expected}",
         )
+
+    for params in ({}, {"JwtIssuer": issuer, "JwtAudience": audience}):
+        bad = malformed_intrinsics(transformed(params))
+        check(not bad, f"{'with' if params else 'without'} JwtIssuer: every intrinsic stands alone ({bad or 'ok'})")
+
+    # AWS_ENDPOINT_URL_DYNAMODB is declared for `sam local`, but deployed with
+    # the default parameters it is not set at all: nothing changes in AWS.
+    local = "http://127.0.0.1:8000"
+    for params, expected in (({}, None), ({"DynamoDbEndpoint": local}, local)):
+        resources = transformed(params)["Resources"]
+        for name in LOCAL_OVERRIDES:
+            env = resolve(resources[name]["Properties"]["Environment"]["Variables"], conditions_for(params), params)
+            check(
+                env.get("AWS_ENDPOINT_URL_DYNAMODB") == expected,
+                f"{name}: AWS_ENDPOINT_URL_DYNAMODB is {'not set' if expected is None else expected}"
+                f" {'by default' if not params else 'with DynamoDbEndpoint'}",
+            )
+
+    check_sam_local(check)
 
     # A lease shorter than the invocation lets a retry run the handler twice.
     template = yaml_parse((ROOT / "template.yaml").read_text())
@@ -125,7 +202,7 @@ def main():
 
     if failures:
         sys.exit(f"template check: {len(failures)} failure(s)")
-    print("template check: the SAM transform succeeds with and without the JWT authorizer")
+    print("template check: the SAM transform succeeds with and without the JWT authorizer; sam local reads the template")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,11 @@ cargo fmt --all --check
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint
 # The SAM transform itself, with and without the optional JWT authorizer.
 AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
+# Every sample event through `sam local invoke` and the HTTP API through
+# `sam local start-api` + curl, offline (Docker daemon in a private network
+# namespace). Where the machine cannot run it (no root), it fails and says why,
+# unless SAM_LOCAL_ALLOW_SKIP=1.
+scripts/sam-local.sh
 # Storm, crash and store-fault injection at the reduced size (the full run,
 # `make reliability`, writes RELIABILITY.md).
 # shellcheck source=scripts/target-dir.sh
