@@ -63,7 +63,8 @@
 //! [`MemoryStore`] has the same semantics as [`DynamoStore`] and counts its
 //! requests, so handler unit tests need no DynamoDB.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod cache;
 mod claim;
