@@ -29,7 +29,7 @@ if [ "${1:-}" != "--inside" ]; then
   # orders-api alone, as `sam build` builds it (no feature unification with the
   # test crate), so cold start and RSS are the deployed binary's.
   cargo build --release --quiet -p orders-api --bin orders-api
-  cargo build --release --quiet -p integration-tests --bin bench
+  cargo build --release --quiet -p tools --bin bench
   echo "bench: micro benchmarks (divan)" >&2
   cargo bench --quiet -p integration-tests --bench micro 2>"$out/micro.err" | tee "$out/micro.txt"
   # CPU before DynamoDB Local starts: the in-memory store needs no engine,

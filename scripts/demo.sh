@@ -23,7 +23,7 @@ echo "demo: building orders-api and the demo driver" >&2
 # (`cargo run -p orders-api`): building it together with the test crate would
 # unify features differently and make watch rebuild everything on the first call.
 cargo build --quiet -p orders-api --bin orders-api
-cargo build --quiet -p integration-tests --bin demo
+cargo build --quiet -p tools --bin demo
 "$target_dir/debug/demo" create-tables
 
 log="$root/.tools/cargo-lambda-watch.log"

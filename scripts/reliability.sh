@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make reliability`: the property tests (fuzzing, model check), then storm,
 # crash injection and store fault injection, all against DynamoDB Local (see
-# tests/src/bin/reliability.rs); writes RELIABILITY.md from what they measured.
+# tools/src/bin/reliability.rs); writes RELIABILITY.md from what they measured.
 #   RELIABILITY_SIZE=full (default) | ci (the reduced run `make test` does)
 #   RELIABILITY_OUT (default RELIABILITY.md)
 set -euo pipefail
@@ -12,7 +12,7 @@ size="${RELIABILITY_SIZE:-full}"
 out="${RELIABILITY_OUT:-RELIABILITY.md}"
 # orders-api alone, as Lambda tooling builds it; the driver separately.
 cargo build --quiet -p orders-api --bin orders-api
-cargo build --quiet -p integration-tests --bin reliability
+cargo build --quiet -p tools --bin reliability
 # Sections 4 and 5: each property test appends what its cases met to this
 # file (tests/tests/it/fuzz.rs, model.rs); the driver reports it.
 log="$target_dir/reliability-properties-$size.jsonl"

@@ -295,7 +295,7 @@ say "building ${packages[*]//-p /} for $triple (debug) into $target_dir"
 cargo build --quiet --target "$triple" "${packages[@]}"
 functions_built=$(date +%s)
 # The table-creating helper (make test has built it by now).
-cargo build --quiet -p integration-tests --bin demo
+cargo build --quiet -p tools --bin demo
 rm -rf "$state/build" && mkdir -p "$state/build"
 for f in "${functions[@]}"; do
   name=${f%%:*} bin=${f#*:}

@@ -100,7 +100,7 @@ fn main() {
                 .await
             }
             other => Err(format!(
-                "unknown subcommand {other:?}; see the doc comment of tests/src/bin/bench.rs"
+                "unknown subcommand {other:?}; see the doc comment of tools/src/bin/bench.rs"
             )),
         }
     });
