@@ -15,11 +15,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditi
 use aws_sdk_dynamodb::Client;
 
 use crate::error::{Error, ErrorKind};
-use crate::record::{Record, Status, StoredBody, StoredResponse};
+use crate::record::{Record, Status, StoredResponse};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
-use crate::record::decode_body;
 use crate::store::{
     claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
     Completion, DeferredWrites, Fitted, Lease, Resolution, Resolve, Store, StuckPage, StuckRecord,
@@ -79,6 +78,9 @@ pub mod schema {
     }
 }
 
+mod codec;
+
+use codec::{checkpoint_value, corrupt, decode, headers_value, n, number, s};
 use schema::*;
 
 /// A [`Store`] on a DynamoDB table. Cheap to clone.
@@ -530,11 +532,7 @@ impl Store for DynamoStore {
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
-        let value = AttributeValue::M(HashMap::from([
-            ("name".to_owned(), s(&checkpoint.name)),
-            ("data".to_owned(), s(&checkpoint.data.to_string())),
-            ("attempt".to_owned(), n(checkpoint.attempt)),
-        ]));
+        let value = checkpoint_value(checkpoint);
         let mut request = self
             .client
             .update_item()
@@ -845,13 +843,6 @@ fn still_stuck(
         && number(item, LEASE_EXPIRES_AT).is_some_and(|l| l < cutoff_ms)
 }
 
-/// A number attribute of an item.
-fn number(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
-    item.get(name)
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse().ok())
-}
-
 /// The shard a listing of stuck records starting at `now_ms` reads first:
 /// drawn from a hash of the second, so every shard is first as often as any
 /// other whatever a sweeper's schedule, and a backlog no single sweep
@@ -960,140 +951,10 @@ where
     err.as_service_error().and_then(|e| e.code()) == Some("ConditionalCheckFailedException")
 }
 
-pub(crate) fn s(value: &str) -> AttributeValue {
-    AttributeValue::S(value.to_owned())
-}
-
-pub(crate) fn n(value: u64) -> AttributeValue {
-    AttributeValue::N(value.to_string())
-}
-
-fn corrupt(record_id: &str, what: &str) -> Error {
-    Error::new(
-        ErrorKind::CorruptRecord,
-        format!(
-            "idempotency record {record_id} cannot be read: {what}; \
-             was the item written by something other than lambda-idempotency?"
-        ),
-    )
-}
-
-/// Stored headers as a list of `[S name, B value]` pairs.
-pub(crate) fn headers_value(headers: &[(String, Vec<u8>)]) -> AttributeValue {
-    AttributeValue::L(
-        headers
-            .iter()
-            .map(|(name, value)| {
-                AttributeValue::L(vec![s(name), AttributeValue::B(value.clone().into())])
-            })
-            .collect(),
-    )
-}
-
-/// Decode an item into a [`Record`].
-pub(crate) fn decode(
-    record_id: &str,
-    item: &HashMap<String, AttributeValue>,
-) -> Result<Record, Error> {
-    let get_s = |name: &str| -> Result<String, Error> {
-        item.get(name)
-            .and_then(|v| v.as_s().ok())
-            .cloned()
-            .ok_or_else(|| corrupt(record_id, &format!("string attribute `{name}` is missing")))
-    };
-    let get_n = |name: &str| -> Result<u64, Error> {
-        item.get(name)
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| corrupt(record_id, &format!("number attribute `{name}` is missing")))
-    };
-    let status_text = get_s(STATUS)?;
-    let status = Status::parse(&status_text)
-        .ok_or_else(|| corrupt(record_id, &format!("unknown status `{status_text}`")))?;
-    let response = match status {
-        Status::InProgress => None,
-        Status::Completed => Some(decode_response(record_id, item)?),
-    };
-    let checkpoint = item.get(CHECKPOINT).and_then(|v| v.as_m().ok()).map(|m| {
-        let text = |k: &str| {
-            m.get(k)
-                .and_then(|v| v.as_s().ok())
-                .cloned()
-                .unwrap_or_default()
-        };
-        Checkpoint {
-            name: text("name"),
-            data: serde_json::from_str(&text("data")).unwrap_or(serde_json::Value::Null),
-            attempt: m
-                .get("attempt")
-                .and_then(|v| v.as_n().ok())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-        }
-    });
-    Ok(Record {
-        id: record_id.to_owned(),
-        status,
-        fingerprint: get_s(FINGERPRINT)?,
-        attempt: get_n(ATTEMPT)?,
-        owner: get_s(OWNER)?,
-        lease_expires_at_ms: get_n(LEASE_EXPIRES_AT)?,
-        expires_at_s: get_n(EXPIRES_AT)?,
-        response,
-        checkpoint,
-    })
-}
-
-fn decode_response(
-    record_id: &str,
-    item: &HashMap<String, AttributeValue>,
-) -> Result<StoredResponse, Error> {
-    let status = item
-        .get(RESPONSE_STATUS)
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse::<u16>().ok())
-        .ok_or_else(|| corrupt(record_id, "the stored response has no status"))?;
-    let mut headers = Vec::new();
-    if let Some(list) = item.get(RESPONSE_HEADERS).and_then(|v| v.as_l().ok()) {
-        for pair in list {
-            match pair.as_l().ok().map(Vec::as_slice) {
-                Some([AttributeValue::S(name), AttributeValue::B(value)]) => {
-                    headers.push((name.clone(), value.as_ref().to_vec()))
-                }
-                _ => {
-                    return Err(corrupt(
-                        record_id,
-                        "a stored header is not a [name, value] pair",
-                    ))
-                }
-            }
-        }
-    }
-    let kind = item
-        .get(RESPONSE_BODY_KIND)
-        .and_then(|v| v.as_s().ok())
-        .map(String::as_str)
-        .unwrap_or("empty");
-    let gzip = item
-        .get(RESPONSE_ENCODING)
-        .and_then(|v| v.as_s().ok())
-        .map(String::as_str)
-        == Some("gzip");
-    let raw = item
-        .get(RESPONSE_BODY)
-        .and_then(|v| v.as_b().ok())
-        .map(|b| b.as_ref().to_vec())
-        .unwrap_or_default();
-    let bytes = decode_body(raw, gzip)
-        .ok_or_else(|| corrupt(record_id, "the stored body is not valid gzip"))?;
-    let body = StoredBody::from_parts(kind, bytes)
-        .ok_or_else(|| corrupt(record_id, &format!("unknown body kind `{kind}`")))?;
-    Ok(StoredResponse::new(status, headers, body))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::StoredBody;
 
     #[test]
     fn listings_start_at_every_shard_in_turn() {

@@ -1,0 +1,158 @@
+//! How records are items: the one place that turns a [`Record`] and its
+//! parts into DynamoDB attribute values and back.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::schema::*;
+use crate::error::{Error, ErrorKind};
+use crate::record::{decode_body, Checkpoint, Record, Status, StoredBody, StoredResponse};
+
+/// A number attribute of an item.
+pub(super) fn number(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+pub(super) fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_owned())
+}
+
+pub(super) fn n(value: u64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+pub(super) fn corrupt(record_id: &str, what: &str) -> Error {
+    Error::new(
+        ErrorKind::CorruptRecord,
+        format!(
+            "idempotency record {record_id} cannot be read: {what}; \
+             was the item written by something other than lambda-idempotency?"
+        ),
+    )
+}
+
+/// A recovery point as stored: a map of its name, its data as JSON text, and
+/// the attempt that committed it.
+pub(super) fn checkpoint_value(checkpoint: &Checkpoint) -> AttributeValue {
+    AttributeValue::M(HashMap::from([
+        ("name".to_owned(), s(&checkpoint.name)),
+        ("data".to_owned(), s(&checkpoint.data.to_string())),
+        ("attempt".to_owned(), n(checkpoint.attempt)),
+    ]))
+}
+
+/// Stored headers as a list of `[S name, B value]` pairs.
+pub(super) fn headers_value(headers: &[(String, Vec<u8>)]) -> AttributeValue {
+    AttributeValue::L(
+        headers
+            .iter()
+            .map(|(name, value)| {
+                AttributeValue::L(vec![s(name), AttributeValue::B(value.clone().into())])
+            })
+            .collect(),
+    )
+}
+
+/// Decode an item into a [`Record`].
+pub(super) fn decode(
+    record_id: &str,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<Record, Error> {
+    let get_s = |name: &str| -> Result<String, Error> {
+        item.get(name)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .ok_or_else(|| corrupt(record_id, &format!("string attribute `{name}` is missing")))
+    };
+    let get_n = |name: &str| -> Result<u64, Error> {
+        item.get(name)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| corrupt(record_id, &format!("number attribute `{name}` is missing")))
+    };
+    let status_text = get_s(STATUS)?;
+    let status = Status::parse(&status_text)
+        .ok_or_else(|| corrupt(record_id, &format!("unknown status `{status_text}`")))?;
+    let response = match status {
+        Status::InProgress => None,
+        Status::Completed => Some(decode_response(record_id, item)?),
+    };
+    let checkpoint = item.get(CHECKPOINT).and_then(|v| v.as_m().ok()).map(|m| {
+        let text = |k: &str| {
+            m.get(k)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default()
+        };
+        Checkpoint {
+            name: text("name"),
+            data: serde_json::from_str(&text("data")).unwrap_or(serde_json::Value::Null),
+            attempt: m
+                .get("attempt")
+                .and_then(|v| v.as_n().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+        }
+    });
+    Ok(Record {
+        id: record_id.to_owned(),
+        status,
+        fingerprint: get_s(FINGERPRINT)?,
+        attempt: get_n(ATTEMPT)?,
+        owner: get_s(OWNER)?,
+        lease_expires_at_ms: get_n(LEASE_EXPIRES_AT)?,
+        expires_at_s: get_n(EXPIRES_AT)?,
+        response,
+        checkpoint,
+    })
+}
+
+fn decode_response(
+    record_id: &str,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<StoredResponse, Error> {
+    let status = item
+        .get(RESPONSE_STATUS)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<u16>().ok())
+        .ok_or_else(|| corrupt(record_id, "the stored response has no status"))?;
+    let mut headers = Vec::new();
+    if let Some(list) = item.get(RESPONSE_HEADERS).and_then(|v| v.as_l().ok()) {
+        for pair in list {
+            match pair.as_l().ok().map(Vec::as_slice) {
+                Some([AttributeValue::S(name), AttributeValue::B(value)]) => {
+                    headers.push((name.clone(), value.as_ref().to_vec()))
+                }
+                _ => {
+                    return Err(corrupt(
+                        record_id,
+                        "a stored header is not a [name, value] pair",
+                    ))
+                }
+            }
+        }
+    }
+    let kind = item
+        .get(RESPONSE_BODY_KIND)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+        .unwrap_or("empty");
+    let gzip = item
+        .get(RESPONSE_ENCODING)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+        == Some("gzip");
+    let raw = item
+        .get(RESPONSE_BODY)
+        .and_then(|v| v.as_b().ok())
+        .map(|b| b.as_ref().to_vec())
+        .unwrap_or_default();
+    let bytes = decode_body(raw, gzip)
+        .ok_or_else(|| corrupt(record_id, "the stored body is not valid gzip"))?;
+    let body = StoredBody::from_parts(kind, bytes)
+        .ok_or_else(|| corrupt(record_id, &format!("unknown body kind `{kind}`")))?;
+    Ok(StoredResponse::new(status, headers, body))
+}
