@@ -646,6 +646,7 @@ pub(crate) fn check_pointer(pointer: &str) -> Result<(), Error> {
 /// `None` when `text` is not JSON, `Some(None)` when nothing is at the
 /// pointer. Numbers are exact, as in the whole-body fingerprint; of
 /// duplicate keys the last wins.
+#[cfg_attr(not(feature = "sqs"), allow(dead_code))]
 pub(crate) fn canonical_json_at(text: &str, pointer: &str) -> Option<Option<Vec<u8>>> {
     let canonical = canonical_json(text)?;
     Some(select(&canonical, pointer).map(<[u8]>::to_vec))

@@ -53,10 +53,18 @@
 //! | the middleware, replay | [`http`] |
 //! | replay without a request | [`cache`] |
 //! | what the handler sees | [`context`] |
-//! | async functions, typed events, SQS batches | [`event`] |
-//! | stuck in-progress records | [`sweep`] |
+//! | async functions, typed events, SQS batches (feature `sqs`) | [`event`] |
+//! | stuck in-progress records | `sweep` (feature `sweeper`) |
 //! | CloudWatch EMF metrics | [`metrics`] |
 //! | errors | [`error`] |
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `dynamodb` (default) | [`DynamoStore`], [`schema`], transactional completion |
+//! | `sqs` | `SqsBatch`: SQS batches with partial batch responses |
+//! | `sweeper` | `Sweeper`: resolves records stuck in progress |
 //!
 //! # Testing your handler
 //!
@@ -80,26 +88,29 @@ pub mod problem;
 pub mod record;
 pub mod scope;
 pub mod store;
+#[cfg(feature = "sweeper")]
 pub mod sweep;
 
 pub use crate::context::{IdempotencyContext, MAX_DEFERRED_WRITES};
 pub use crate::error::{Error, ErrorKind};
-pub use crate::event::{
-    EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction, SqsBatch,
-};
+#[cfg(feature = "sqs")]
+pub use crate::event::SqsBatch;
+pub use crate::event::{EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction};
 pub use crate::fingerprint::Fingerprinter;
 pub use crate::http::{idempotent, Idempotency, IdempotencyLayer, REPLAYED_HEADER};
 pub use crate::record::{Record, Status, StoredBody, StoredResponse};
 pub use crate::scope::TenantSource;
+#[cfg(feature = "dynamodb")]
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, Resolve, Store,
-    StuckPage, StuckRecord, SweepCursor,
+    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, Resolution, Resolve,
+    Store, StuckPage, StuckRecord, SweepCursor,
 };
-pub use crate::sweep::{Resolution, SweepPolicy, SweepSummary, Sweeper};
+#[cfg(feature = "sweeper")]
+pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};
 
 // The README's quickstart is compiled with the doc tests.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "dynamodb", feature = "sqs", feature = "sweeper"))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::claim::{self, Found, Leases};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
-use crate::fingerprint::{canonical_json_at, check_pointer};
+use crate::fingerprint::check_pointer;
 use crate::hash::hex;
 use crate::record::{StoredBody, StoredResponse};
 use crate::scope::record_id;
@@ -232,9 +232,10 @@ impl IdempotentFunction {
 
     /// [`fingerprint_of`](Self::fingerprint_of) a JSON text (an SQS body),
     /// its numbers exact; a text that is not JSON has no fields.
+    #[cfg(feature = "sqs")]
     pub(crate) fn fingerprint_of_text(&self, text: &str) -> String {
         self.fingerprint_fields(|pointer| {
-            canonical_json_at(text, pointer)
+            crate::fingerprint::canonical_json_at(text, pointer)
                 .flatten()
                 .unwrap_or_default()
         })

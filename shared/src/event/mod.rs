@@ -1,6 +1,7 @@
 //! Idempotency for event consumers: any async function
 //! ([`IdempotentFunction`]), typed `lambda_runtime` handlers
-//! ([`IdempotentEventLayer`]) and SQS batches ([`SqsBatch`]).
+//! ([`IdempotentEventLayer`]) and, with the `sqs` feature, SQS batches
+//! (`SqsBatch`).
 //!
 //! Lambda's asynchronous invocations and event sources deliver at least
 //! once: each event runs once per key, its output is stored and replayed to
@@ -30,42 +31,13 @@
 //! For a typed handler, [`IdempotentEventLayer`] wraps a
 //! `Service<LambdaEvent<T>>` and registers each event's Lambda context for the
 //! lease.
-//!
-//! # SQS batches
-//!
-//! Each record runs through an [`IdempotentFunction`]: a redelivered or
-//! duplicated message replays instead of running again. Records whose handler
-//! failed, that are still in progress elsewhere, or that could not be claimed
-//! are returned in `batchItemFailures`, so SQS redelivers only those (the event
-//! source mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`).
-//!
-//! Records run one after another, so a duplicate inside the same batch replays
-//! the first one's output. On a FIFO queue the first failure also fails every
-//! later record of the batch, keeping their order.
-//!
-//! ```
-//! use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-//! use lambda_idempotency::{IdempotentFunction, MemoryStore, SqsBatch};
-//!
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let batch = SqsBatch::new(IdempotentFunction::new(MemoryStore::new(), "consumer"));
-//! let mut message = SqsMessage::default();
-//! message.message_id = Some("m1".into());
-//! message.body = Some("{}".into());
-//! let mut event = SqsEvent::default();
-//! event.records = vec![message];
-//! let response = batch
-//!     .process(event, |_msg, _ctx| async { Err::<(), _>("downstream down") })
-//!     .await
-//!     .expect("every record has a messageId");
-//! assert_eq!(response.batch_item_failures[0].item_identifier, "m1");
-//! # });
-//! ```
 
 mod function;
 mod layer;
+#[cfg(feature = "sqs")]
 mod sqs;
 
 pub use self::function::{EventError, IdempotentFunction};
 pub use self::layer::{IdempotentEvent, IdempotentEventLayer};
+#[cfg(feature = "sqs")]
 pub use self::sqs::SqsBatch;

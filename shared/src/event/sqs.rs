@@ -19,6 +19,35 @@ enum SqsKey {
 }
 
 /// Processes SQS batches record by record through an [`IdempotentFunction`].
+///
+/// Each record runs through an [`IdempotentFunction`]: a redelivered or
+/// duplicated message replays instead of running again. Records whose handler
+/// failed, that are still in progress elsewhere, or that could not be claimed
+/// are returned in `batchItemFailures`, so SQS redelivers only those (the event
+/// source mapping needs `FunctionResponseTypes: [ReportBatchItemFailures]`).
+///
+/// Records run one after another, so a duplicate inside the same batch replays
+/// the first one's output. On a FIFO queue the first failure also fails every
+/// later record of the batch, keeping their order.
+///
+/// ```
+/// use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+/// use lambda_idempotency::{IdempotentFunction, MemoryStore, SqsBatch};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let batch = SqsBatch::new(IdempotentFunction::new(MemoryStore::new(), "consumer"));
+/// let mut message = SqsMessage::default();
+/// message.message_id = Some("m1".into());
+/// message.body = Some("{}".into());
+/// let mut event = SqsEvent::default();
+/// event.records = vec![message];
+/// let response = batch
+///     .process(event, |_msg, _ctx| async { Err::<(), _>("downstream down") })
+///     .await
+///     .expect("every record has a messageId");
+/// assert_eq!(response.batch_item_failures[0].item_identifier, "m1");
+/// # });
+/// ```
 #[derive(Debug, Clone)]
 pub struct SqsBatch {
     function: IdempotentFunction,

@@ -37,6 +37,7 @@
 //! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
 //! ```
 
+#[cfg(feature = "dynamodb")]
 pub(crate) mod dynamodb;
 pub(crate) mod memory;
 
@@ -372,6 +373,7 @@ pub(crate) fn completed_by(record: &Record, lease: &Lease) -> bool {
 
 /// A response as it will be stored within a store's limit: the response (the
 /// original, or the too-large marker) with its body encoded once.
+#[cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
 pub(crate) struct Fitted<'a> {
     /// What is stored.
     pub(crate) response: std::borrow::Cow<'a, StoredResponse>,
