@@ -1,32 +1,4 @@
 //! What the handler learns about its claim, and what it can do with it.
-//!
-//! The middleware puts an [`IdempotencyContext`] into the request extensions
-//! (and [`IdempotentFunction`](crate::IdempotentFunction) passes one to its
-//! closure) before the handler runs:
-//!
-//! - [`derived_key`](IdempotencyContext::derived_key): a stable key for
-//!   downstream calls (a payment provider's own idempotency key), the same on
-//!   every attempt of the record, so a re-run is deduplicated downstream too;
-//! - **recovery points**: [`commit`](IdempotencyContext::commit) a named step
-//!   with small data (fenced: a stale invocation cannot move it); after a crash
-//!   the attempt that takes over sees it in
-//!   [`recovery_point`](IdempotencyContext::recovery_point) and resumes there
-//!   instead of starting over. Put every foreign call between two recovery
-//!   points, keep every local step atomic;
-//! - **transactional completion**: [`defer_write`](IdempotencyContext::defer_write)
-//!   hands a DynamoDB write to the completion, which commits it together with
-//!   the stored response in one `TransactWriteItems`, fenced on `attempt`: when
-//!   the work is local there is no window between doing it and recording it.
-//!
-//! ```
-//! use lambda_idempotency::IdempotencyContext;
-//!
-//! let ctx = IdempotencyContext::new("3f2a", 2);
-//! assert_eq!(ctx.attempt(), 2);
-//! assert_eq!(ctx.derived_key("charge"), IdempotencyContext::new("3f2a", 7).derived_key("charge"));
-//! assert_ne!(ctx.derived_key("charge"), ctx.derived_key("refund"));
-//! assert!(ctx.recovery_point().is_none());
-//! ```
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -41,6 +13,36 @@ use crate::store::{Checkpoint, DeferredWrites, Lease, Store};
 /// transaction holds 100 items, and one is the completion.
 pub const MAX_DEFERRED_WRITES: usize = 99;
 
+/// What the handler learns about its claim, and what it can do with it.
+///
+/// The middleware puts an [`IdempotencyContext`] into the request extensions
+/// (and [`IdempotentFunction`](crate::IdempotentFunction) passes one to its
+/// closure) before the handler runs:
+///
+/// - [`derived_key`](IdempotencyContext::derived_key): a stable key for
+///   downstream calls (a payment provider's own idempotency key), the same on
+///   every attempt of the record, so a re-run is deduplicated downstream too;
+/// - **recovery points**: [`commit`](IdempotencyContext::commit) a named step
+///   with small data (fenced: a stale invocation cannot move it); after a crash
+///   the attempt that takes over sees it in
+///   [`recovery_point`](IdempotencyContext::recovery_point) and resumes there
+///   instead of starting over. Put every foreign call between two recovery
+///   points, keep every local step atomic;
+/// - **transactional completion**: [`defer_write`](IdempotencyContext::defer_write)
+///   hands a DynamoDB write to the completion, which commits it together with
+///   the stored response in one `TransactWriteItems`, fenced on `attempt`: when
+///   the work is local there is no window between doing it and recording it.
+///
+/// ```
+/// use lambda_idempotency::IdempotencyContext;
+///
+/// let ctx = IdempotencyContext::new("3f2a", 2);
+/// assert_eq!(ctx.attempt(), 2);
+/// assert_eq!(ctx.derived_key("charge"), IdempotencyContext::new("3f2a", 7).derived_key("charge"));
+/// assert_ne!(ctx.derived_key("charge"), ctx.derived_key("refund"));
+/// assert!(ctx.recovery_point().is_none());
+/// ```
+///
 /// The claim behind the current invocation.
 #[derive(Clone)]
 pub struct IdempotencyContext {

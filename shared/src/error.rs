@@ -1,15 +1,4 @@
 //! The one error type of the crate.
-//!
-//! [`Error`] is opaque: match on [`Error::kind`] rather than on variants, so new
-//! causes can be added without breaking callers.
-//!
-//! ```
-//! use lambda_idempotency::{key, ErrorKind};
-//!
-//! let err = key::parse("").unwrap_err();
-//! assert_eq!(err.kind(), ErrorKind::InvalidKey);
-//! assert!(err.to_string().contains("empty"));
-//! ```
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -46,6 +35,19 @@ pub enum ErrorKind {
     Randomness,
 }
 
+/// The one error type of the crate.
+///
+/// [`Error`] is opaque: match on [`Error::kind`] rather than on variants, so new
+/// causes can be added without breaking callers.
+///
+/// ```
+/// use lambda_idempotency::{ErrorKind, IdempotencyKey};
+///
+/// let err = IdempotencyKey::parse("").unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::InvalidKey);
+/// assert!(err.to_string().contains("empty"));
+/// ```
+///
 /// The error type of this crate.
 pub struct Error {
     kind: ErrorKind,

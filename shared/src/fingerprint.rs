@@ -1,27 +1,4 @@
 //! Request fingerprints: is a retry the *same* request as the first one?
-//!
-//! A fingerprint is a SHA-256 over the method, the path, the query string (its
-//! parameters decoded and sorted), any selected headers and the body. A JSON
-//! body is canonicalised first (object keys sorted, whitespace dropped), so
-//! `{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` fingerprint alike; any other body
-//! is hashed byte for byte. The body part can be restricted to selected fields
-//! (RFC 6901 JSON pointers) and the whole extended with selected headers.
-//!
-//! ```
-//! use lambda_idempotency::Fingerprinter;
-//!
-//! let fp = Fingerprinter::new();
-//! let a = fp.fingerprint("POST", "/orders", &[], br#"{"amount":5,"currency":"EUR"}"#);
-//! let b = fp.fingerprint("POST", "/orders", &[], br#"{ "currency": "EUR", "amount": 5 }"#);
-//! assert_eq!(a, b);
-//!
-//! // Only `amount` matters: a changed `note` is still the same request.
-//! let fp = Fingerprinter::new().fields(["/amount"]);
-//! assert_eq!(
-//!     fp.fingerprint("POST", "/orders", &[], br#"{"amount":5,"note":"x"}"#),
-//!     fp.fingerprint("POST", "/orders", &[], br#"{"amount":5,"note":"y"}"#),
-//! );
-//! ```
 
 use std::borrow::Cow;
 
@@ -30,6 +7,31 @@ use sha2::{Digest, Sha256};
 use crate::error::{Error, ErrorKind};
 use crate::hash::hex;
 
+/// Request fingerprints: is a retry the *same* request as the first one?
+///
+/// A fingerprint is a SHA-256 over the method, the path, the query string (its
+/// parameters decoded and sorted), any selected headers and the body. A JSON
+/// body is canonicalised first (object keys sorted, whitespace dropped), so
+/// `{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` fingerprint alike; any other body
+/// is hashed byte for byte. The body part can be restricted to selected fields
+/// (RFC 6901 JSON pointers) and the whole extended with selected headers.
+///
+/// ```
+/// use lambda_idempotency::Fingerprinter;
+///
+/// let fp = Fingerprinter::new();
+/// let a = fp.fingerprint("POST", "/orders", &[], br#"{"amount":5,"currency":"EUR"}"#);
+/// let b = fp.fingerprint("POST", "/orders", &[], br#"{ "currency": "EUR", "amount": 5 }"#);
+/// assert_eq!(a, b);
+///
+/// // Only `amount` matters: a changed `note` is still the same request.
+/// let fp = Fingerprinter::new().fields(["/amount"]);
+/// assert_eq!(
+///     fp.fingerprint("POST", "/orders", &[], br#"{"amount":5,"note":"x"}"#),
+///     fp.fingerprint("POST", "/orders", &[], br#"{"amount":5,"note":"y"}"#),
+/// );
+/// ```
+///
 /// Computes request fingerprints; cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Fingerprinter {

@@ -5,26 +5,38 @@
 //! clients send a bare value (`8e03978e-40d5`). Both are accepted: a value that
 //! starts with `"` is parsed as an sf-string (escapes and all), anything else
 //! is taken as is.
-//!
-//! ```
-//! use lambda_idempotency::key;
-//!
-//! assert_eq!(key::parse("\"order-42\"").unwrap().as_str(), "order-42");
-//! assert_eq!(key::parse("8e03978e-40d5-43e8").unwrap().as_str(), "8e03978e-40d5-43e8");
-//! assert!(key::parse("").is_err());
-//! assert!(key::parse(&"k".repeat(256)).is_err());
-//! ```
 
 use crate::error::{Error, ErrorKind};
 
 /// The longest key accepted, in bytes (Stripe's limit).
 pub const MAX_KEY_LEN: usize = 255;
 
-/// A validated idempotency key: 1 to 255 printable ASCII characters.
+/// A validated idempotency key: 1 to 255 printable ASCII characters, from a
+/// header value that is an RFC 9651 sf-string (`"order-42"`) or bare.
+///
+/// ```
+/// use lambda_idempotency::IdempotencyKey;
+///
+/// assert_eq!(IdempotencyKey::parse("\"order-42\"").unwrap().as_str(), "order-42");
+/// assert_eq!(IdempotencyKey::parse("8e03978e-40d5-43e8").unwrap().as_str(), "8e03978e-40d5-43e8");
+/// assert!(IdempotencyKey::parse("").is_err());
+/// assert!(IdempotencyKey::parse(&"k".repeat(256)).is_err());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
+    /// Parse and validate a header value.
+    pub fn parse(value: &str) -> Result<IdempotencyKey, Error> {
+        parse(value)
+    }
+
+    /// Parse and validate a header value given as bytes (header values need
+    /// not be UTF-8).
+    pub fn parse_bytes(value: &[u8]) -> Result<IdempotencyKey, Error> {
+        parse_bytes(value)
+    }
+
     /// The key as the client sent it (after sf-string unquoting).
     pub fn as_str(&self) -> &str {
         &self.0
@@ -32,7 +44,7 @@ impl IdempotencyKey {
 }
 
 /// Parse and validate a header value as raw bytes (header values need not be UTF-8).
-pub fn parse_bytes(value: &[u8]) -> Result<IdempotencyKey, Error> {
+pub(crate) fn parse_bytes(value: &[u8]) -> Result<IdempotencyKey, Error> {
     match std::str::from_utf8(value) {
         Ok(s) => parse(s),
         Err(_) => Err(invalid(
@@ -43,7 +55,7 @@ pub fn parse_bytes(value: &[u8]) -> Result<IdempotencyKey, Error> {
 }
 
 /// Parse and validate a header value.
-pub fn parse(value: &str) -> Result<IdempotencyKey, Error> {
+pub(crate) fn parse(value: &str) -> Result<IdempotencyKey, Error> {
     let trimmed = value.trim_matches(|c| c == ' ' || c == '\t');
     let key = if trimmed.starts_with('"') {
         let item: sfv::Item = sfv::Parser::new(trimmed).parse_item().map_err(|e| {

@@ -36,27 +36,28 @@
 //! `409` with `Retry-After`; the same key with a different request gets a
 //! `422`; a request without a tenant where the tenant source needs one gets a
 //! `401`; and if DynamoDB cannot be reached the handler does not run and the
-//! client gets a `503` (fail closed). See [`http`] for the full table,
-//! [`scope`] and [`fingerprint`] for what makes two requests the same, and
-//! [`problem`] for the problem documents.
+//! client gets a `503` (fail closed). See [`IdempotencyLayer`] for the full
+//! table, [`TenantSource`] and [`Fingerprinter`] for what makes two requests
+//! the same, and [`problem`] for the problem documents. The design behind it
+//! all is `docs/DESIGN.md` in the repository.
 //!
 //! # Where things happen
 //!
-//! | concept | module |
-//! |---|---|
-//! | reading the key header | [`key`] |
-//! | is a retry the same request? | [`fingerprint`] |
-//! | tenants and record ids | [`scope`] |
-//! | the record and its states | [`record`] |
-//! | how a claim is made and answered | `claim.rs` (shared by [`http`] and [`event`]) |
-//! | claim, complete, release, list and resolve stuck records | [`store`] ([`DynamoStore`], [`MemoryStore`]) |
-//! | the middleware, replay | [`http`] |
-//! | replay without a request | [`cache`] |
-//! | what the handler sees | [`context`] |
-//! | async functions, typed events, SQS batches (feature `sqs`) | [`event`] |
-//! | stuck in-progress records | `sweep` (feature `sweeper`) |
-//! | CloudWatch EMF metrics | [`metrics`] |
-//! | errors | [`error`] |
+//! | concept | the types | file (under `shared/src/`) |
+//! |---|---|---|
+//! | reading the key header | [`IdempotencyKey`] | `key.rs` |
+//! | is a retry the same request? | [`Fingerprinter`] | `fingerprint.rs` |
+//! | tenants and record ids | [`TenantSource`] | `scope.rs` |
+//! | the record and its states | [`Record`], [`StoredResponse`], [`Checkpoint`] | `record.rs` |
+//! | how a claim is made and answered | (internal, shared by the middleware and the event wrappers) | `claim.rs` |
+//! | claim, complete, release, list and resolve stuck records | [`Store`], [`DynamoStore`], [`MemoryStore`] | `store/` |
+//! | the middleware, replay | [`IdempotencyLayer`], [`Idempotency`] | `http/` |
+//! | replay without a request | [`IdempotencyLayer::local_cache`] | `cache.rs` |
+//! | what the handler sees | [`IdempotencyContext`] | `context.rs` |
+//! | async functions, typed events, SQS batches (feature `sqs`) | [`IdempotentFunction`], [`IdempotentEventLayer`] | `event/` |
+//! | stuck in-progress records (feature `sweeper`) | `Sweeper` | `sweep.rs` |
+//! | CloudWatch EMF metrics | [`metrics`] | `metrics.rs` |
+//! | errors | [`Error`], [`EventError`] | `error.rs` |
 //!
 //! # Features
 //!
@@ -74,41 +75,55 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
 
-pub mod cache;
+mod cache;
 mod claim;
-pub mod context;
-pub mod error;
-pub mod event;
-pub mod fingerprint;
+mod context;
+mod error;
+mod event;
+mod fingerprint;
 mod hash;
-pub mod http;
-pub mod key;
+mod http;
+mod key;
 pub mod metrics;
 pub mod problem;
-pub mod record;
-pub mod scope;
-pub mod store;
+mod record;
+mod scope;
+mod store;
 #[cfg(feature = "sweeper")]
-pub mod sweep;
+mod sweep;
 
+pub use crate::cache::DEFAULT_MAX_BYTES as DEFAULT_LOCAL_CACHE_BYTES;
 pub use crate::context::{IdempotencyContext, MAX_DEFERRED_WRITES};
 pub use crate::error::{Error, ErrorKind};
 #[cfg(feature = "sqs")]
 pub use crate::event::SqsBatch;
 pub use crate::event::{EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction};
 pub use crate::fingerprint::Fingerprinter;
-pub use crate::http::{idempotent, Idempotency, IdempotencyLayer, REPLAYED_HEADER};
-pub use crate::record::{Record, Status, StoredBody, StoredResponse};
+pub use crate::http::{
+    disabled_from_env, idempotent, stored_by_default, Idempotency, IdempotencyLayer,
+    ResponseFuture, DISABLED_ENV, REPLAYED_HEADER,
+};
+pub use crate::key::{IdempotencyKey, MAX_KEY_LEN};
+pub use crate::record::{
+    Checkpoint, Record, Status, StoredBody, StoredResponse, COMPRESS_ABOVE_BYTES, MAX_BODY_BYTES,
+};
 pub use crate::scope::TenantSource;
 #[cfg(feature = "dynamodb")]
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, Resolution, Resolve,
-    Store, StuckPage, StuckRecord, SweepCursor,
+    ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, Resolution, Resolve, Store,
+    StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 #[cfg(feature = "sweeper")]
 pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};
+
+/// Helpers this project's own tests and tools use (feature `test-util`): not
+/// a stable API.
+#[cfg(feature = "test-util")]
+pub mod test_util {
+    pub use crate::scope::record_id;
+}
 
 // The README's quickstart is compiled with the doc tests.
 #[cfg(all(doctest, feature = "dynamodb", feature = "sqs", feature = "sweeper"))]

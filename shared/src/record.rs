@@ -1,29 +1,4 @@
 //! The idempotency record and its state machine.
-//!
-//! One record per scoped key. It is born `InProgress` by a claim, becomes
-//! `Completed` when the handler's outcome is stored, or disappears when the
-//! outcome is released (so a retry runs again). Every claim increments
-//! [`Record::attempt`], the fencing token: a write made on behalf of an older
-//! attempt is rejected.
-//!
-//! ```text
-//!            claim                      complete (fenced)
-//!  absent ─────────────▶ IN_PROGRESS ─────────────────────▶ COMPLETED
-//!    ▲                     │   ▲  lease expired:                │
-//!    └── release (fenced) ─┘   └─ takeover, attempt + 1         │
-//!    ▲                                                          │
-//!    └────────────── expires_at passed (TTL) ───────────────────┘
-//! ```
-//!
-//! ```
-//! use lambda_idempotency::{StoredBody, StoredResponse};
-//!
-//! let stored = StoredResponse::new(201, vec![("content-type".into(), b"application/json".to_vec())],
-//!                                  StoredBody::Text("{\"id\":1}".into()));
-//! let response = stored.to_http();
-//! assert_eq!(response.status(), 201);
-//! assert_eq!(response.headers()["content-type"], "application/json");
-//! ```
 
 use lambda_http::Body;
 
@@ -55,6 +30,33 @@ impl Status {
     }
 }
 
+/// The idempotency record and its state machine.
+///
+/// One record per scoped key. It is born `InProgress` by a claim, becomes
+/// `Completed` when the handler's outcome is stored, or disappears when the
+/// outcome is released (so a retry runs again). Every claim increments
+/// [`Record::attempt`], the fencing token: a write made on behalf of an older
+/// attempt is rejected.
+///
+/// ```text
+///            claim                      complete (fenced)
+///  absent ─────────────▶ IN_PROGRESS ─────────────────────▶ COMPLETED
+///    ▲                     │   ▲  lease expired:                │
+///    └── release (fenced) ─┘   └─ takeover, attempt + 1         │
+///    ▲                                                          │
+///    └────────────── expires_at passed (TTL) ───────────────────┘
+/// ```
+///
+/// ```
+/// use lambda_idempotency::{StoredBody, StoredResponse};
+///
+/// let stored = StoredResponse::new(201, vec![("content-type".into(), b"application/json".to_vec())],
+///                                  StoredBody::Text("{\"id\":1}".into()));
+/// let response = stored.to_http();
+/// assert_eq!(response.status(), 201);
+/// assert_eq!(response.headers()["content-type"], "application/json");
+/// ```
+///
 /// A stored record, as a lost claim sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {

@@ -1,32 +1,4 @@
 //! Scoping keys: who is asking, and which record a key maps to.
-//!
-//! A key is scoped by tenant + method + path + key, and the record id is a
-//! SHA-256 of that scope, so tenant A's key `k1` and tenant B's key `k1` are two
-//! records, and raw keys are never stored in the key attribute. The tenant comes
-//! from a [`TenantSource`]. With [`TenantSource::anonymous`] (the default) every
-//! request shares one anonymous scope (which no tenant's scope can collide
-//! with). Any other source **fails closed**: a request for which it yields
-//! nothing is refused with a `401`
-//! [`TENANT_MISSING`](crate::problem::TENANT_MISSING) problem, unless the source
-//! opts in to the shared anonymous scope with
-//! [`or_anonymous`](TenantSource::or_anonymous).
-//!
-//! The path part of the scope is the route the request matched: API Gateway's
-//! route template where the event has one (HTTP API `routeKey`, REST API
-//! `resourcePath`), else the path with repeated and trailing slashes removed
-//! ([`route_of`]); `/orders`, `/orders/` and `//orders` are one route.
-//!
-//! ```
-//! use lambda_idempotency::TenantSource;
-//! use lambda_http::Request;
-//!
-//! // Tenant = the `x-tenant` header (only sound if something upstream checks it).
-//! let tenant = TenantSource::from_fn(|req: &Request| {
-//!     req.headers().get("x-tenant")?.to_str().ok().map(str::to_owned)
-//! });
-//! let req = http::Request::builder().header("x-tenant", "acme").body(lambda_http::Body::Empty).unwrap();
-//! assert_eq!(tenant.resolve(&req).as_deref(), Some("acme"));
-//! ```
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,6 +11,36 @@ use crate::hash::hex;
 
 type Resolver = dyn Fn(&Request) -> Option<String> + Send + Sync;
 
+/// Scoping keys: who is asking, and which record a key maps to.
+///
+/// A key is scoped by tenant + method + path + key, and the record id is a
+/// SHA-256 of that scope, so tenant A's key `k1` and tenant B's key `k1` are two
+/// records, and raw keys are never stored in the key attribute. The tenant comes
+/// from a [`TenantSource`]. With [`TenantSource::anonymous`] (the default) every
+/// request shares one anonymous scope (which no tenant's scope can collide
+/// with). Any other source **fails closed**: a request for which it yields
+/// nothing is refused with a `401`
+/// [`TENANT_MISSING`](crate::problem::TENANT_MISSING) problem, unless the source
+/// opts in to the shared anonymous scope with
+/// [`or_anonymous`](TenantSource::or_anonymous).
+///
+/// The path part of the scope is the route the request matched: API Gateway's
+/// route template where the event has one (HTTP API `routeKey`, REST API
+/// `resourcePath`), else the path with repeated and trailing slashes removed
+/// (`route_of`); `/orders`, `/orders/` and `//orders` are one route.
+///
+/// ```
+/// use lambda_idempotency::TenantSource;
+/// use lambda_http::Request;
+///
+/// // Tenant = the `x-tenant` header (only sound if something upstream checks it).
+/// let tenant = TenantSource::from_fn(|req: &Request| {
+///     req.headers().get("x-tenant")?.to_str().ok().map(str::to_owned)
+/// });
+/// let req = http::Request::builder().header("x-tenant", "acme").body(lambda_http::Body::Empty).unwrap();
+/// assert_eq!(tenant.resolve(&req).as_deref(), Some("acme"));
+/// ```
+///
 /// Where the tenant of a request comes from.
 #[derive(Clone)]
 pub struct TenantSource {
@@ -204,7 +206,7 @@ fn json_string(value: &serde_json::Value) -> Option<String> {
 /// `POST /orders/{order_id}`, or the REST API resource path), otherwise
 /// [`normalize_path`] of the request path (ALB, Function URLs, an HTTP API's
 /// `$default` route, requests built in tests).
-pub fn route_of(req: &Request) -> std::borrow::Cow<'_, str> {
+pub(crate) fn route_of(req: &Request) -> std::borrow::Cow<'_, str> {
     let template = match req.request_context_ref() {
         Some(RequestContext::ApiGatewayV2(ctx)) => ctx
             .route_key
@@ -223,7 +225,7 @@ pub fn route_of(req: &Request) -> std::borrow::Cow<'_, str> {
 /// A path with runs of `/` collapsed and a trailing `/` removed (`/` stays
 /// `/`): the forms a router treats as one route are one scope and one
 /// fingerprint.
-pub fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
     let clean = !path.contains("//") && (path.len() <= 1 || !path.ends_with('/'));
     if clean && path.starts_with('/') {
         return std::borrow::Cow::Borrowed(path);

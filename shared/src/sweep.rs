@@ -1,35 +1,4 @@
 //! The sweeper: find in-progress records whose lease ran out long ago (the
-//! invocation crashed, timed out, or its client never retried) and resolve them.
-//!
-//! The sweeper's policy, loop, deadline and summary are the same for every
-//! store: finding and resolving stuck records are store capabilities
-//! ([`Store::stuck`], [`Store::resolve_stuck`]), so the sweeper runs on a
-//! [`MemoryStore`](crate::MemoryStore) in unit tests as on DynamoDB. There
-//! stuck records are found through the sparse, sharded `sweep` index (its
-//! attributes exist only while a record is in progress; 16 shards keep one hot
-//! partition from forming, each listing starts at another), never a table
-//! scan. Each is resolved with a **fenced** conditional write (same `attempt`
-//! and `owner`, still in progress, lease still expired), so a record
-//! re-claimed between the listing and the write is left alone and counted as
-//! `fenced`, and two sweeps running at once resolve each record once.
-//!
-//! - [`SweepPolicy::Release`] deletes the record: the next retry runs the handler.
-//! - [`SweepPolicy::Fail`] stores a terminal `500` problem
-//!   ([`ABANDONED`](crate::problem::ABANDONED)) that replays from then on.
-//!
-//! Records holding a recovery point are left for the next retry to resume
-//! (counted as `resumable`) unless the policy is `Fail`.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use lambda_idempotency::{DynamoStore, SweepPolicy, Sweeper};
-//!
-//! # async fn f(store: DynamoStore) -> Result<(), lambda_idempotency::Error> {
-//! let sweeper = Sweeper::new(store).policy(SweepPolicy::Release).grace(Duration::from_secs(60));
-//! let summary = sweeper.sweep(None).await;
-//! println!("found {}, released {}, errors {}", summary.found, summary.released, summary.errors);
-//! # Ok(()) }
-//! ```
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::{Error, ErrorKind};
 use crate::record::StoredResponse;
-pub use crate::store::{Resolution, StuckRecord};
+use crate::store::{Resolution, StuckRecord};
 use crate::store::{Resolve, Store, SweepCursor};
 
 /// What the sweeper does with a stuck record.
@@ -109,6 +78,39 @@ impl SweepSummary {
     }
 }
 
+/// The sweeper: find in-progress records whose lease ran out long ago (the
+/// invocation crashed, timed out, or its client never retried) and resolve them.
+///
+/// The sweeper's policy, loop, deadline and summary are the same for every
+/// store: finding and resolving stuck records are store capabilities
+/// ([`Store::stuck`], [`Store::resolve_stuck`]), so the sweeper runs on a
+/// [`MemoryStore`](crate::MemoryStore) in unit tests as on DynamoDB. There
+/// stuck records are found through the sparse, sharded `sweep` index (its
+/// attributes exist only while a record is in progress; 16 shards keep one hot
+/// partition from forming, each listing starts at another), never a table
+/// scan. Each is resolved with a **fenced** conditional write (same `attempt`
+/// and `owner`, still in progress, lease still expired), so a record
+/// re-claimed between the listing and the write is left alone and counted as
+/// `fenced`, and two sweeps running at once resolve each record once.
+///
+/// - [`SweepPolicy::Release`] deletes the record: the next retry runs the handler.
+/// - [`SweepPolicy::Fail`] stores a terminal `500` problem
+///   ([`ABANDONED`](crate::problem::ABANDONED)) that replays from then on.
+///
+/// Records holding a recovery point are left for the next retry to resume
+/// (counted as `resumable`) unless the policy is `Fail`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lambda_idempotency::{DynamoStore, SweepPolicy, Sweeper};
+///
+/// # async fn f(store: DynamoStore) -> Result<(), lambda_idempotency::Error> {
+/// let sweeper = Sweeper::new(store).policy(SweepPolicy::Release).grace(Duration::from_secs(60));
+/// let summary = sweeper.sweep(None).await;
+/// println!("found {}, released {}, errors {}", summary.found, summary.released, summary.errors);
+/// # Ok(()) }
+/// ```
+///
 /// Finds and resolves the stuck records of a [`Store`].
 #[derive(Debug, Clone)]
 pub struct Sweeper {
@@ -183,7 +185,7 @@ impl Sweeper {
 
     /// Resolve one stuck record as the policy says, with one fenced write
     /// (see [`Store::resolve_stuck`]): `release` deletes it unless it holds a
-    /// recovery point; `fail` stores the [`abandoned_response`], or deletes a
+    /// recovery point; `fail` stores the `abandoned` problem (a 500), or deletes a
     /// record already past its own expiry (never brings it back).
     pub async fn resolve(&self, record: &StuckRecord, now_ms: u64) -> Result<Resolution, Error> {
         if record.has_checkpoint && self.policy == SweepPolicy::Release {
@@ -371,7 +373,7 @@ async fn bounded<T>(left: Option<Duration>, f: impl std::future::Future<Output =
 }
 
 /// The terminal response a record failed by the sweeper replays.
-pub fn abandoned_response() -> StoredResponse {
+pub(crate) fn abandoned_response() -> StoredResponse {
     StoredResponse::from_http(&crate::problem::response(
         crate::problem::ABANDONED,
         "the first request with this Idempotency-Key did not finish and was abandoned; \

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use divan::Bencher;
 use lambda_http::{Body, IntoResponse, Request, Response};
-use lambda_idempotency::{key, Fingerprinter, IdempotencyLayer, MemoryStore, StoredResponse};
+use lambda_idempotency::{
+    Fingerprinter, IdempotencyKey, IdempotencyLayer, MemoryStore, StoredResponse,
+};
 use tower::{Layer, Service, ServiceExt};
 
 fn main() {
@@ -27,14 +29,14 @@ fn body() -> &'static str {
 
 #[divan::bench]
 fn parse_bare_key() -> usize {
-    key::parse(divan::black_box("8e03978e-40d5-43e8-bc93-6894a57f9324"))
+    IdempotencyKey::parse(divan::black_box("8e03978e-40d5-43e8-bc93-6894a57f9324"))
         .map(|k| k.as_str().len())
         .unwrap_or(0)
 }
 
 #[divan::bench]
 fn parse_sf_string_key() -> usize {
-    key::parse(divan::black_box("\"8e03978e-40d5-43e8-bc93-6894a57f9324\""))
+    IdempotencyKey::parse(divan::black_box("\"8e03978e-40d5-43e8-bc93-6894a57f9324\""))
         .map(|k| k.as_str().len())
         .unwrap_or(0)
 }

@@ -35,7 +35,7 @@ async fn main() {
                 let request = ClaimRequest {
                     // Ids as the middleware makes them (hashes): spread over
                     // the 16 index shards as in production.
-                    record_id: lambda_idempotency::scope::record_id(
+                    record_id: lambda_idempotency::test_util::record_id(
                         "bench",
                         None,
                         "POST",

@@ -1,5 +1,5 @@
 //! `sweeper`: a scheduled Lambda that resolves stuck in-progress idempotency
-//! records (see `lambda_idempotency::sweep`).
+//! records (see `lambda_idempotency::Sweeper`).
 //!
 //! Environment: `IDEMPOTENCY_TABLE`, `SWEEP_POLICY` (`release` | `fail`, default
 //! `release`), `SWEEP_GRACE_SECONDS` (default 60). Input: any event (the

@@ -1,43 +1,4 @@
 //! The HTTP middleware: [`IdempotencyLayer`] and the [`Idempotency`] service.
-//!
-//! Wrap any `lambda_http` handler (API Gateway REST and HTTP APIs, Function
-//! URLs, ALB) or a whole router. For each request with a covered method (POST
-//! and PATCH by default) and an `Idempotency-Key` header, the middleware claims
-//! the key with one store write, runs the handler only if the claim succeeded,
-//! stores the response, and replays it for retries:
-//!
-//! | situation | response |
-//! |---|---|
-//! | first request with a key | the handler's response, stored |
-//! | retry, same request, completed | the stored response + `Idempotent-Replayed: true` |
-//! | retry while the first still runs | `409` [problem](crate::problem), `Retry-After` |
-//! | same key, different request | `422` problem |
-//! | key missing (when required) or malformed | `400` problem |
-//! | store unreachable | `503` problem, `Retry-After`; the handler does not run |
-//! | handler error, 5xx, or a client error that may change (401, 403, 404, 408, 409, 425, 429, ...) | record released so a retry runs again ([`stored_by_default`]; [`store_when`](IdempotencyLayer::store_when) changes it) |
-//! | a tenant source is configured and finds no tenant | `401` problem |
-//! | other methods | passed through untouched |
-//!
-//! ```
-//! use lambda_http::{service_fn, Body, Error, Request, Response};
-//! use lambda_idempotency::{IdempotencyLayer, MemoryStore};
-//! use tower::{Layer, Service, ServiceExt};
-//!
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let handler = service_fn(|_req: Request| async {
-//!     Ok::<_, Error>(Response::builder().status(201).body(Body::from("created")).unwrap())
-//! });
-//! let mut service = IdempotencyLayer::new(MemoryStore::new()).layer(handler);
-//!
-//! let request = || http::Request::post("/orders").header("Idempotency-Key", "k1")
-//!     .body(Body::from("{}")).unwrap();
-//! let first = service.ready().await?.call(request()).await?;
-//! assert_eq!(first.status(), 201);
-//! let retry = service.ready().await?.call(request()).await?;
-//! assert_eq!(retry.status(), 201);
-//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
-//! # Ok::<(), Error>(()) }).unwrap();
-//! ```
 
 mod future;
 mod layer;

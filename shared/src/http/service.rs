@@ -23,8 +23,8 @@ use crate::record::StoredResponse;
 use crate::scope::{normalize_path, record_id, route_of, Tenant};
 use crate::store::{ClaimRequest, Completion, Lease};
 
-/// The middleware service made by [`IdempotencyLayer`](super::IdempotencyLayer);
-/// see the [module docs](super).
+/// The middleware service made by [`IdempotencyLayer`](crate::IdempotencyLayer),
+/// whose docs say what it answers.
 #[derive(Clone, Debug)]
 pub struct Idempotency<S> {
     inner: S,

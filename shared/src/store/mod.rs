@@ -1,48 +1,11 @@
 //! Where records live: the [`Store`] trait and its two implementations.
-//!
-//! - [`DynamoStore`](crate::DynamoStore): the product. One conditional write per
-//!   claim (a second one for a takeover), fenced completes and releases, TTL expiry.
-//! - [`MemoryStore`](crate::MemoryStore): the same semantics in a `HashMap`, for
-//!   users' unit tests and property tests.
-//!
-//! Both obey these rules (docs/DESIGN.md section 4):
-//!
-//! 1. [`Store::claim`] succeeds when the record is absent, expired
-//!    (`expires_at` in the past), or in progress with an expired lease and the
-//!    same fingerprint (takeover). A successful claim increments `attempt`.
-//!    Otherwise it returns the existing record in the same round trip.
-//! 2. [`Store::complete`] and [`Store::release`] succeed only while the record
-//!    is in progress under the same `attempt` and `owner`; otherwise they fail
-//!    with [`ErrorKind::Fenced`](crate::ErrorKind::Fenced) and write nothing.
-//! 3. A claim that finds the record held by its own `owner` (the SDK retried a
-//!    write whose response was lost) counts as claimed.
-//!
-//! ```
-//! use lambda_idempotency::{ClaimOutcome, ClaimRequest, MemoryStore, Store, StoredBody, StoredResponse};
-//!
-//! # tokio_test_block_on(async {
-//! let store = MemoryStore::new();
-//! let request = ClaimRequest {
-//!     record_id: "r1".into(), fingerprint: "fp".into(), owner: "me".into(),
-//!     now_ms: 1_000, lease_expires_at_ms: 31_000, expires_at_s: 3_600,
-//! };
-//! let ClaimOutcome::Claimed(lease) = store.claim(&request).await? else { unreachable!() };
-//! assert_eq!(lease.attempt, 1);
-//! store.complete(&lease, &StoredResponse::new(200, vec![], StoredBody::Empty), 3_600).await?;
-//!
-//! let again = ClaimRequest { owner: "someone else".into(), ..request };
-//! assert!(matches!(store.claim(&again).await?, ClaimOutcome::Exists(_)));
-//! # Ok::<(), lambda_idempotency::Error>(()) });
-//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
-//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
-//! ```
 
 #[cfg(feature = "dynamodb")]
 pub(crate) mod dynamodb;
 pub(crate) mod memory;
 
 use crate::error::Error;
-pub use crate::record::Checkpoint;
+pub(crate) use crate::record::Checkpoint;
 use crate::record::{Record, StoredResponse};
 
 /// Everything a claim writes.
@@ -172,6 +135,45 @@ pub enum Resolution {
     Fenced,
 }
 
+/// Where records live: the [`Store`] trait and its two implementations.
+///
+/// - [`DynamoStore`](crate::DynamoStore): the product. One conditional write per
+///   claim (a second one for a takeover), fenced completes and releases, TTL expiry.
+/// - [`MemoryStore`](crate::MemoryStore): the same semantics in a `HashMap`, for
+///   users' unit tests and property tests.
+///
+/// Both obey these rules (docs/DESIGN.md section 4):
+///
+/// 1. [`Store::claim`] succeeds when the record is absent, expired
+///    (`expires_at` in the past), or in progress with an expired lease and the
+///    same fingerprint (takeover). A successful claim increments `attempt`.
+///    Otherwise it returns the existing record in the same round trip.
+/// 2. [`Store::complete`] and [`Store::release`] succeed only while the record
+///    is in progress under the same `attempt` and `owner`; otherwise they fail
+///    with [`ErrorKind::Fenced`](crate::ErrorKind::Fenced) and write nothing.
+/// 3. A claim that finds the record held by its own `owner` (the SDK retried a
+///    write whose response was lost) counts as claimed.
+///
+/// ```
+/// use lambda_idempotency::{ClaimOutcome, ClaimRequest, MemoryStore, Store, StoredBody, StoredResponse};
+///
+/// # tokio_test_block_on(async {
+/// let store = MemoryStore::new();
+/// let request = ClaimRequest {
+///     record_id: "r1".into(), fingerprint: "fp".into(), owner: "me".into(),
+///     now_ms: 1_000, lease_expires_at_ms: 31_000, expires_at_s: 3_600,
+/// };
+/// let ClaimOutcome::Claimed(lease) = store.claim(&request).await? else { unreachable!() };
+/// assert_eq!(lease.attempt, 1);
+/// store.complete(&lease, &StoredResponse::new(200, vec![], StoredBody::Empty), 3_600).await?;
+///
+/// let again = ClaimRequest { owner: "someone else".into(), ..request };
+/// assert!(matches!(store.claim(&again).await?, ClaimOutcome::Exists(_)));
+/// # Ok::<(), lambda_idempotency::Error>(()) });
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
+/// ```
+///
 /// Storage for idempotency records. See the module docs for the rules every
 /// implementation obeys.
 #[async_trait::async_trait]

@@ -12,7 +12,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::{key, Fingerprinter, IdempotencyLayer, MemoryStore, TenantSource};
+use lambda_idempotency::{
+    Fingerprinter, IdempotencyKey, IdempotencyLayer, MemoryStore, TenantSource,
+};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use tower::{Layer, ServiceExt};
@@ -89,10 +91,10 @@ proptest! {
 
     fn key_parser_property(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         KEY_PARSER.add("cases");
-        if let Ok(k) = key::parse_bytes(&bytes) {
+        if let Ok(k) = IdempotencyKey::parse_bytes(&bytes) {
             KEY_PARSER.add("accepted");
             let k = k.as_str();
-            prop_assert!(!k.is_empty() && k.len() <= key::MAX_KEY_LEN);
+            prop_assert!(!k.is_empty() && k.len() <= lambda_idempotency::MAX_KEY_LEN);
             prop_assert!(k.bytes().all(|b| (0x20..=0x7e).contains(&b)));
         } else {
             KEY_PARSER.add("rejected");
@@ -102,7 +104,7 @@ proptest! {
     fn quoted_keys_property(k in "[ -~]{1,200}") {
         QUOTED_KEYS.add("cases");
         let quoted = format!("\"{}\"", k.replace('\\', "\\\\").replace('"', "\\\""));
-        let parsed = key::parse(&quoted);
+        let parsed = IdempotencyKey::parse(&quoted);
         prop_assert!(parsed.is_ok(), "{quoted}: {:?}", parsed.err());
         let parsed = parsed.unwrap();
         prop_assert_eq!(parsed.as_str(), k.as_str());

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use lambda_idempotency::sweep::StuckRecord;
+use lambda_idempotency::StuckRecord;
 use lambda_idempotency::{
     ClaimOutcome, ClaimRequest, DynamoStore, Lease, MemoryStore, Resolution, Status, Store,
     StoredBody, StoredResponse, Sweeper,
@@ -268,7 +268,7 @@ async fn check(
                 };
                 let allowed = m.holds(&lease);
                 let name = format!("step-{step}");
-                let checkpoint = lambda_idempotency::store::Checkpoint {
+                let checkpoint = lambda_idempotency::Checkpoint {
                     name: name.clone(),
                     data: serde_json::json!(step),
                     attempt: lease.attempt,

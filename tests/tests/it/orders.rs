@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use integration_tests::{client, create_table_from_template, unique_name};
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::{scope::record_id, IdempotencyContext, REPLAYED_HEADER};
+use lambda_idempotency::{test_util::record_id, IdempotencyContext, REPLAYED_HEADER};
 use orders_api::{Config, Orders};
 use tower::{Layer, Service, ServiceExt};
 

@@ -811,7 +811,7 @@ async fn transient_client_errors_are_released_not_stored(f: crate::fixture::Fixt
         async { Ok::<_, lambda_http::Error>(Response::builder().status(409).body(Body::Empty)?) }
     });
     let svc = IdempotencyLayer::new(f.store.clone())
-        .store_when(|status| status == 409 || lambda_idempotency::http::stored_by_default(status))
+        .store_when(|status| status == 409 || lambda_idempotency::stored_by_default(status))
         .layer(handler);
     for _ in 0..2 {
         send(&svc, crate::fixture::post("/orders", Some("k-opt"), "{}")).await;

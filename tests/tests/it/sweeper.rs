@@ -38,7 +38,7 @@ async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> Lease {
 /// A record id as the middleware makes it (a hash, so ids spread over the 16
 /// index shards).
 fn hashed_id(key: &str) -> String {
-    lambda_idempotency::scope::record_id("", None, "POST", "/orders", key)
+    lambda_idempotency::test_util::record_id("", None, "POST", "/orders", key)
 }
 
 /// Ids of the completed and the live neighbour records of [`populate`].
@@ -250,7 +250,7 @@ async fn fail_policy_stores_a_problem_that_replays() {
     );
     let record = item(
         &store,
-        &lambda_idempotency::scope::record_id("", None, "POST", "/orders", "abandoned"),
+        &lambda_idempotency::test_util::record_id("", None, "POST", "/orders", "abandoned"),
     )
     .await
     .unwrap();

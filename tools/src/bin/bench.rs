@@ -410,7 +410,7 @@ fn claim_request(key: &str, owner: String, fingerprint: &str) -> ClaimRequest {
     let now = now_ms();
     let lease = now + 15 * 60 * 1000;
     ClaimRequest {
-        record_id: lambda_idempotency::scope::record_id("", None, "POST", "/orders", key),
+        record_id: lambda_idempotency::test_util::record_id("", None, "POST", "/orders", key),
         fingerprint: fingerprint.to_owned(),
         owner,
         now_ms: now,
