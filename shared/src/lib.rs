@@ -122,7 +122,17 @@ pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};
 /// a stable API.
 #[cfg(feature = "test-util")]
 pub mod test_util {
-    pub use crate::scope::record_id;
+    /// The record id the middleware gives the key `key` of a request with
+    /// this namespace, tenant, method and route.
+    pub fn record_id(
+        namespace: &str,
+        tenant: Option<&str>,
+        method: &str,
+        route: &str,
+        key: &str,
+    ) -> String {
+        crate::scope::record_id(namespace, tenant, method, route, key)
+    }
 }
 
 // The README's quickstart is compiled with the doc tests.

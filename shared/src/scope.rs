@@ -242,7 +242,7 @@ pub(crate) fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// The record id of a scope: hex SHA-256 over length-prefixed parts.
-pub fn record_id(
+pub(crate) fn record_id(
     namespace: &str,
     tenant: Option<&str>,
     method: &str,
