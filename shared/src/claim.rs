@@ -1,31 +1,20 @@
 //! The claim core: how a claim is made and what its answer means, the same
 //! for the HTTP middleware and the event wrappers.
 //!
-//! A claim needs a clock ([`now_ms`]), a lease that ends at the invocation's
+//! A claim needs a clock (`clock.rs`), a lease that ends at the invocation's
 //! deadline plus a margin, capped ([`Leases`]), a fresh owner token
 //! ([`owner_token`]) and the one expiry rule (a record outlives its lease:
 //! [`ClaimRequest::start`]). Its answer is one of four ([`Found`]); a lease
 //! that is given up is [`release`]d, fenced.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use crate::clock::{millis, now_ms};
 
 use crate::error::{Error, ErrorKind};
 use crate::hash::hex;
 use crate::record::{Record, Status};
 use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};
-
-/// The caller's clock, epoch milliseconds (0 before 1970).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(millis)
-        .unwrap_or(0)
-}
-
-/// A duration in whole milliseconds, saturating.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
 
 /// How leases are drawn: until the invocation's deadline plus `margin`,
 /// never longer than `max_lease` (the whole lease where there is no deadline).

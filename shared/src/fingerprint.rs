@@ -644,14 +644,23 @@ pub(crate) fn check_pointer(pointer: &str) -> Result<(), Error> {
     ))
 }
 
-/// The canonical JSON of the value at `pointer` in the JSON document `text`:
-/// `None` when `text` is not JSON, `Some(None)` when nothing is at the
-/// pointer. Numbers are exact, as in the whole-body fingerprint; of
-/// duplicate keys the last wins.
+/// A JSON document in canonical form, canonicalised once and read at any
+/// number of pointers (an SQS body's key and validated fields). Numbers are
+/// exact, as in the whole-body fingerprint; of duplicate keys the last wins.
 #[cfg_attr(not(feature = "sqs"), allow(dead_code))]
-pub(crate) fn canonical_json_at(text: &str, pointer: &str) -> Option<Option<Vec<u8>>> {
-    let canonical = canonical_json(text)?;
-    Some(select(&canonical, pointer).map(<[u8]>::to_vec))
+pub(crate) struct CanonicalJson(Vec<u8>);
+
+#[cfg_attr(not(feature = "sqs"), allow(dead_code))]
+impl CanonicalJson {
+    /// `None` when `text` is not JSON.
+    pub(crate) fn parse(text: &str) -> Option<CanonicalJson> {
+        canonical_json(text).map(CanonicalJson)
+    }
+
+    /// The canonical JSON of the value at `pointer`, `None` when absent.
+    pub(crate) fn at(&self, pointer: &str) -> Option<&[u8]> {
+        select(&self.0, pointer)
+    }
 }
 
 /// The value at `pointer` in canonical JSON (no whitespace, no duplicate
@@ -1185,11 +1194,8 @@ mod tests {
     fn a_field_is_found_by_its_pointer_in_canonical_json() {
         let text =
             r#"{ "b": [10, {"x": "y"}], "a/c": 1, "m~n": null, "k": 1, "k": 2, "e\u0073c": 3 }"#;
-        let at = |p: &str| {
-            canonical_json_at(text, p)
-                .unwrap()
-                .map(|v| String::from_utf8(v).unwrap())
-        };
+        let doc = CanonicalJson::parse(text).unwrap();
+        let at = |p: &str| doc.at(p).map(|v| String::from_utf8(v.to_vec()).unwrap());
         assert_eq!(at("/b/1/x").as_deref(), Some(r#""y""#));
         assert_eq!(at("/b/0").as_deref(), Some("10"));
         assert_eq!(at("/b").as_deref(), Some(r#"[10,{"x":"y"}]"#));
@@ -1201,7 +1207,7 @@ mod tests {
         assert_eq!(at("/b/01"), None);
         assert_eq!(at("/nope"), None);
         assert_eq!(at("/b/1/x/deeper"), None);
-        assert_eq!(canonical_json_at("not json", "/a"), None);
+        assert!(CanonicalJson::parse("not json").is_none());
     }
 
     #[test]

@@ -77,6 +77,7 @@
 
 mod cache;
 mod claim;
+mod clock;
 mod context;
 mod error;
 mod event;

@@ -160,7 +160,7 @@ impl Metrics {
             &self.namespace,
             &dimensions,
             &[(event.name(), 1)],
-            crate::claim::now_ms(),
+            crate::clock::now_ms(),
         );
         match &self.sink {
             Some(sink) => sink(&line),

@@ -223,7 +223,7 @@ impl Sweeper {
                 summary.remaining = true;
                 return summary;
             };
-            let now = crate::claim::now_ms();
+            let now = crate::clock::now_ms();
             let listed = self.store.stuck(self.cutoff(now), cursor, self.page_size);
             let page = match bounded(left, listed).await {
                 Some(Ok(page)) => page,
@@ -277,7 +277,7 @@ impl Sweeper {
                 let sweeper = self.clone();
                 running.spawn(async move {
                     let resolution =
-                        bounded(left, sweeper.resolve(&record, crate::claim::now_ms())).await;
+                        bounded(left, sweeper.resolve(&record, crate::clock::now_ms())).await;
                     (record, resolution)
                 });
             }
@@ -352,7 +352,7 @@ impl Clock {
         let Some(deadline) = self.deadline_ms else {
             return Some(None);
         };
-        let now = crate::claim::now_ms();
+        let now = crate::clock::now_ms();
         if deadline.saturating_sub(self.margin_ms) <= now {
             return None;
         }
@@ -396,7 +396,7 @@ mod tests {
         lease_ms: u64,
         expires_at_s: u64,
     ) -> crate::Lease {
-        let now = crate::claim::now_ms();
+        let now = crate::clock::now_ms();
         let request = ClaimRequest {
             record_id: id.into(),
             fingerprint: "fp".into(),
@@ -414,7 +414,7 @@ mod tests {
     #[tokio::test]
     async fn the_sweep_is_the_same_on_any_store() {
         let store = MemoryStore::new();
-        let hour = crate::claim::now_ms() / 1000 + 3600;
+        let hour = crate::clock::now_ms() / 1000 + 3600;
         for i in 0..7 {
             claim(&store, &format!("stuck-{i}"), 1, hour).await;
         }

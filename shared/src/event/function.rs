@@ -264,13 +264,17 @@ impl IdempotentFunction {
         })
     }
 
-    /// [`fingerprint_of`](Self::fingerprint_of) a JSON text (an SQS body),
-    /// its numbers exact; a text that is not JSON has no fields.
+    /// [`fingerprint_of`](Self::fingerprint_of) a canonicalised JSON text
+    /// (an SQS body), its numbers exact; no document (a body that is not
+    /// JSON) has no fields.
     #[cfg(feature = "sqs")]
-    pub(crate) fn fingerprint_of_text(&self, text: &str) -> String {
+    pub(crate) fn fingerprint_of_canonical(
+        &self,
+        doc: Option<&crate::fingerprint::CanonicalJson>,
+    ) -> String {
         self.fingerprint_fields(|pointer| {
-            crate::fingerprint::canonical_json_at(text, pointer)
-                .flatten()
+            doc.and_then(|d| d.at(pointer))
+                .map(<[u8]>::to_vec)
                 .unwrap_or_default()
         })
     }
@@ -401,7 +405,7 @@ impl IdempotentFunction {
             }
         };
         let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(json));
-        let expires = claim::now_ms() / 1000 + self.expires_after.as_secs();
+        let expires = crate::clock::now_ms() / 1000 + self.expires_after.as_secs();
         let err = match self
             .store
             .complete_with_writes(lease, &stored, expires, writes)

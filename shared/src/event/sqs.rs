@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::function::{EventError, IdempotentFunction, Key};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
-use crate::fingerprint::{canonical_json_at, check_pointer};
+use crate::fingerprint::{check_pointer, CanonicalJson};
 
 /// Where a record's key comes from.
 #[derive(Debug, Clone)]
@@ -117,13 +117,13 @@ impl SqsBatch {
                 true
             } else {
                 // Keys and validated fields are read from the body's text,
-                // so numbers keep every digit.
-                let body = message.body.as_deref().unwrap_or_default();
+                // canonicalised once, so numbers keep every digit.
+                let doc = CanonicalJson::parse(message.body.as_deref().unwrap_or_default());
                 let key = match &self.key {
                     SqsKey::MessageId => id.clone().map(Key::text),
-                    SqsKey::BodyPointer(pointer) => body_key(body, pointer),
+                    SqsKey::BodyPointer(pointer) => doc.as_ref().and_then(|d| body_key(d, pointer)),
                 };
-                let fingerprint = self.function.fingerprint_of_text(body);
+                let fingerprint = self.function.fingerprint_of_canonical(doc.as_ref());
                 let result: Result<O, EventError<E>> = self
                     .function
                     .run_keyed(key, fingerprint, message, &handler)
@@ -156,12 +156,11 @@ impl SqsBatch {
 /// The key at `pointer` of a message body: a string as it is, another value
 /// as its canonical JSON (kept apart from strings: `5` is not `"5"`; numbers
 /// exact), null, absent or a body that is not JSON as no key.
-fn body_key(body: &str, pointer: &str) -> Option<Key> {
-    let value = canonical_json_at(body, pointer)??;
-    match value.as_slice() {
+fn body_key(body: &CanonicalJson, pointer: &str) -> Option<Key> {
+    match body.at(pointer)? {
         b"null" => None,
-        [b'"', ..] => serde_json::from_slice::<String>(&value).ok().map(Key::text),
-        _ => String::from_utf8(value).ok().map(Key::json),
+        value @ [b'"', ..] => serde_json::from_slice::<String>(value).ok().map(Key::text),
+        value => String::from_utf8(value.to_vec()).ok().map(Key::json),
     }
 }
 

@@ -13,7 +13,8 @@ use tracing::Instrument;
 
 use super::layer::{Config, HookFn, StatusFn};
 use super::{stored_by_default, ResponseFuture, REPLAYED_HEADER};
-use crate::claim::{self, millis, now_ms, Found, Release};
+use crate::claim::{self, Found, Release};
+use crate::clock::{millis, now_ms};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::key;

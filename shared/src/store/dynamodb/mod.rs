@@ -370,7 +370,7 @@ impl Store for DynamoStore {
         let position = match cursor {
             Some(cursor) => Position::decode(&cursor)?,
             None => Position {
-                first: first_shard(crate::claim::now_ms()),
+                first: first_shard(crate::clock::now_ms()),
                 i: 0,
                 key: None,
             },
