@@ -41,74 +41,47 @@ pub struct ProblemType {
     pub status: u16,
 }
 
-/// The key header is required here but absent.
-pub const KEY_MISSING: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/key-missing",
-    title: "Idempotency-Key header is missing",
-    status: 400,
-};
-/// The tenant source is configured but the request carries no tenant (no
-/// authorizer, or the claim or field is absent): the request is refused
-/// rather than run in a scope shared with every other anonymous caller.
-pub const TENANT_MISSING: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/tenant-missing",
-    title: "The request carries no tenant identity",
-    status: 401,
-};
-/// The key is malformed.
-pub const KEY_INVALID: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/key-invalid",
-    title: "Idempotency-Key header is invalid",
-    status: 400,
-};
-/// A request with this key is still being processed.
-pub const IN_PROGRESS: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/in-progress",
-    title: "A request with this Idempotency-Key is still being processed",
-    status: 409,
-};
-/// The key was used for a different request.
-pub const KEY_REUSED: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/key-reused",
-    title: "Idempotency-Key was already used for a different request",
-    status: 422,
-};
-/// The store is unreachable; nothing ran.
-pub const STORE_UNAVAILABLE: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/store-unavailable",
-    title: "Idempotency store is unavailable",
-    status: 503,
-};
+/// Declares each problem type as a constant whose URI is [`BASE`] followed by
+/// its slug (literals, so the URI is a `&'static str` built at compile time).
+macro_rules! problem_types {
+    ($($(#[$doc:meta])* $name:ident = ($slug:literal, $status:literal, $title:literal);)*) => {
+        $(
+            $(#[$doc])*
+            pub const $name: ProblemType = ProblemType {
+                uri: concat!("https://lambda-idempotency.dev/problems/", $slug),
+                title: $title,
+                status: $status,
+            };
+        )*
+    };
+}
 
-/// The first request never finished; the sweeper stored this terminal outcome.
-pub const ABANDONED: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/abandoned",
-    title: "The request with this Idempotency-Key was abandoned",
-    status: 500,
-};
-
-/// The first request succeeded but its response was too large to store.
-pub const RESPONSE_TOO_LARGE: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/response-too-large",
-    title: "The response to this Idempotency-Key is too large to replay",
-    status: 500,
-};
-
-/// The handler's writes and the completion were cancelled as one transaction.
-pub const TRANSACTION_CANCELLED: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/transaction-cancelled",
-    title: "The request's writes were cancelled",
-    status: 409,
-};
-
-/// DynamoDB refused the handler's transactional writes as invalid (more than
-/// 100 items, two operations on one item, an item too large): nothing was
-/// written and the key was released. A bug in the handler, not the client's.
-pub const TRANSACTION_REJECTED: ProblemType = ProblemType {
-    uri: "https://lambda-idempotency.dev/problems/transaction-rejected",
-    title: "The request's writes were rejected as invalid",
-    status: 500,
-};
+problem_types! {
+    /// The key header is required here but absent.
+    KEY_MISSING = ("key-missing", 400, "Idempotency-Key header is missing");
+    /// The tenant source is configured but the request carries no tenant (no
+    /// authorizer, or the claim or field is absent): the request is refused
+    /// rather than run in a scope shared with every other anonymous caller.
+    TENANT_MISSING = ("tenant-missing", 401, "The request carries no tenant identity");
+    /// The key is malformed.
+    KEY_INVALID = ("key-invalid", 400, "Idempotency-Key header is invalid");
+    /// A request with this key is still being processed.
+    IN_PROGRESS = ("in-progress", 409, "A request with this Idempotency-Key is still being processed");
+    /// The key was used for a different request.
+    KEY_REUSED = ("key-reused", 422, "Idempotency-Key was already used for a different request");
+    /// The store is unreachable; nothing ran.
+    STORE_UNAVAILABLE = ("store-unavailable", 503, "Idempotency store is unavailable");
+    /// The first request never finished; the sweeper stored this terminal outcome.
+    ABANDONED = ("abandoned", 500, "The request with this Idempotency-Key was abandoned");
+    /// The first request succeeded but its response was too large to store.
+    RESPONSE_TOO_LARGE = ("response-too-large", 500, "The response to this Idempotency-Key is too large to replay");
+    /// The handler's writes and the completion were cancelled as one transaction.
+    TRANSACTION_CANCELLED = ("transaction-cancelled", 409, "The request's writes were cancelled");
+    /// DynamoDB refused the handler's transactional writes as invalid (more than
+    /// 100 items, two operations on one item, an item too large): nothing was
+    /// written and the key was released. A bug in the handler, not the client's.
+    TRANSACTION_REJECTED = ("transaction-rejected", 500, "The request's writes were rejected as invalid");
+}
 
 /// Build a problem response of `kind` with a `detail` sentence.
 pub fn response(kind: ProblemType, detail: &str) -> Response<Body> {
@@ -145,10 +118,15 @@ mod tests {
     fn uris_share_the_base_and_are_distinct() {
         let all = [
             KEY_MISSING,
+            TENANT_MISSING,
             KEY_INVALID,
             IN_PROGRESS,
             KEY_REUSED,
             STORE_UNAVAILABLE,
+            ABANDONED,
+            RESPONSE_TOO_LARGE,
+            TRANSACTION_CANCELLED,
+            TRANSACTION_REJECTED,
         ];
         for (i, a) in all.iter().enumerate() {
             assert!(a.uri.starts_with(BASE));

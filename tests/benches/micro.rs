@@ -65,30 +65,7 @@ fn record_round_trip(bencher: Bencher) {
 }
 
 fn request(key: &str) -> Request {
-    http::Request::post("/orders")
-        .header("content-type", "application/json")
-        .header("idempotency-key", key)
-        .body(Body::from(body()))
-        .expect("static request")
-}
-
-/// The handler of the end-to-end benchmark: 201 with the body, no work.
-fn handler() -> impl Service<
-    Request,
-    Response = Response<Body>,
-    Error = lambda_http::Error,
-    Future = impl Send + 'static,
-> + Clone
-       + Send
-       + 'static {
-    tower::service_fn(|req: Request| async move {
-        Ok::<_, lambda_http::Error>(
-            Response::builder()
-                .status(201)
-                .header("content-type", "application/json")
-                .body(Body::from(req.body().as_ref().to_vec()))?,
-        )
-    })
+    integration_tests::post("/orders", Some(key), body())
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -130,7 +107,7 @@ where
 #[divan::bench]
 fn bare_handler(bencher: Bencher) {
     let mut n = 0u64;
-    bench_service(bencher, handler(), move || {
+    bench_service(bencher, integration_tests::echo_handler(), move || {
         n += 1;
         request(&format!("k{n}"))
     });
@@ -138,7 +115,7 @@ fn bare_handler(bencher: Bencher) {
 
 #[divan::bench]
 fn middleware_first_execution(bencher: Bencher) {
-    let svc = IdempotencyLayer::new(MemoryStore::new()).layer(handler());
+    let svc = IdempotencyLayer::new(MemoryStore::new()).layer(integration_tests::echo_handler());
     let mut n = 0u64;
     bench_service(bencher, svc, move || {
         n += 1;
@@ -148,7 +125,9 @@ fn middleware_first_execution(bencher: Bencher) {
 
 #[divan::bench]
 fn middleware_replay(bencher: Bencher) {
-    let svc = with_completed_key(IdempotencyLayer::new(MemoryStore::new()).layer(handler()));
+    let svc = with_completed_key(
+        IdempotencyLayer::new(MemoryStore::new()).layer(integration_tests::echo_handler()),
+    );
     bench_service(bencher, svc, || request("k"));
 }
 
@@ -157,7 +136,7 @@ fn middleware_cached_replay(bencher: Bencher) {
     let svc = with_completed_key(
         IdempotencyLayer::new(MemoryStore::new())
             .local_cache(1_000, Duration::from_secs(300))
-            .layer(handler()),
+            .layer(integration_tests::echo_handler()),
     );
     bench_service(bencher, svc, || request("k"));
 }

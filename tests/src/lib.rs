@@ -7,7 +7,10 @@
 
 pub mod fault_proxy;
 pub mod functions;
+mod handlers;
 pub mod runtime_api;
+
+pub use handlers::{echo_handler, noise, post, Handler};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -125,6 +128,21 @@ pub async fn client_with(interceptors: Vec<aws_sdk_dynamodb::config::SharedInter
         builder = builder.interceptor(interceptor);
     }
     Client::from_conf(builder.build())
+}
+
+/// A client for another endpoint than the harness's (a closed or a silent
+/// port, to see how the store fails), making at most `max_attempts` attempts
+/// per call.
+pub async fn client_for(endpoint: String, max_attempts: u32) -> Client {
+    let shared = aws_config::from_env()
+        .region(aws_config::Region::new("us-east-1"))
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(max_attempts))
+        .load()
+        .await;
+    let config = aws_sdk_dynamodb::config::Builder::from(&shared)
+        .endpoint_url(endpoint)
+        .build();
+    Client::from_conf(config)
 }
 
 /// A plain client for DynamoDB Local.

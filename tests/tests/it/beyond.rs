@@ -14,7 +14,7 @@ use lambda_idempotency::{
 use serde_json::json;
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{claim_request, json, now_ms, on_both_stores, post, Fixture, Runs};
+use crate::fixture::{claim_request, json, now_ms, on_both_stores, post, Fixture, Handler, Runs};
 
 on_both_stores!(
     crash_after_a_checkpoint_resumes_there_without_repeating_the_call,
@@ -34,12 +34,7 @@ on_both_stores!(
 fn charging_handler(
     provider_calls: Runs,
     hang_after_charge: Arc<std::sync::atomic::AtomicBool>,
-) -> impl tower::Service<
-    Request,
-    Response = Response<Body>,
-    Error = lambda_http::Error,
-    Future = impl Send,
-> + Clone {
+) -> impl Handler {
     tower::service_fn(move |req: Request| {
         let provider_calls = provider_calls.clone();
         let hang = hang_after_charge.clone();
@@ -207,15 +202,7 @@ async fn expired_record_does_not_hand_its_checkpoint_to_a_new_life(f: Fixture) {
     );
 }
 
-fn big_body_handler(
-    body: Arc<Vec<u8>>,
-    runs: Runs,
-) -> impl tower::Service<
-    Request,
-    Response = Response<Body>,
-    Error = lambda_http::Error,
-    Future = impl Send,
-> + Clone {
+fn big_body_handler(body: Arc<Vec<u8>>, runs: Runs) -> impl Handler {
     tower::service_fn(move |_req: Request| {
         let body = body.clone();
         runs.bump();
@@ -258,16 +245,7 @@ async fn compressible_megabyte_response_round_trips(f: Fixture) {
 }
 
 async fn incompressible_megabyte_response_completes_with_the_documented_problem(f: Fixture) {
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    let body: Vec<u8> = (0..1_000_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    let body = Arc::new(body);
+    let body = Arc::new(integration_tests::noise(1_000_000, 0x2545_f491_4f6c_dd1d));
     let runs = Runs::default();
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let sink = lines.clone();
@@ -509,15 +487,7 @@ fn put_order(table: &str, id: &str, must_be_new: bool) -> TransactWriteItem {
         .build()
 }
 
-fn transactional_handler(
-    table: String,
-    order_id: &'static str,
-) -> impl tower::Service<
-    Request,
-    Response = Response<Body>,
-    Error = lambda_http::Error,
-    Future = impl Send,
-> + Clone {
+fn transactional_handler(table: String, order_id: &'static str) -> impl Handler {
     tower::service_fn(move |req: Request| {
         let table = table.clone();
         async move {

@@ -7,7 +7,9 @@ use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{problem, IdempotencyLayer, TenantSource, REPLAYED_HEADER};
 use tower::{Layer, Service, ServiceExt};
 
-use crate::fixture::{counting_handler, json, on_both_stores, post, Fixture, Runs};
+use crate::fixture::{
+    call, counting_handler, json, on_both_stores, post, start_first, Fixture, Handler, Runs,
+};
 
 on_both_stores!(
     first_request_runs_and_costs_two_requests,
@@ -39,29 +41,8 @@ fn service(
     f: &Fixture,
     runs: &Runs,
     delay: Duration,
-) -> lambda_idempotency::Idempotency<
-    impl Service<
-            Request,
-            Response = Response<Body>,
-            Error = lambda_http::Error,
-            Future = impl Send + 'static,
-        > + Clone
-        + Send
-        + 'static,
-> {
+) -> lambda_idempotency::Idempotency<impl Handler> {
     IdempotencyLayer::new(f.store.clone()).layer(counting_handler(runs.clone(), delay))
-}
-
-async fn call<S>(svc: &mut S, req: Request) -> Response<Body>
-where
-    S: Service<Request, Response = Response<Body>, Error = lambda_http::Error>,
-{
-    svc.ready()
-        .await
-        .expect("ready")
-        .call(req)
-        .await
-        .expect("response")
 }
 
 fn problem_type(response: &Response<Body>) -> String {
@@ -100,13 +81,7 @@ async fn retry_replays_stored_response_in_one_request(f: Fixture) {
 async fn retry_while_in_progress_is_409_with_retry_after_in_one_request(f: Fixture) {
     let runs = Runs::default();
     let svc = service(&f, &runs, Duration::from_millis(800));
-    let mut first_svc = svc.clone();
-    let first = tokio::spawn(async move {
-        call(&mut first_svc, post("/orders", Some("k1"), r#"{"a":1}"#)).await
-    });
-    while runs.count() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let first = start_first(&svc, post("/orders", Some("k1"), r#"{"a":1}"#), &runs).await;
     let before = f.requests();
     let mut svc2 = svc.clone();
     let conflict = call(&mut svc2, post("/orders", Some("k1"), r#"{"a":1}"#)).await;
@@ -136,13 +111,7 @@ async fn same_key_different_body_is_422(f: Fixture) {
 async fn different_body_while_in_progress_is_422(f: Fixture) {
     let runs = Runs::default();
     let svc = service(&f, &runs, Duration::from_millis(500));
-    let mut first_svc = svc.clone();
-    let first = tokio::spawn(async move {
-        call(&mut first_svc, post("/orders", Some("k1"), r#"{"a":1}"#)).await
-    });
-    while runs.count() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let first = start_first(&svc, post("/orders", Some("k1"), r#"{"a":1}"#), &runs).await;
     let res = call(&mut svc.clone(), post("/orders", Some("k1"), r#"{"a":2}"#)).await;
     assert_eq!(res.status(), 422);
     first.await.unwrap();
@@ -264,17 +233,7 @@ async fn uncovered_methods_pass_through(f: Fixture) {
     assert_eq!(f.requests(), 2);
 }
 
-fn failing_handler(
-    runs: Runs,
-    status: u16,
-) -> impl Service<
-    Request,
-    Response = Response<Body>,
-    Error = lambda_http::Error,
-    Future = impl Send + 'static,
-> + Clone
-       + Send
-       + 'static {
+fn failing_handler(runs: Runs, status: u16) -> impl Handler {
     tower::service_fn(move |_req: Request| {
         let run = runs.bump();
         async move {
@@ -647,12 +606,7 @@ async fn local_cache_never_holds_in_progress_records(f: Fixture) {
     let runs = Runs::default();
     let layer = IdempotencyLayer::new(f.store.clone()).local_cache(100, Duration::from_secs(60));
     let svc = layer.layer(counting_handler(runs.clone(), Duration::from_millis(400)));
-    let mut first_svc = svc.clone();
-    let first =
-        tokio::spawn(async move { call(&mut first_svc, post("/orders", Some("k1"), "{}")).await });
-    while runs.count() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let first = start_first(&svc, post("/orders", Some("k1"), "{}"), &runs).await;
     for _ in 0..2 {
         let before = f.requests();
         let conflict = call(&mut svc.clone(), post("/orders", Some("k1"), "{}")).await;

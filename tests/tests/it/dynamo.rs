@@ -10,9 +10,11 @@ use lambda_idempotency::{
     problem, schema, ClaimOutcome, ClaimRequest, DynamoStore, IdempotencyLayer, Store,
     REPLAYED_HEADER,
 };
-use tower::{Layer, Service, ServiceExt};
+use tower::Layer;
 
-use crate::fixture::{counting_handler, json, now_ms, post, Runs};
+use crate::fixture::{
+    call, claim_request, counting_handler, json, now_ms, post, start_first, Runs,
+};
 
 #[tokio::test]
 async fn unreachable_store_is_503_and_the_handler_never_runs() {
@@ -20,15 +22,8 @@ async fn unreachable_store_is_503_and_the_handler_never_runs() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
-    let shared = aws_config::from_env()
-        .region(aws_config::Region::new("us-east-1"))
-        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(2))
-        .load()
-        .await;
-    let config = aws_sdk_dynamodb::config::Builder::from(&shared)
-        .endpoint_url(format!("http://127.0.0.1:{port}"))
-        .build();
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), "idempotency");
+    let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 2).await;
+    let store = DynamoStore::new(client, "idempotency");
 
     let runs = Runs::default();
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -40,13 +35,7 @@ async fn unreachable_store_is_503_and_the_handler_never_runs() {
                 .sink(move |l| sink.lock().unwrap().push(l.to_owned())),
         )
         .layer(counting_handler(runs.clone(), Duration::ZERO));
-    let res: Response<Body> = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let res: Response<Body> = call(&mut svc, post("/orders", Some("k1"), "{}")).await;
     assert_eq!(res.status(), 503);
     assert_eq!(res.headers()["retry-after"], "3");
     assert_eq!(json(&res)["type"], problem::STORE_UNAVAILABLE.uri);
@@ -61,16 +50,8 @@ async fn unreachable_store_is_503_and_the_handler_never_runs() {
 async fn missing_table_is_503_with_a_clear_store_error() {
     let client = integration_tests::client().await;
     let store = DynamoStore::new(client, "no-such-table");
-    let now = now_ms();
     let err = store
-        .claim(&ClaimRequest {
-            record_id: "r".into(),
-            fingerprint: "f".into(),
-            owner: "o".into(),
-            now_ms: now,
-            lease_expires_at_ms: now + 1000,
-            expires_at_s: now / 1000 + 60,
-        })
+        .claim(&claim_request("r", "o", 1000))
         .await
         .unwrap_err();
     assert!(err.is_retryable());
@@ -93,13 +74,7 @@ async fn sdk_retry_after_a_lost_claim_response_is_recognised_as_our_claim() {
     let runs = Runs::default();
     let mut svc =
         IdempotencyLayer::new(store).layer(counting_handler(runs.clone(), Duration::ZERO));
-    let res = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let res = call(&mut svc, post("/orders", Some("k1"), "{}")).await;
     assert_eq!(lose.remaining(), 0, "the claim's first response was lost");
     assert_eq!(
         counter.get() - before,
@@ -113,13 +88,7 @@ async fn sdk_retry_after_a_lost_claim_response_is_recognised_as_our_claim() {
     );
     assert_eq!(json(&res)["attempt"], 1);
     assert_eq!(runs.count(), 1);
-    let replay = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let replay = call(&mut svc, post("/orders", Some("k1"), "{}")).await;
     assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
 }
 
@@ -132,19 +101,7 @@ async fn records_hold_hashed_ids_ttl_seconds_and_a_sparse_sweep_index() {
     let svc = IdempotencyLayer::new(store.clone())
         .expires_after(Duration::from_secs(600))
         .layer(counting_handler(runs.clone(), Duration::from_millis(400)));
-    let mut first = svc.clone();
-    let running = tokio::spawn(async move {
-        first
-            .ready()
-            .await
-            .unwrap()
-            .call(post("/orders", Some("secret-key"), "{}"))
-            .await
-            .unwrap()
-    });
-    while runs.count() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let running = start_first(&svc, post("/orders", Some("secret-key"), "{}"), &runs).await;
     let in_progress = scan_one(&client, &table).await;
     let id = in_progress[schema::ID].as_s().unwrap().clone();
     assert_eq!(id.len(), 64);

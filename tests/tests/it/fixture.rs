@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use integration_tests::{post, Handler};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
     ClaimOutcome, ClaimRequest, IdempotencyContext, Lease, MemoryStore, Store,
@@ -91,17 +92,6 @@ pub fn claimed(outcome: ClaimOutcome) -> Lease {
     }
 }
 
-/// A POST with an optional key and a JSON body.
-pub fn post(path: &str, key: Option<&str>, body: &str) -> Request {
-    let mut builder = http::Request::post(path).header("content-type", "application/json");
-    if let Some(key) = key {
-        builder = builder.header("idempotency-key", key);
-    }
-    builder
-        .body(Body::from(body.to_owned()))
-        .expect("valid request")
-}
-
 /// What the counting handler saw on each run.
 #[derive(Debug, Clone, Default)]
 pub struct Runs(Arc<AtomicU64>);
@@ -117,17 +107,7 @@ impl Runs {
 
 /// A handler that counts its runs, optionally sleeps, and answers 201 with
 /// what it learned from its idempotency context.
-pub fn counting_handler(
-    runs: Runs,
-    delay: Duration,
-) -> impl tower::Service<
-    Request,
-    Response = Response<Body>,
-    Error = lambda_http::Error,
-    Future = impl Send + 'static,
-> + Clone
-       + Send
-       + 'static {
+pub fn counting_handler(runs: Runs, delay: Duration) -> impl Handler {
     tower::service_fn(move |req: Request| {
         let runs = runs.clone();
         async move {
@@ -147,6 +127,35 @@ pub fn counting_handler(
                 .body(Body::from(body.to_string()))?)
         }
     })
+}
+
+/// One request through `svc`, which must answer.
+pub async fn call<S>(svc: &mut S, req: Request) -> Response<Body>
+where
+    S: tower::Service<Request, Response = Response<Body>, Error = lambda_http::Error>,
+{
+    use tower::ServiceExt;
+    svc.ready()
+        .await
+        .expect("ready")
+        .call(req)
+        .await
+        .expect("response")
+}
+
+/// Send `req` through a clone of `svc` in its own task and return once the
+/// handler has started (`runs` moved), so its key is claimed and in progress.
+pub async fn start_first<S: Handler>(
+    svc: &S,
+    req: Request,
+    runs: &Runs,
+) -> tokio::task::JoinHandle<Response<Body>> {
+    let mut first = svc.clone();
+    let task = tokio::spawn(async move { call(&mut first, req).await });
+    while runs.count() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    task
 }
 
 pub fn json(response: &Response<Body>) -> serde_json::Value {

@@ -623,12 +623,7 @@ fn counting_service(
     f: &crate::fixture::Fixture,
     layer: impl FnOnce(lambda_idempotency::IdempotencyLayer) -> lambda_idempotency::IdempotencyLayer,
     runs: crate::fixture::Runs,
-) -> impl tower::Service<
-    lambda_http::Request,
-    Response = lambda_http::Response<lambda_http::Body>,
-    Error = lambda_http::Error,
-    Future = impl Send,
-> + Clone {
+) -> impl crate::fixture::Handler {
     use tower::Layer;
     layer(lambda_idempotency::IdempotencyLayer::new(f.store.clone()))
         .layer(crate::fixture::counting_handler(runs, Duration::ZERO))

@@ -6,13 +6,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    problem, schema, Checkpoint, ClaimOutcome, ClaimRequest, DynamoStore, IdempotencyLayer, Lease,
-    Resolution, Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper,
-    REPLAYED_HEADER,
+    problem, schema, Checkpoint, ClaimOutcome, DynamoStore, IdempotencyLayer, Lease, Resolution,
+    Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper, REPLAYED_HEADER,
 };
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{counting_handler, json, now_ms, post, Runs};
+use crate::fixture::{claim_request, claimed, counting_handler, json, now_ms, post, Handler, Runs};
 
 async fn store() -> DynamoStore {
     integration_tests::dynamo_store().await.0
@@ -20,19 +19,27 @@ async fn store() -> DynamoStore {
 
 /// A real claim whose lease ends after `lease_ms`.
 async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> Lease {
-    let now = now_ms();
-    let request = ClaimRequest {
-        record_id: id.into(),
-        fingerprint: "fp".into(),
-        owner: format!("owner-{id}"),
-        now_ms: now,
-        lease_expires_at_ms: now + lease_ms,
-        expires_at_s: now / 1000 + 3600,
+    let request = claim_request(id, &format!("owner-{id}"), lease_ms);
+    claimed(store.claim(&request).await.unwrap())
+}
+
+/// A sweep now (no grace) under `policy`.
+async fn sweep_now(store: &DynamoStore, policy: SweepPolicy) -> SweepSummary {
+    Sweeper::new(store.clone())
+        .policy(policy)
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await
+}
+
+/// The handler commits the recovery point "charged" under `lease`.
+async fn commit_charged(store: &DynamoStore, lease: &Lease) {
+    let point = Checkpoint {
+        name: "charged".into(),
+        data: serde_json::json!({ "charge_id": "ch_1" }),
+        attempt: lease.attempt,
     };
-    match store.claim(&request).await.unwrap() {
-        ClaimOutcome::Claimed(lease) => lease,
-        other => panic!("claim {id}: {other:?}"),
-    }
+    store.checkpoint(lease, &point).await.unwrap();
 }
 
 /// A record id as the middleware makes it (a hash, so ids spread over the 16
@@ -164,15 +171,7 @@ async fn grace_period_keeps_recently_expired_leases() {
     assert_eq!(summary.found, 0);
 }
 
-fn crash_prone_service(
-    store: &DynamoStore,
-    runs: &Runs,
-) -> impl tower::Service<
-    Request,
-    Response = Response<Body>,
-    Error = lambda_http::Error,
-    Future = impl Send,
-> + Clone {
+fn crash_prone_service(store: &DynamoStore, runs: &Runs) -> impl Handler {
     IdempotencyLayer::new(store.clone())
         .max_lease(Duration::from_millis(50))
         .layer(counting_handler(runs.clone(), Duration::ZERO))
@@ -208,10 +207,7 @@ async fn crash_midway(store: &DynamoStore, key: &str) {
 async fn released_key_runs_again_on_the_next_retry() {
     let store = store().await;
     crash_midway(&store, "abandoned").await;
-    let summary = Sweeper::new(store.clone())
-        .grace(Duration::ZERO)
-        .sweep(None)
-        .await;
+    let summary = sweep_now(&store, SweepPolicy::Release).await;
     assert_eq!(summary.released, 1);
     let runs = Runs::default();
     let res = crash_prone_service(&store, &runs)
@@ -227,11 +223,7 @@ async fn released_key_runs_again_on_the_next_retry() {
 async fn fail_policy_stores_a_problem_that_replays() {
     let store = store().await;
     crash_midway(&store, "abandoned").await;
-    let summary = Sweeper::new(store.clone())
-        .policy(SweepPolicy::Fail)
-        .grace(Duration::ZERO)
-        .sweep(None)
-        .await;
+    let summary = sweep_now(&store, SweepPolicy::Fail).await;
     assert_eq!((summary.found, summary.failed), (1, 1));
     let runs = Runs::default();
     for _ in 0..2 {
@@ -271,15 +263,7 @@ async fn record_reclaimed_between_query_and_write_is_fenced() {
     assert_eq!(found.len(), 1);
 
     // A retry takes the record over before the sweeper writes.
-    let now = now_ms();
-    let takeover = ClaimRequest {
-        record_id: id.clone(),
-        fingerprint: "fp".into(),
-        owner: "retry".into(),
-        now_ms: now,
-        lease_expires_at_ms: now + 1,
-        expires_at_s: now / 1000 + 3600,
-    };
+    let takeover = claim_request(&id, "retry", 1);
     assert!(
         matches!(store.claim(&takeover).await.unwrap(), ClaimOutcome::Claimed(l) if l.attempt == 2)
     );
@@ -329,22 +313,9 @@ async fn records_with_a_recovery_point_are_resumable_unless_failing() {
     let id = hashed_id("resumable");
     let lease = claim(&store, &id, 1).await;
     // The handler commits a recovery point, then its invocation dies.
-    store
-        .checkpoint(
-            &lease,
-            &Checkpoint {
-                name: "charged".into(),
-                data: serde_json::json!({ "charge_id": "ch_1" }),
-                attempt: lease.attempt,
-            },
-        )
-        .await
-        .unwrap();
+    commit_charged(&store, &lease).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let summary = Sweeper::new(store.clone())
-        .grace(Duration::ZERO)
-        .sweep(None)
-        .await;
+    let summary = sweep_now(&store, SweepPolicy::Release).await;
     assert_eq!(
         (summary.found, summary.resumable, summary.released),
         (1, 1, 0)
@@ -352,15 +323,7 @@ async fn records_with_a_recovery_point_are_resumable_unless_failing() {
     let kept = item(&store, &id).await.expect("resumable record kept");
     assert!(kept.contains_key(schema::CHECKPOINT));
     // The next retry takes over and resumes from the recovery point.
-    let now = now_ms();
-    let retry = ClaimRequest {
-        record_id: id.clone(),
-        fingerprint: "fp".into(),
-        owner: "retry".into(),
-        now_ms: now,
-        lease_expires_at_ms: now + 1,
-        expires_at_s: now / 1000 + 3600,
-    };
+    let retry = claim_request(&id, "retry", 1);
     match store.claim(&retry).await.unwrap() {
         ClaimOutcome::Claimed(l) => {
             assert_eq!(l.attempt, 2);
@@ -370,11 +333,7 @@ async fn records_with_a_recovery_point_are_resumable_unless_failing() {
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
     // The `fail` policy fails it even so, and drops the recovery point.
-    let summary = Sweeper::new(store.clone())
-        .policy(SweepPolicy::Fail)
-        .grace(Duration::ZERO)
-        .sweep(None)
-        .await;
+    let summary = sweep_now(&store, SweepPolicy::Fail).await;
     assert_eq!((summary.found, summary.failed), (1, 1));
     let failed = item(&store, &id).await.expect("failed record kept");
     assert_eq!(failed[schema::STATUS].as_s().unwrap(), "COMPLETED");
@@ -492,26 +451,12 @@ async fn the_sweeper_function_handles_the_sample_event() {
 async fn the_fail_policy_never_resurrects_an_expired_record() {
     let store = store().await;
     let id = hashed_id("expired-and-stuck");
-    let now = now_ms();
     // Stuck and past its own expiry (TTL deletion lags): absent by definition.
-    let request = ClaimRequest {
-        record_id: id.clone(),
-        fingerprint: "fp".into(),
-        owner: "crashed".into(),
-        now_ms: now,
-        lease_expires_at_ms: now + 1,
-        expires_at_s: now / 1000 - 5,
-    };
-    assert!(matches!(
-        store.claim(&request).await.unwrap(),
-        ClaimOutcome::Claimed(_)
-    ));
+    let mut request = claim_request(&id, "crashed", 1);
+    request.expires_at_s = request.now_ms / 1000 - 5;
+    claimed(store.claim(&request).await.unwrap());
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let summary = Sweeper::new(store.clone())
-        .policy(SweepPolicy::Fail)
-        .grace(Duration::ZERO)
-        .sweep(None)
-        .await;
+    let summary = sweep_now(&store, SweepPolicy::Fail).await;
     assert_eq!(
         (summary.found, summary.failed, summary.errors),
         (1, 0, 0),
@@ -536,17 +481,7 @@ async fn a_recovery_point_committed_after_the_index_was_read_keeps_the_record() 
     assert!(!found[0].has_checkpoint);
     // The (stale but still holding) invocation commits a recovery point
     // after the index page was read.
-    store
-        .checkpoint(
-            &lease,
-            &Checkpoint {
-                name: "charged".into(),
-                data: serde_json::json!({"charge_id": "ch_1"}),
-                attempt: lease.attempt,
-            },
-        )
-        .await
-        .unwrap();
+    commit_charged(&store, &lease).await;
     let resolution = sweeper.resolve(&found[0], now_ms()).await.unwrap();
     assert_eq!(resolution, Resolution::Resumable);
     let kept = item(&store, &id)
@@ -566,14 +501,9 @@ async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline() {
             open.push(socket);
         }
     });
-    let shared = aws_config::from_env()
-        .region(aws_config::Region::new("us-east-1"))
-        .load()
-        .await;
-    let config = aws_sdk_dynamodb::config::Builder::from(&shared)
-        .endpoint_url(format!("http://127.0.0.1:{port}"))
-        .build();
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), "idempotency");
+    // The SDK's default of 3 attempts per call.
+    let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 3).await;
+    let store = DynamoStore::new(client, "idempotency");
     let deadline = now_ms() + 3_000;
     let summary = tokio::time::timeout(
         Duration::from_secs(30),

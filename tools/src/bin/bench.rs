@@ -129,12 +129,7 @@ fn request(key: &str) -> Request {
 
 /// The handler every variant wraps: answers 201 with the body, doing no work,
 /// so what is measured is the idempotency layer.
-fn handler(
-    delay: Duration,
-) -> impl Service<Request, Response = Response<Body>, Error = lambda_http::Error, Future = impl Send>
-       + Clone
-       + Send
-       + 'static {
+fn handler(delay: Duration) -> impl integration_tests::Handler {
     tower::service_fn(move |req: Request| async move {
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
@@ -181,6 +176,21 @@ impl Samples {
         let series = self.0.entry(kind).or_default();
         series.us.push(us);
         series.requests += requests;
+    }
+
+    /// Runs `op`, adding its time and the store requests it made (as
+    /// `counter` saw them) under `kind`.
+    async fn measure<T>(
+        &mut self,
+        kind: &'static str,
+        counter: &RequestCounter,
+        op: impl std::future::Future<Output = T>,
+    ) -> T {
+        let before = counter.get();
+        let start = Instant::now();
+        let out = op.await;
+        self.add(kind, micros(start.elapsed()), counter.get() - before);
+        out
     }
 
     /// `{"<kind>_us": [...]}` and `{"<kind>": requests}`.
@@ -434,40 +444,31 @@ async fn exact_requests<S>(
 ) -> Result<()> {
     let key = fresh.key("exact");
     let claim = claim_request(&key, fresh.owner(), fingerprint);
-    let before = t.counter.get();
-    let start = Instant::now();
-    let outcome = t.store.claim(&claim).await.map_err(|e| e.to_string())?;
-    samples.add(
-        names.claim,
-        micros(start.elapsed()),
-        t.counter.get() - before,
-    );
+    let outcome = samples
+        .measure(names.claim, &t.counter, async {
+            t.store.claim(&claim).await.map_err(|e| e.to_string())
+        })
+        .await?;
     let ClaimOutcome::Claimed(lease) = outcome else {
         return Err(format!("claim of a fresh key found a record: {outcome:?}"));
     };
 
     let expires_at = now_ms() / 1000 + 24 * 3600;
-    let before = t.counter.get();
-    let start = Instant::now();
-    t.store
-        .complete(&lease, stored, expires_at)
-        .await
-        .map_err(|e| e.to_string())?;
-    samples.add(
-        names.complete,
-        micros(start.elapsed()),
-        t.counter.get() - before,
-    );
+    samples
+        .measure(names.complete, &t.counter, async {
+            t.store
+                .complete(&lease, stored, expires_at)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await?;
 
     let again = claim_request(&key, fresh.owner(), fingerprint);
-    let before = t.counter.get();
-    let start = Instant::now();
-    let outcome = t.store.claim(&again).await.map_err(|e| e.to_string())?;
-    samples.add(
-        names.replay_claim,
-        micros(start.elapsed()),
-        t.counter.get() - before,
-    );
+    let outcome = samples
+        .measure(names.replay_claim, &t.counter, async {
+            t.store.claim(&again).await.map_err(|e| e.to_string())
+        })
+        .await?;
     match outcome {
         ClaimOutcome::Exists(record)
             if record.status == Status::Completed && record.response.is_some() =>
@@ -567,14 +568,9 @@ async fn bare_put_timed<S>(
     samples: &mut Samples,
 ) -> Result<()> {
     let key = fresh.key("bare");
-    let before = t.counter.get();
-    let start = Instant::now();
-    bare_put(&t.store, &key).await?;
-    samples.add(
-        names.bare,
-        micros(start.elapsed()),
-        t.counter.get() - before,
-    );
+    samples
+        .measure(names.bare, &t.counter, bare_put(&t.store, &key))
+        .await?;
     Ok(())
 }
 
