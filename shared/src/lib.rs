@@ -108,33 +108,16 @@ pub use crate::key::{IdempotencyKey, MAX_KEY_LEN};
 pub use crate::record::{
     Checkpoint, Record, Status, StoredBody, StoredResponse, COMPRESS_ABOVE_BYTES, MAX_BODY_BYTES,
 };
-pub use crate::scope::TenantSource;
+pub use crate::scope::{RecordScope, TenantSource};
 #[cfg(feature = "dynamodb")]
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{
-    ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, Resolution, Resolve, Store,
-    StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+    ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
+    Store, StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 #[cfg(feature = "sweeper")]
 pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};
-
-/// Helpers this project's own tests and tools use (feature `test-util`): not
-/// a stable API.
-#[cfg(feature = "test-util")]
-pub mod test_util {
-    /// The record id the middleware gives the key `key` of a request with
-    /// this namespace, tenant, method and route.
-    pub fn record_id(
-        namespace: &str,
-        tenant: Option<&str>,
-        method: &str,
-        route: &str,
-        key: &str,
-    ) -> String {
-        crate::scope::record_id(namespace, tenant, method, route, key)
-    }
-}
 
 // The README's quickstart is compiled with the doc tests.
 #[cfg(all(doctest, feature = "dynamodb", feature = "sqs", feature = "sweeper"))]

@@ -241,6 +241,60 @@ pub(crate) fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// What the id of a request's record is made of, to find that record again
+/// (an operator's `inspect --key`, a test): the layer's namespace (empty
+/// unless one was set), the tenant (`None`: anonymous), the method, the route
+/// (the matched route template, or the path) and the key.
+///
+/// ```
+/// use lambda_idempotency::RecordScope;
+///
+/// let scope = RecordScope { tenant: Some("t-42"), ..RecordScope::new("POST", "/orders", "order-0001") };
+/// assert_eq!(scope.record_id().len(), 64);
+/// // Paths are normalised as the middleware does it.
+/// assert_eq!(
+///     RecordScope::new("POST", "orders//", "k").record_id(),
+///     RecordScope::new("POST", "/orders", "k").record_id()
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordScope<'a> {
+    /// The layer's namespace (`IdempotencyLayer::namespace`), empty by default.
+    pub namespace: &'a str,
+    /// The tenant, `None` for anonymous requests.
+    pub tenant: Option<&'a str>,
+    /// The HTTP method, as sent (`POST`).
+    pub method: &'a str,
+    /// The route template the request matched, or its path.
+    pub route: &'a str,
+    /// The idempotency key.
+    pub key: &'a str,
+}
+
+impl<'a> RecordScope<'a> {
+    /// An anonymous scope in no namespace.
+    pub fn new(method: &'a str, route: &'a str, key: &'a str) -> Self {
+        Self {
+            namespace: "",
+            tenant: None,
+            method,
+            route,
+            key,
+        }
+    }
+
+    /// The record id the middleware gives this scope (a hex SHA-256).
+    pub fn record_id(&self) -> String {
+        record_id(
+            self.namespace,
+            self.tenant,
+            self.method,
+            &normalize_path(self.route),
+            self.key,
+        )
+    }
+}
+
 /// The record id of a scope: hex SHA-256 over length-prefixed parts.
 pub(crate) fn record_id(
     namespace: &str,

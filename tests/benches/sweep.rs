@@ -35,13 +35,15 @@ async fn main() {
                 let request = ClaimRequest {
                     // Ids as the middleware makes them (hashes): spread over
                     // the 16 index shards as in production.
-                    record_id: lambda_idempotency::test_util::record_id(
-                        "bench",
-                        None,
-                        "POST",
-                        "/orders",
-                        &format!("key-{i}"),
-                    ),
+                    record_id: lambda_idempotency::RecordScope {
+                        namespace: "bench",
+                        ..lambda_idempotency::RecordScope::new(
+                            "POST",
+                            "/orders",
+                            &format!("key-{i}"),
+                        )
+                    }
+                    .record_id(),
                     fingerprint: "fp".into(),
                     owner: format!("owner-{i}"),
                     now_ms: now,

@@ -8,8 +8,8 @@ use crate::error::Error;
 use crate::record::{Record, Status, StoredResponse};
 use crate::store::{
     claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
-    Completion, Lease, Resolution, Resolve, Store, StuckPage, StuckRecord, SweepCursor,
-    DEFAULT_MAX_RESPONSE_BYTES,
+    Completion, Lease, RecordPage, Resolution, Resolve, Store, StoredRecord, StuckPage,
+    StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// An in-memory [`Store`] with the same semantics as the DynamoDB one, for unit
@@ -191,6 +191,31 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        self.count();
+        Ok(self.records().get(record_id).cloned().map(unsized_record))
+    }
+
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
+        self.count();
+        let records = self.records();
+        let mut page: Vec<&Record> = records
+            .values()
+            .filter(|r| cursor.as_ref().is_none_or(|c| r.id > c.0))
+            .collect();
+        page.sort_by(|a, b| a.id.cmp(&b.id));
+        let more = page.len() > limit.max(1);
+        page.truncate(limit.max(1));
+        let next = more
+            .then(|| page.last().map(|r| SweepCursor(r.id.clone())))
+            .flatten();
+        Ok(RecordPage {
+            records: page.into_iter().cloned().map(unsized_record).collect(),
+            next,
+            skipped: 0,
+        })
+    }
+
     async fn stuck(
         &self,
         cutoff_ms: u64,
@@ -279,5 +304,14 @@ impl Store for MemoryStore {
         Self::check_lease(&mut records, lease)?;
         records.remove(&lease.record_id);
         Ok(())
+    }
+}
+
+/// A record as [`Store::get`] returns it here: memory has no billed size.
+fn unsized_record(record: Record) -> StoredRecord {
+    StoredRecord {
+        record,
+        size_bytes: None,
+        write_units: None,
     }
 }

@@ -105,6 +105,33 @@ pub struct StuckPage {
     pub failed_reads: u64,
 }
 
+/// A record as read back for an operator ([`Store::get`], [`Store::scan`]):
+/// the record and what it takes in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// The record, decoded.
+    pub record: Record,
+    /// Its size as the store counts it (DynamoDB: the item size its billing
+    /// uses, attribute names included), in bytes; `None` where the store has
+    /// no such measure.
+    pub size_bytes: Option<u64>,
+    /// What one write of it costs (DynamoDB: write units, 1 per KB rounded
+    /// up); `None` where the store does not bill by units.
+    pub write_units: Option<u64>,
+}
+
+/// One page of a full listing of the records ([`Store::scan`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordPage {
+    /// The records of this page.
+    pub records: Vec<StoredRecord>,
+    /// Where the listing goes on; `None` when it is complete.
+    pub next: Option<SweepCursor>,
+    /// Items of this page that are not idempotency records (another
+    /// application's items in a shared table, or corrupt ones; logged).
+    pub skipped: u64,
+}
+
 /// How to resolve a stuck record.
 #[derive(Debug, Clone, Copy)]
 pub enum Resolve<'a> {
@@ -242,6 +269,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         now_ms: u64,
     ) -> Result<Resolution, Error>;
 
+    /// The record `record_id` as stored now (a strongly consistent read),
+    /// `None` when absent. A record past its expiry that the store has not
+    /// deleted yet is returned as it is: compare `expires_at_s` with the clock.
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error>;
+
+    /// One page of every record, from `cursor` (`None`: the start), at most
+    /// `limit`, in no particular order. This reads the whole store
+    /// (DynamoDB: a `Scan`, billed for every item read); it is for operators
+    /// who ask for it, never for the sweeper.
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error>;
+
     /// What this store is, for messages (`DynamoDB table `idempotency``).
     fn describe(&self) -> String {
         format!("{self:?}")
@@ -349,6 +387,12 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
         now_ms: u64,
     ) -> Result<Resolution, Error> {
         (**self).resolve_stuck(record, how, cutoff_ms, now_ms).await
+    }
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        (**self).get(record_id).await
+    }
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
+        (**self).scan(cursor, limit).await
     }
     fn describe(&self) -> String {
         (**self).describe()

@@ -500,7 +500,7 @@ async fn derived_key_is_stable_across_attempts(f: Fixture) {
     let resumed = call(&mut svc, post("/orders", Some("k1"), "{}")).await;
     assert_eq!(json(&resumed)["attempt"], 2);
     let expected = lambda_idempotency::IdempotencyContext::new(
-        lambda_idempotency::test_util::record_id("", None, "POST", "/orders", "k1"),
+        lambda_idempotency::RecordScope::new("POST", "/orders", "k1").record_id(),
         1,
     )
     .with_fingerprint(lambda_idempotency::Fingerprinter::new().fingerprint(

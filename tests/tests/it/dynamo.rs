@@ -149,7 +149,7 @@ async fn records_hold_hashed_ids_ttl_seconds_and_a_sparse_sweep_index() {
 #[tokio::test]
 async fn a_foreign_item_is_a_store_error_not_a_panic() {
     let (store, _) = integration_tests::dynamo_store().await;
-    let id = lambda_idempotency::test_util::record_id("", None, "POST", "/orders", "k1");
+    let id = lambda_idempotency::RecordScope::new("POST", "/orders", "k1").record_id();
     store
         .client()
         .put_item()

@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use integration_tests::{client, create_table_from_template, unique_name};
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::{test_util::record_id, IdempotencyContext, REPLAYED_HEADER};
+use lambda_idempotency::{IdempotencyContext, REPLAYED_HEADER};
 use orders_api::{Config, Orders};
 use tower::{Layer, Service, ServiceExt};
 
@@ -175,14 +175,17 @@ async fn create_replay_and_get_an_order() {
     assert_eq!(body["executions"], 1);
     assert!(body["charge_id"].as_str().unwrap().starts_with("ch_"));
     let order_id = body["order_id"].as_str().unwrap().to_owned();
-    let expected_id = IdempotencyContext::new(record_id("", None, "POST", "/orders", "k1"), 1)
-        .with_fingerprint(lambda_idempotency::Fingerprinter::new().fingerprint(
-            "POST",
-            "/orders",
-            &[],
-            BODY.as_bytes(),
-        ))
-        .derived_key("order");
+    let expected_id = IdempotencyContext::new(
+        lambda_idempotency::RecordScope::new("POST", "/orders", "k1").record_id(),
+        1,
+    )
+    .with_fingerprint(lambda_idempotency::Fingerprinter::new().fingerprint(
+        "POST",
+        "/orders",
+        &[],
+        BODY.as_bytes(),
+    ))
+    .derived_key("order");
     assert_eq!(
         order_id, expected_id,
         "the order id is derived from the idempotency record"
@@ -363,7 +366,7 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
     let app = App::new(0).await;
     let store = app.store();
     let mut orders = Orders::new(app.client.clone(), &app.config);
-    let record = record_id("", None, "POST", "/orders", "crash");
+    let record = lambda_idempotency::RecordScope::new("POST", "/orders", "crash").record_id();
     let claim = |owner: &str| {
         let now = crate::fixture::now_ms();
         lambda_idempotency::ClaimRequest {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
-    ClaimOutcome, ClaimRequest, ErrorKind, Lease, Status, StoredBody, StoredResponse,
+    ClaimOutcome, ClaimRequest, ErrorKind, Lease, Status, Store, StoredBody, StoredResponse,
 };
 
 use crate::fixture::{claim_request, claimed, now_ms, on_both_stores, Fixture};
@@ -17,6 +17,8 @@ on_both_stores!(
     expired_record_is_reclaimed,
     repeated_claim_by_the_same_owner_counts_as_claimed,
     complete_and_release_by_a_stranger_are_fenced,
+    get_returns_the_record_as_stored_or_none,
+    scan_pages_through_every_record_once,
 );
 
 fn request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
@@ -202,4 +204,131 @@ async fn complete_and_release_by_a_stranger_are_fenced(f: Fixture) {
     }
     let record = existing(f.store.claim(&request("r", "c", 60_000)).await.unwrap());
     assert_eq!(record.response, Some(response()));
+}
+
+// What operators read: one record by id, and every record page by page.
+
+async fn get_returns_the_record_as_stored_or_none(f: Fixture) {
+    assert_eq!(f.store.get("absent").await.unwrap(), None);
+    let lease = claimed(f.store.claim(&request("r", "a", 60_000)).await.unwrap());
+    let found = f.store.get("r").await.unwrap().expect("claimed record");
+    assert_eq!(found.record.status, Status::InProgress);
+    assert_eq!(
+        (found.record.attempt, found.record.owner.as_str()),
+        (1, "a")
+    );
+    f.store
+        .complete(&lease, &response(), now_ms() / 1000 + 60)
+        .await
+        .unwrap();
+    let found = f.store.get("r").await.unwrap().expect("completed record");
+    assert_eq!(found.record.status, Status::Completed);
+    assert_eq!(found.record.response, Some(response()));
+}
+
+async fn scan_pages_through_every_record_once(f: Fixture) {
+    let mut ids: Vec<String> = (0..7).map(|i| format!("r{i}")).collect();
+    for id in &ids {
+        claimed(f.store.claim(&request(id, "a", 60_000)).await.unwrap());
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = f.store.scan(cursor, 3).await.unwrap();
+        pages += 1;
+        assert_eq!(page.skipped, 0);
+        assert!(page.records.len() <= 3);
+        seen.extend(page.records.into_iter().map(|r| r.record.id));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    seen.sort();
+    ids.sort();
+    assert_eq!(seen, ids);
+    assert!(pages >= 3, "pages of at most 3: {pages}");
+}
+
+/// The size `get` reports is the one DynamoDB bills: a `PutItem` of the same
+/// item consumes the write units it predicts, at every response size.
+#[tokio::test]
+async fn dynamodb_sizes_match_the_billed_write_units() {
+    use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+    let (store, _) = integration_tests::dynamo_store().await;
+    let client = store.client().clone();
+    let scratch = integration_tests::unique_name("sizes");
+    // Without the index, so only the table's units count.
+    client
+        .create_table()
+        .table_name(&scratch)
+        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+        .attribute_definitions(
+            aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                .attribute_name(lambda_idempotency::schema::ID)
+                .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                .attribute_name(lambda_idempotency::schema::ID)
+                .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    for (i, bytes) in [10usize, 900, 1_500, 3_000, 9_000].into_iter().enumerate() {
+        let id = format!("size-{i}");
+        let lease = claimed(store.claim(&request(&id, "a", 60_000)).await.unwrap());
+        // Incompressible, so the stored body keeps its size.
+        let body = StoredBody::Binary(integration_tests::noise(bytes, 7 + i as u64));
+        store
+            .complete(
+                &lease,
+                &StoredResponse::new(200, vec![], body),
+                now_ms() / 1000 + 60,
+            )
+            .await
+            .unwrap();
+        let found = store.get(&id).await.unwrap().unwrap();
+        let item = client
+            .get_item()
+            .table_name(store.table())
+            .key(
+                lambda_idempotency::schema::ID,
+                aws_sdk_dynamodb::types::AttributeValue::S(id.clone()),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap()
+            .item
+            .unwrap();
+        let put = client
+            .put_item()
+            .table_name(&scratch)
+            .set_item(Some(item))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .unwrap();
+        let billed = put
+            .consumed_capacity()
+            .and_then(|c| c.capacity_units())
+            .unwrap();
+        assert_eq!(
+            found.write_units,
+            Some(billed as u64),
+            "{bytes}-byte body: {found:?}"
+        );
+        let size = found.size_bytes.unwrap();
+        assert!(
+            size > bytes as u64 && size < bytes as u64 + 400,
+            "{size} for {bytes}"
+        );
+    }
 }

@@ -45,7 +45,7 @@ async fn commit_charged(store: &DynamoStore, lease: &Lease) {
 /// A record id as the middleware makes it (a hash, so ids spread over the 16
 /// index shards).
 fn hashed_id(key: &str) -> String {
-    lambda_idempotency::test_util::record_id("", None, "POST", "/orders", key)
+    lambda_idempotency::RecordScope::new("POST", "/orders", key).record_id()
 }
 
 /// Ids of the completed and the live neighbour records of [`populate`].
@@ -242,7 +242,7 @@ async fn fail_policy_stores_a_problem_that_replays() {
     );
     let record = item(
         &store,
-        &lambda_idempotency::test_util::record_id("", None, "POST", "/orders", "abandoned"),
+        &lambda_idempotency::RecordScope::new("POST", "/orders", "abandoned").record_id(),
     )
     .await
     .unwrap();

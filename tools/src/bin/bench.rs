@@ -310,6 +310,16 @@ impl Store for TimedStore {
             .resolve_stuck(record, how, cutoff_ms, now_ms)
             .await
     }
+    async fn get(&self, record_id: &str) -> StoreResult<Option<lambda_idempotency::StoredRecord>> {
+        self.inner.get(record_id).await
+    }
+    async fn scan(
+        &self,
+        cursor: Option<lambda_idempotency::SweepCursor>,
+        limit: usize,
+    ) -> StoreResult<lambda_idempotency::RecordPage> {
+        self.inner.scan(cursor, limit).await
+    }
 }
 
 /// Time one call through a service; the response is checked by the caller,
@@ -420,7 +430,7 @@ fn claim_request(key: &str, owner: String, fingerprint: &str) -> ClaimRequest {
     let now = now_ms();
     let lease = now + 15 * 60 * 1000;
     ClaimRequest {
-        record_id: lambda_idempotency::test_util::record_id("", None, "POST", "/orders", key),
+        record_id: lambda_idempotency::RecordScope::new("POST", "/orders", key).record_id(),
         fingerprint: fingerprint.to_owned(),
         owner,
         now_ms: now,

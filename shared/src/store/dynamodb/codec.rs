@@ -57,6 +57,44 @@ pub(super) fn headers_value(headers: &[(String, Vec<u8>)]) -> AttributeValue {
 }
 
 /// Decode an item into a [`Record`].
+/// An item's size as DynamoDB bills it: every attribute's name (UTF-8
+/// bytes) plus its value. Strings and binaries count their bytes; numbers
+/// one byte per two significant digits plus one; booleans and nulls one;
+/// lists and maps three, plus one per element, plus their elements (map keys
+/// count like attribute names); sets the sum of their members.
+pub(super) fn item_size(item: &HashMap<String, AttributeValue>) -> u64 {
+    item.iter()
+        .map(|(name, value)| name.len() as u64 + value_size(value))
+        .sum()
+}
+
+fn value_size(value: &AttributeValue) -> u64 {
+    match value {
+        AttributeValue::S(text) => text.len() as u64,
+        AttributeValue::N(number) => number_size(number),
+        AttributeValue::B(bytes) => bytes.as_ref().len() as u64,
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::L(list) => 3 + list.iter().map(|v| 1 + value_size(v)).sum::<u64>(),
+        AttributeValue::M(map) => 3 + item_size(map) + map.len() as u64,
+        AttributeValue::Ss(set) => set.iter().map(|v| v.len() as u64).sum(),
+        AttributeValue::Ns(set) => set.iter().map(|v| number_size(v)).sum(),
+        AttributeValue::Bs(set) => set.iter().map(|v| v.as_ref().len() as u64).sum(),
+        _ => 0,
+    }
+}
+
+/// One byte per two significant digits (leading and trailing zeros
+/// trimmed), plus one.
+fn number_size(number: &str) -> u64 {
+    let digits: String = number
+        .chars()
+        .take_while(|c| *c != 'e' && *c != 'E')
+        .filter(char::is_ascii_digit)
+        .collect();
+    let significant = digits.trim_start_matches('0').trim_end_matches('0').len() as u64;
+    significant.div_ceil(2) + 1
+}
+
 pub(super) fn decode(
     record_id: &str,
     item: &HashMap<String, AttributeValue>,

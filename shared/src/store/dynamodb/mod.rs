@@ -21,8 +21,8 @@ use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
 use crate::store::{
     claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
-    Completion, DeferredWrites, Fitted, Lease, Resolution, Resolve, Store, StuckPage, StuckRecord,
-    SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+    Completion, DeferredWrites, Fitted, Lease, RecordPage, Resolution, Resolve, Store,
+    StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// Attribute and index names of the idempotency table.
@@ -80,7 +80,7 @@ pub mod schema {
 
 mod codec;
 
-use codec::{checkpoint_value, corrupt, decode, headers_value, n, number, s};
+use codec::{checkpoint_value, corrupt, decode, headers_value, item_size, n, number, s};
 use schema::*;
 
 /// A [`Store`] on a DynamoDB table. Cheap to clone.
@@ -359,6 +359,51 @@ impl Store for DynamoStore {
                 _ => Err(self.unavailable("DeleteItem (release)", err)),
             },
         }
+    }
+
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&*self.table)
+            .key(ID, s(record_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| self.unavailable("GetItem", err))?;
+        out.item()
+            .map(|item| sized(decode(record_id, item)?, item))
+            .transpose()
+    }
+
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
+        let out = self
+            .client
+            .scan()
+            .table_name(&*self.table)
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(cursor.map(|c| HashMap::from([(ID.to_owned(), s(&c.0))])))
+            .send()
+            .await
+            .map_err(|err| self.unavailable("Scan", err))?;
+        let mut page = RecordPage::default();
+        for item in out.items() {
+            let id = item.get(ID).and_then(|v| v.as_s().ok());
+            match id.map(|id| decode(id, item).and_then(|record| sized(record, item))) {
+                Some(Ok(record)) => page.records.push(record),
+                Some(Err(err)) => {
+                    page.skipped += 1;
+                    tracing::warn!(error = %err, "an item of the table is not an idempotency record; skipped")
+                }
+                None => page.skipped += 1,
+            }
+        }
+        page.next = out
+            .last_evaluated_key()
+            .and_then(|key| key.get(ID))
+            .and_then(|id| id.as_s().ok())
+            .map(|id| SweepCursor(id.clone()));
+        Ok(page)
     }
 
     async fn stuck(
@@ -825,6 +870,16 @@ impl DynamoStore {
             },
         }
     }
+}
+
+/// `record` with the billed size of `item`, the item it was decoded from.
+fn sized(record: Record, item: &HashMap<String, AttributeValue>) -> Result<StoredRecord, Error> {
+    let size = item_size(item);
+    Ok(StoredRecord {
+        record,
+        size_bytes: Some(size),
+        write_units: Some(size.div_ceil(1024).max(1)),
+    })
 }
 
 /// Is `item` still the stuck attempt `record` saw (in progress, same attempt
