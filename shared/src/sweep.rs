@@ -188,6 +188,29 @@ impl Sweeper {
     /// recovery point; `fail` stores the `abandoned` problem (a 500), or deletes a
     /// record already past its own expiry (never brings it back).
     pub async fn resolve(&self, record: &StuckRecord, now_ms: u64) -> Result<Resolution, Error> {
+        self.resolve_before(record, now_ms, self.cutoff(now_ms))
+            .await
+    }
+
+    /// Like [`resolve`](Self::resolve), whether or not the lease is over:
+    /// for an operator who knows the invocation holding `record` is gone
+    /// (the CLI's `--force`). Still fenced on the attempt and owner `record`
+    /// was read with, so a newer attempt, a completion or another
+    /// resolution in between wins and nothing is written.
+    pub async fn resolve_live(
+        &self,
+        record: &StuckRecord,
+        now_ms: u64,
+    ) -> Result<Resolution, Error> {
+        self.resolve_before(record, now_ms, u64::MAX).await
+    }
+
+    async fn resolve_before(
+        &self,
+        record: &StuckRecord,
+        now_ms: u64,
+        cutoff_ms: u64,
+    ) -> Result<Resolution, Error> {
         if record.has_checkpoint && self.policy == SweepPolicy::Release {
             return Ok(Resolution::Resumable);
         }
@@ -200,7 +223,7 @@ impl Sweeper {
             },
         };
         self.store
-            .resolve_stuck(record, how, self.cutoff(now_ms), now_ms)
+            .resolve_stuck(record, how, cutoff_ms, now_ms)
             .await
     }
 

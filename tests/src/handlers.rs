@@ -34,6 +34,33 @@ pub fn echo_handler() -> impl Handler {
     })
 }
 
+/// Send `req` through the middleware on `store` (50 ms leases) and kill its
+/// invocation once the handler started (the future is dropped, as a crash or
+/// timeout does), then wait past the lease: the record is left in progress
+/// with the fingerprint the middleware gave it.
+pub async fn crash_midway<S: lambda_idempotency::Store + 'static>(store: S, req: Request) {
+    use std::time::Duration;
+    use tower::{Layer, ServiceExt};
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let svc = lambda_idempotency::IdempotencyLayer::new(store)
+        .max_lease(Duration::from_millis(50))
+        .layer(tower::service_fn(move |_req: Request| {
+            let started = started_tx.clone();
+            async move {
+                let _ = started.send(()).await;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, Error>(Response::new(Body::Empty))
+            }
+        }));
+    let task = tokio::spawn(svc.oneshot(req));
+    tokio::time::timeout(Duration::from_secs(30), started_rx.recv())
+        .await
+        .expect("the handler started")
+        .expect("the handler started");
+    task.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
 /// A POST to `path` with an optional `Idempotency-Key` and a JSON body.
 pub fn post(path: &str, key: Option<&str>, body: &str) -> Request {
     let mut builder = http::Request::post(path).header("content-type", "application/json");

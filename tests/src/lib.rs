@@ -10,7 +10,7 @@ pub mod functions;
 mod handlers;
 pub mod runtime_api;
 
-pub use handlers::{echo_handler, noise, post, Handler};
+pub use handlers::{crash_midway, echo_handler, noise, post, Handler};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

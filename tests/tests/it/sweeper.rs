@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
     problem, schema, Checkpoint, ClaimOutcome, DynamoStore, IdempotencyLayer, Lease, Resolution,
     Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper, REPLAYED_HEADER,
@@ -177,30 +176,10 @@ fn crash_prone_service(store: &DynamoStore, runs: &Runs) -> impl Handler {
         .layer(counting_handler(runs.clone(), Duration::ZERO))
 }
 
-/// A request whose invocation dies mid-handler (its future is dropped), leaving
-/// the record in progress, as a crash or timeout does.
+/// A request whose invocation dies mid-handler, leaving its record in
+/// progress past a 50 ms lease.
 async fn crash_midway(store: &DynamoStore, key: &str) {
-    let (started_tx, started_rx) = tokio::sync::mpsc::channel::<()>(1);
-    let svc = IdempotencyLayer::new(store.clone())
-        .max_lease(Duration::from_millis(50))
-        .layer(tower::service_fn(move |_req: Request| {
-            let started = started_tx.clone();
-            async move {
-                let _ = started.send(()).await;
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                Ok::<_, lambda_http::Error>(Response::new(Body::Empty))
-            }
-        }));
-    let task = tokio::spawn(svc.oneshot(post("/orders", Some(key), "{}")));
-    // The handler runs only once the claim succeeded: kill it from there.
-    let mut started_rx = started_rx;
-    tokio::time::timeout(Duration::from_secs(30), started_rx.recv())
-        .await
-        .expect("the handler started")
-        .expect("the handler started");
-    task.abort();
-    // Past the 50 ms lease.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    integration_tests::crash_midway(store.clone(), post("/orders", Some(key), "{}")).await;
 }
 
 #[tokio::test]

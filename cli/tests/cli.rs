@@ -1,0 +1,500 @@
+//! The CLI as a process against DynamoDB Local, on records made by real
+//! claims (through the store and through the middleware), never by
+//! hand-written items.
+
+use std::net::ToSocketAddrs;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use assert_cmd::Command;
+use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
+use lambda_idempotency::{
+    problem, Checkpoint, ClaimOutcome, ClaimRequest, DynamoStore, IdempotencyLayer, Lease,
+    RecordScope, Status, Store, StuckRecord, SweepPolicy, Sweeper, REPLAYED_HEADER,
+};
+use serde_json::Value;
+use tower::{Layer, ServiceExt};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+/// The id the middleware gives `POST /orders` with `key`, anonymous.
+fn id(key: &str) -> String {
+    RecordScope::new("POST", "/orders", key).record_id()
+}
+
+struct Env {
+    store: DynamoStore,
+    endpoint: String,
+}
+
+impl Env {
+    async fn new() -> Env {
+        let (store, _) = integration_tests::dynamo_store().await;
+        Env {
+            store,
+            endpoint: integration_tests::endpoint(),
+        }
+    }
+
+    /// The CLI on this table, through `endpoint`.
+    fn cli_at(&self, endpoint: &str) -> Command {
+        let mut cmd = Command::cargo_bin("lambda-idempotency").expect("the CLI is built");
+        cmd.env("IDEMPOTENCY_TABLE", self.store.table())
+            .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "local")
+            .env("AWS_SECRET_ACCESS_KEY", "local")
+            .env("NO_COLOR", "1")
+            .env_remove("AWS_PROFILE");
+        cmd
+    }
+
+    fn cli(&self) -> Command {
+        self.cli_at(&self.endpoint)
+    }
+
+    /// A real claim of `key`'s record, its lease ending in `lease_ms`.
+    async fn claim(&self, key: &str, owner: &str, lease_ms: u64) -> Lease {
+        let now = now_ms();
+        let request = ClaimRequest {
+            record_id: id(key),
+            fingerprint: "fp".into(),
+            owner: owner.into(),
+            now_ms: now,
+            lease_expires_at_ms: now + lease_ms,
+            expires_at_s: now / 1000 + 3600,
+        };
+        match self.store.claim(&request).await.expect("claim") {
+            ClaimOutcome::Claimed(lease) => lease,
+            other => panic!("claim of {key}: {other:?}"),
+        }
+    }
+
+    /// A request that completed through the middleware (201, a JSON body).
+    async fn completed(&self, key: &str) {
+        let svc =
+            IdempotencyLayer::new(self.store.clone()).layer(integration_tests::echo_handler());
+        let res = svc
+            .oneshot(integration_tests::post(
+                "/orders",
+                Some(key),
+                r#"{"amount":2500}"#,
+            ))
+            .await
+            .expect("response");
+        assert_eq!(res.status(), 201);
+    }
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json_lines(output: &std::process::Output) -> Vec<Value> {
+    stdout(output)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_a_completed_record_and_its_response() {
+    let env = Env::new().await;
+    env.completed("order-0001").await;
+    let by_key = env
+        .cli()
+        .args(["inspect", "--key", "order-0001", "--path", "/orders"])
+        .output()
+        .unwrap();
+    assert!(by_key.status.success(), "{}", stderr(&by_key));
+    let text = stdout(&by_key);
+    assert!(text.contains(&id("order-0001")), "{text}");
+    assert!(
+        text.contains("COMPLETED") && text.contains("stored response: 201"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"amount\": 2500"),
+        "the body pretty-printed: {text}"
+    );
+    // Times, ids, owners and spans vary by run: the snapshot redacts them.
+    insta::with_settings!({filters => vec![
+        (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "[time]"),
+        (r"\b[0-9a-f]{64}\b", "[hash]"),
+        (r"\b[0-9a-f]{32}\b", "[owner]"),
+        (r"\((in [0-9][0-9a-z ]*|[0-9][0-9a-z ]* ago)\)", "([span])"),
+        (r"\d+ bytes", "[n] bytes"),
+        (r"[─═]+", "─"),
+        (r"  +", " "),
+    ]}, {
+        insta::assert_snapshot!("inspect_completed_table", text);
+    });
+
+    let by_id = env
+        .cli()
+        .args(["--json", "inspect", &id("order-0001")])
+        .output()
+        .unwrap();
+    assert!(by_id.status.success(), "{}", stderr(&by_id));
+    let record = &json_lines(&by_id)[0];
+    assert_eq!(record["record_id"], id("order-0001"));
+    assert_eq!(record["status"], "COMPLETED");
+    assert_eq!(record["attempt"], 1);
+    assert_eq!(record["stuck"], false);
+    assert_eq!(record["recovery_point"], Value::Null);
+    assert_eq!(record["response_status"], 201);
+    assert_eq!(record["response"]["body"]["amount"], 2500);
+    let units = record["write_units"].as_u64().unwrap();
+    let bytes = record["size_bytes"].as_u64().unwrap();
+    assert_eq!(units, bytes.div_ceil(1024));
+    for field in ["lease_expires_at", "expires_at"] {
+        let text = record[field].as_str().unwrap();
+        assert!(humantime::parse_rfc3339(text).is_ok(), "{field}: {text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_stats_show_stuck_live_and_recovery_points() {
+    let env = Env::new().await;
+    env.claim("stuck-plain", "owner-a", 1).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let resumable = env.claim("stuck-resumable", "owner-b", 1).await;
+    env.store
+        .checkpoint(
+            &resumable,
+            &Checkpoint {
+                name: "charged".into(),
+                data: serde_json::json!({"charge_id": "ch_1"}),
+                attempt: resumable.attempt,
+            },
+        )
+        .await
+        .unwrap();
+    env.claim("live", "owner-c", 600_000).await;
+    env.completed("done").await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let stuck = env
+        .cli()
+        .args(["--json", "list", "--stuck", "--grace", "0s"])
+        .output()
+        .unwrap();
+    assert!(stuck.status.success(), "{}", stderr(&stuck));
+    // Oldest lease first.
+    let lines = json_lines(&stuck);
+    let ids: Vec<&str> = lines
+        .iter()
+        .map(|l| l["record_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id("stuck-plain"), id("stuck-resumable")]);
+    assert!(lines
+        .iter()
+        .all(|l| l["stuck"] == true && l["status"] == "IN_PROGRESS"));
+    assert_eq!(lines[0]["recovery_point"], Value::Null);
+    assert_eq!(lines[1]["recovery_point"], "charged");
+    assert_eq!(lines[1]["response_status"], Value::Null);
+
+    // With the default 60 s grace nothing is stuck yet; in progress, all three.
+    let in_progress = env.cli().args(["--json", "list"]).output().unwrap();
+    let lines = json_lines(&in_progress);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines.iter().all(|l| l["stuck"] == false));
+    let older = env
+        .cli()
+        .args(["--json", "list", "--in-progress", "--older-than", "1h"])
+        .output()
+        .unwrap();
+    assert_eq!(json_lines(&older).len(), 0);
+
+    // Completed records are not in the index: only a scan finds them, with a warning.
+    let refused = env.cli().args(["list", "--completed"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let completed = env
+        .cli()
+        .args(["--json", "list", "--completed", "--scan"])
+        .output()
+        .unwrap();
+    assert!(stderr(&completed).contains("--scan reads every item"));
+    let lines = json_lines(&completed);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["record_id"], id("done"));
+
+    let table = env
+        .cli()
+        .args(["list", "--stuck", "--grace", "0s"])
+        .output()
+        .unwrap();
+    let text = stdout(&table);
+    assert!(
+        text.contains("IN_PROGRESS (stuck)") && text.contains("charged"),
+        "{text}"
+    );
+    insta::with_settings!({filters => vec![
+        (r"\b[0-9a-f]{64}\b", "[hash]"),
+        (r"in [0-9][0-9a-z ]*[0-9a-z]|[0-9][0-9a-z ]* ago", "[span]"),
+        (r"[─═]+", "─"),
+        (r"  +", " "),
+    ]}, {
+        // Oldest lease first: the plain record was claimed first.
+        insta::assert_snapshot!("list_stuck_table", text);
+    });
+
+    let stats = env
+        .cli()
+        .args(["--json", "stats", "--grace", "0s"])
+        .output()
+        .unwrap();
+    assert!(stats.status.success(), "{}", stderr(&stats));
+    let stats = &json_lines(&stats)[0];
+    assert_eq!(stats["source"], "index");
+    assert_eq!(
+        (stats["in_progress"].as_u64(), stats["live"].as_u64()),
+        (Some(3), Some(1))
+    );
+    assert_eq!(stats["stuck"], 2);
+    assert_eq!(stats["with_recovery_point"], 1);
+    assert_eq!(
+        stats["completed"],
+        Value::Null,
+        "not counted without --scan"
+    );
+    assert_eq!(stats["lease_ended"]["ended < 1m ago"], 2);
+    let oldest = stats["oldest_stuck"]["record_id"].as_str().unwrap();
+    assert!([id("stuck-plain"), id("stuck-resumable")].contains(&oldest.to_owned()));
+    let scanned = env
+        .cli()
+        .args(["--json", "stats", "--scan", "--grace", "0s"])
+        .output()
+        .unwrap();
+    let scanned = &json_lines(&scanned)[0];
+    assert_eq!(
+        (
+            scanned["completed"].as_u64(),
+            scanned["in_progress"].as_u64()
+        ),
+        (Some(1), Some(3))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_refuses_a_live_lease_and_force_still_fences() {
+    let env = Env::new().await;
+    let holder = env.claim("busy", "owner-a", 600_000).await;
+    let refused = env.cli().args(["release", &id("busy")]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let line = stderr(&refused);
+    assert!(
+        line.contains("live lease") && line.contains("--force"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1, "one line: {line}");
+    let kept = env.store.get(&id("busy")).await.unwrap().unwrap();
+    assert_eq!(kept.record.status, Status::InProgress);
+
+    // --force releases it; the invocation that held it is fenced afterwards.
+    let forced = env
+        .cli()
+        .args(["--json", "release", &id("busy"), "--force"])
+        .output()
+        .unwrap();
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    let out = &json_lines(&forced)[0];
+    assert_eq!(
+        (out["result"].as_str(), out["forced"].as_bool()),
+        (Some("released"), Some(true))
+    );
+    assert!(env.store.get(&id("busy")).await.unwrap().is_none());
+    let late = env
+        .store
+        .complete(
+            &holder,
+            &lambda_idempotency::StoredResponse::new(
+                200,
+                vec![],
+                lambda_idempotency::StoredBody::Empty,
+            ),
+            now_ms() / 1000 + 60,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(late.kind(), lambda_idempotency::ErrorKind::Fenced);
+
+    // A forced resolution of what was read, after a newer attempt claimed
+    // the record: the newer attempt wins, nothing is written.
+    let seen = env.claim("raced", "owner-old", 1).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let newer = env.claim("raced", "owner-new", 600_000).await;
+    assert_eq!(newer.attempt, seen.attempt + 1);
+    let stale = StuckRecord {
+        id: id("raced"),
+        attempt: seen.attempt,
+        owner: seen.owner.clone(),
+        lease_expires_at_ms: 0,
+        has_checkpoint: false,
+    };
+    for policy in [SweepPolicy::Release, SweepPolicy::Fail] {
+        let resolution = Sweeper::new(env.store.clone())
+            .policy(policy)
+            .resolve_live(&stale, now_ms())
+            .await
+            .unwrap();
+        assert_eq!(
+            resolution,
+            lambda_idempotency::Resolution::Fenced,
+            "{policy:?}"
+        );
+    }
+    let record = env.store.get(&id("raced")).await.unwrap().unwrap().record;
+    assert_eq!(
+        (record.owner.as_str(), record.status),
+        ("owner-new", Status::InProgress)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_stores_the_problem_that_the_middleware_replays() {
+    let env = Env::new().await;
+    let crash = integration_tests::post("/orders", Some("crashed"), "{}");
+    integration_tests::crash_midway(env.store.clone(), crash).await;
+    let failed = env
+        .cli()
+        .args(["fail", &id("crashed"), "--grace", "0s"])
+        .output()
+        .unwrap();
+    assert!(failed.status.success(), "{}", stderr(&failed));
+    assert!(stdout(&failed).contains("abandoned"));
+    let svc = IdempotencyLayer::new(env.store.clone()).layer(integration_tests::echo_handler());
+    let res = svc
+        .oneshot(integration_tests::post("/orders", Some("crashed"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 500);
+    assert_eq!(res.headers()[REPLAYED_HEADER], "true");
+    let body: Value = serde_json::from_slice(res.body().as_ref()).unwrap();
+    assert_eq!(body["type"], problem::ABANDONED.uri);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_nothing() {
+    let env = Env::new().await;
+    env.claim("stuck", "owner-a", 1).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let upstream = env
+        .endpoint
+        .trim_start_matches("http://")
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap();
+    let plan = FaultPlan {
+        throttle: 0,
+        server_error: 0,
+        delay: 0,
+        drop_after_send: 0,
+        lose_completion: 0,
+        delay_for: Duration::ZERO,
+    };
+    let proxy = FaultProxy::start(upstream, plan).await.unwrap();
+    let before = env.store.get(&id("stuck")).await.unwrap();
+    for command in ["release", "fail"] {
+        let before_requests = proxy.counts().get(Fault::Pass);
+        let out = env
+            .cli_at(&proxy.endpoint())
+            .args([
+                "--json",
+                command,
+                &id("stuck"),
+                "--grace",
+                "0s",
+                "--dry-run",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let line = &json_lines(&out)[0];
+        assert_eq!(line["dry_run"], true);
+        assert_eq!(
+            proxy.counts().get(Fault::Pass) - before_requests,
+            2,
+            "DescribeTable and GetItem, no write"
+        );
+    }
+    assert_eq!(env.store.get(&id("stuck")).await.unwrap(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_one_line_with_documented_exit_codes() {
+    let env = Env::new().await;
+    let missing = env.cli().args(["inspect", &id("nobody")]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(
+        stderr(&missing).starts_with("error: no record"),
+        "{}",
+        stderr(&missing)
+    );
+    assert_eq!(stderr(&missing).lines().count(), 1);
+
+    let no_table = env
+        .cli()
+        .args(["--table", "no-such-table", "stats"])
+        .output()
+        .unwrap();
+    assert_eq!(no_table.status.code(), Some(3));
+    let line = stderr(&no_table);
+    assert!(
+        line.contains("`no-such-table`") && line.contains("does not exist"),
+        "{line}"
+    );
+    assert!(
+        line.contains("IDEMPOTENCY_TABLE") && line.contains("AWS_REGION"),
+        "{line}"
+    );
+
+    let unset = env
+        .cli()
+        .env_remove("IDEMPOTENCY_TABLE")
+        .arg("stats")
+        .output()
+        .unwrap();
+    assert_eq!(unset.status.code(), Some(2));
+    assert!(
+        stderr(&unset).contains("set IDEMPOTENCY_TABLE"),
+        "{}",
+        stderr(&unset)
+    );
+
+    // Nothing listens there: unreachable, exit 3, one line.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let unreachable = env
+        .cli_at(&format!("http://127.0.0.1:{port}"))
+        .arg("stats")
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(3));
+    assert!(
+        stderr(&unreachable).contains("cannot reach DynamoDB"),
+        "{}",
+        stderr(&unreachable)
+    );
+
+    let usage = env
+        .cli()
+        .args(["list", "--stuck", "--in-progress"])
+        .output()
+        .unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+    let bare = env.cli().output().unwrap();
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(stderr(&bare).contains("Usage"));
+}
