@@ -64,11 +64,36 @@ fail() {
   exit 1
 }
 
+cargo build --quiet -p lambda-idempotency-cli
+cli="$target_dir/debug/lambda-idempotency"
+# The operator's view (README, "Operating it"): each command must succeed and
+# show what the step left behind, or the demo fails.
+operate() {
+  local expect=$1
+  shift
+  echo
+  echo "  \$ lambda-idempotency $*"
+  local out
+  out=$(NO_COLOR=1 "$cli" "$@") || { echo "demo: lambda-idempotency $* failed" >&2; exit 1; }
+  sed 's/^/  /' <<<"$out"
+  grep -q -- "$expect" <<<"$out" || { echo "demo: expected \"$expect\" in that output" >&2; exit 1; }
+}
+
 start_watch
 "$target_dir/debug/demo" play "http://127.0.0.1:$port" || fail
 # Step 8 killed a function process mid-request. cargo lambda watch does not
 # replace a dead instance (and its other instance is left with a broken
 # runtime API connection), so start a fresh watch: Lambda's next instance.
 stop_watch
+echo
+echo "== The operator looks at what the crash left (lambda-idempotency, the CLI)"
+operate "charged" list --in-progress
+operate "IN_PROGRESS" inspect --key order-0003 --path /orders
+operate "with a recovery point" stats
+operate "would be kept" release --dry-run --force "$("$cli" --json inspect --key order-0003 --path /orders | python3 -c 'import json,sys; print(json.load(sys.stdin)["record_id"])')"
 start_watch
 "$target_dir/debug/demo" resume "http://127.0.0.1:$port" || fail
+echo
+echo "== The crashed order's record at the end: completed by its second attempt"
+operate '"attempt":2' --json inspect --key order-0003 --path /orders
+operate "COMPLETED" inspect --key order-0003 --path /orders

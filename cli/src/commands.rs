@@ -382,13 +382,14 @@ fn report(json: bool, value: Value, line: &str) {
     }
 }
 
-/// Buckets of in-progress records by how long ago their lease ended.
-const AGES: [(&str, u64); 5] = [
-    ("ended < 1m ago", 60_000),
-    ("1m - 10m", 600_000),
-    ("10m - 1h", 3_600_000),
-    ("1h - 1d", 86_400_000),
-    ("> 1d", u64::MAX),
+/// Buckets of in-progress records by how long ago their lease ended: the
+/// JSON key, the words for people, the bucket's upper bound in ms.
+const AGES: [(&str, &str, u64); 5] = [
+    ("lt_1m", "under 1m ago", 60_000),
+    ("1m_10m", "1m to 10m ago", 600_000),
+    ("10m_1h", "10m to 1h ago", 3_600_000),
+    ("1h_1d", "1h to 1d ago", 86_400_000),
+    ("gt_1d", "over 1d ago", u64::MAX),
 ];
 
 #[derive(Default)]
@@ -411,7 +412,7 @@ impl Counts {
             return;
         }
         let ago = now - lease_ms;
-        if let Some(i) = AGES.iter().position(|(_, below)| ago < *below) {
+        if let Some(i) = AGES.iter().position(|(_, _, below)| ago < *below) {
             self.ages[i] += 1;
         }
         if lease_ms.saturating_add(grace) < now {
@@ -498,7 +499,7 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
         let ages: serde_json::Map<String, Value> = AGES
             .iter()
             .zip(counts.ages)
-            .map(|((name, _), n)| ((*name).to_owned(), json!(n)))
+            .map(|((key, _, _), n)| ((*key).to_owned(), json!(n)))
             .collect();
         println!(
             "{}",
@@ -519,8 +520,8 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
     let mut table = view::table(&["", "records"]);
     table.add_row(vec!["in progress".to_owned(), in_progress.to_string()]);
     table.add_row(vec!["  live lease".to_owned(), counts.live.to_string()]);
-    for ((name, _), n) in AGES.iter().zip(counts.ages) {
-        table.add_row(vec![format!("  lease {name}"), n.to_string()]);
+    for ((_, words, _), n) in AGES.iter().zip(counts.ages) {
+        table.add_row(vec![format!("  lease ended {words}"), n.to_string()]);
     }
     table.add_row(vec![
         format!("  stuck (grace {})", humantime::format_duration(args.grace)),

@@ -266,7 +266,7 @@ async fn list_and_stats_show_stuck_live_and_recovery_points() {
         Value::Null,
         "not counted without --scan"
     );
-    assert_eq!(stats["lease_ended"]["ended < 1m ago"], 2);
+    assert_eq!(stats["lease_ended"]["lt_1m"], 2);
     let oldest = stats["oldest_stuck"]["record_id"].as_str().unwrap();
     assert!([id("stuck-plain"), id("stuck-resumable")].contains(&oldest.to_owned()));
     let scanned = env
