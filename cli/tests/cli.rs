@@ -488,6 +488,49 @@ async fn errors_are_one_line_with_documented_exit_codes() {
         stderr(&unreachable)
     );
 
+    // No credentials anywhere (no keys, no profile file, no instance metadata).
+    let home = std::env::temp_dir().join(integration_tests::unique_name("no-home"));
+    std::fs::create_dir_all(&home).unwrap();
+    let anonymous = env
+        .cli()
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env("HOME", &home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .arg("stats")
+        .output()
+        .unwrap();
+    assert_eq!(anonymous.status.code(), Some(3));
+    let line = stderr(&anonymous);
+    assert!(
+        line.contains("no AWS credentials") && line.contains("AWS_PROFILE"),
+        "{line}"
+    );
+    let nowhere = env
+        .cli()
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION")
+        .env("HOME", &home)
+        .arg("stats")
+        .output()
+        .unwrap();
+    assert_eq!(nowhere.status.code(), Some(2));
+    assert!(
+        stderr(&nowhere).contains("set AWS_REGION"),
+        "{}",
+        stderr(&nowhere)
+    );
+
+    for command in ["inspect", "list", "release", "fail", "stats"] {
+        let help = env.cli().args([command, "--help"]).output().unwrap();
+        assert!(help.status.success());
+        assert!(
+            stdout(&help).contains("Usage: lambda-idempotency"),
+            "{command}"
+        );
+    }
+
     let usage = env
         .cli()
         .args(["list", "--stuck", "--in-progress"])
