@@ -480,8 +480,20 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
                     c.place
                 )));
             }
-            for r in &page.records {
-                counts.in_progress(&r.id, r.lease_expires_at_ms, r.has_checkpoint, now, grace);
+            // The index does not hold recovery points (committing one would
+            // then cost an index write): each record is read for it.
+            for listed in &page.records {
+                let found = c
+                    .store
+                    .get(&listed.id)
+                    .await
+                    .map_err(|err| store_error(&c.place, err))?;
+                if let Some(r) = found.map(|f| f.record) {
+                    if r.status == Status::InProgress {
+                        let point = r.checkpoint.is_some();
+                        counts.in_progress(&r.id, r.lease_expires_at_ms, point, now, grace);
+                    }
+                }
             }
             bar.set_message(format!("{} in progress so far", counts.live + counts.stuck));
             match page.next {

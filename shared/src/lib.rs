@@ -106,7 +106,7 @@ pub use crate::http::{
 };
 pub use crate::key::{IdempotencyKey, MAX_KEY_LEN};
 pub use crate::record::{
-    Checkpoint, Record, Status, StoredBody, StoredResponse, COMPRESS_ABOVE_BYTES, MAX_BODY_BYTES,
+    Checkpoint, Record, Status, StoredBody, StoredResponse, MAX_BODY_BYTES, WRITE_UNIT_BYTES,
 };
 pub use crate::scope::{RecordScope, TenantSource};
 #[cfg(feature = "dynamodb")]

@@ -209,19 +209,29 @@ thread_local! {
     pub(crate) static COMPRESSIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Bodies larger than this are gzip-compressed when that makes them smaller.
-pub const COMPRESS_ABOVE_BYTES: usize = 1024;
+/// DynamoDB bills a write per started kilobyte of the item.
+pub const WRITE_UNIT_BYTES: usize = 1024;
 
-/// The body bytes as stored, and whether they are gzip-compressed.
-pub(crate) fn encode_body(body: &[u8]) -> (std::borrow::Cow<'_, [u8]>, bool) {
+/// What a completed record takes in the store besides its response: its id,
+/// status, attempt, owner, fingerprint, lease and expiry, names included
+/// (about 280 bytes as DynamoDB sizes items).
+pub(crate) const RECORD_BYTES: usize = 280;
+
+/// The body bytes as stored, and whether they are gzip-compressed. A body is
+/// compressed only where that saves a write unit: when the record (`others`
+/// bytes besides the body) would span more than one kilobyte and the
+/// compressed body makes it span fewer. Below that, compression would cost
+/// CPU on every completion and replay and save nothing.
+pub(crate) fn encode_body(body: &[u8], others: usize) -> (std::borrow::Cow<'_, [u8]>, bool) {
     use std::io::Write;
-    if body.len() > COMPRESS_ABOVE_BYTES {
+    let units = |len: usize| (len + others).div_ceil(WRITE_UNIT_BYTES);
+    if units(body.len()) > 1 {
         #[cfg(test)]
         COMPRESSIONS.with(|n| n.set(n.get() + 1));
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         if encoder.write_all(body).is_ok() {
             if let Ok(compressed) = encoder.finish() {
-                if compressed.len() < body.len() {
+                if units(compressed.len()) < units(body.len()) {
                     return (std::borrow::Cow::Owned(compressed), true);
                 }
             }
@@ -316,14 +326,21 @@ mod tests {
     }
 
     #[test]
-    fn large_bodies_are_compressed_when_it_helps_and_round_trip() {
+    fn bodies_are_compressed_where_it_saves_a_write_unit_and_round_trip() {
         let small = b"{\"a\":1}";
         assert_eq!(
-            encode_body(small),
+            encode_body(small, RECORD_BYTES),
             (std::borrow::Cow::Borrowed(&small[..]), false)
         );
+        // 700 compressible bytes: the record fits one unit as it is.
+        let fits = "abc".repeat(233);
+        assert!(!encode_body(fits.as_bytes(), RECORD_BYTES).1);
+        // 900: the record would take two units, compressed it takes one.
+        let spans = "abc".repeat(300);
+        let (bytes, gzip) = encode_body(spans.as_bytes(), RECORD_BYTES);
+        assert!(gzip && bytes.len() + RECORD_BYTES <= WRITE_UNIT_BYTES);
         let repetitive = "abc".repeat(10_000);
-        let (bytes, gzip) = encode_body(repetitive.as_bytes());
+        let (bytes, gzip) = encode_body(repetitive.as_bytes(), RECORD_BYTES);
         assert!(gzip && bytes.len() < repetitive.len() / 10);
         assert_eq!(
             decode_body(bytes.into_owned(), true).unwrap(),
@@ -339,7 +356,7 @@ mod tests {
                 x as u8
             })
             .collect();
-        assert!(!encode_body(&noise).1);
+        assert!(!encode_body(&noise, RECORD_BYTES).1);
         assert!(decode_body(vec![1, 2, 3], true).is_none());
         assert_eq!(StoredBody::from_parts("text", vec![0xff]), None);
     }
@@ -347,7 +364,7 @@ mod tests {
     #[test]
     fn a_body_that_inflates_past_the_cap_is_refused() {
         let at_cap = vec![0u8; MAX_BODY_BYTES];
-        let (bytes, gzip) = encode_body(&at_cap);
+        let (bytes, gzip) = encode_body(&at_cap, RECORD_BYTES);
         assert!(gzip && bytes.len() < 100_000);
         assert_eq!(
             decode_body(bytes.into_owned(), true).map(|b| b.len()),
@@ -355,7 +372,7 @@ mod tests {
         );
         // A gzip bomb: 7 MiB of zeros in a few kilobytes.
         let bomb = vec![0u8; 7 * 1024 * 1024];
-        let (bytes, _) = encode_body(&bomb);
+        let (bytes, _) = encode_body(&bomb, RECORD_BYTES);
         assert!(decode_body(bytes.into_owned(), true).is_none());
         assert!(decode_body(bomb, false).is_none());
     }

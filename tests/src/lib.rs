@@ -5,6 +5,7 @@
 //! DynamoDB Local is started by `scripts/dynamodb-local.sh` (run by `make test`),
 //! which exports `AWS_ENDPOINT_URL_DYNAMODB`.
 
+pub mod capacity_proxy;
 pub mod fault_proxy;
 pub mod functions;
 mod handlers;

@@ -435,10 +435,10 @@ pub(crate) struct Fitted<'a> {
 /// over [`MAX_BODY_BYTES`](crate::record::MAX_BODY_BYTES) uncompressed. The
 /// body is compressed here, once.
 pub(crate) fn fit(response: &StoredResponse, limit: usize) -> Fitted<'_> {
-    use crate::record::{encode_body, stored_len, too_large_marker, MAX_BODY_BYTES};
+    use crate::record::{encode_body, stored_len, too_large_marker, MAX_BODY_BYTES, RECORD_BYTES};
     use std::borrow::Cow;
     let raw = response.body.bytes();
-    let (body, gzip) = encode_body(raw);
+    let (body, gzip) = encode_body(raw, RECORD_BYTES + stored_len(response, &[]));
     let bytes = stored_len(response, &body);
     if bytes <= limit && raw.len() <= MAX_BODY_BYTES {
         return Fitted {
@@ -455,7 +455,7 @@ pub(crate) fn fit(response: &StoredResponse, limit: usize) -> Fitted<'_> {
         "response too large to store; the record completes with a problem marker"
     );
     let marker = too_large_marker(response.status, bytes);
-    let (body, gzip) = encode_body(marker.body.bytes());
+    let (body, gzip) = encode_body(marker.body.bytes(), RECORD_BYTES + stored_len(&marker, &[]));
     let body = Cow::Owned(body.into_owned());
     Fitted {
         response: Cow::Owned(marker),

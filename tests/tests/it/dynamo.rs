@@ -233,8 +233,9 @@ fn the_template_tables_match_the_library_schema() {
         index_key,
         [(schema::SWEEP_SHARD, "HASH"), (schema::SWEEP_AT, "RANGE")]
     );
-    // What the sweeper reads from the index without touching the table.
-    for attribute in [schema::ATTEMPT, schema::OWNER, schema::CHECKPOINT] {
+    // What the sweeper reads from the index without touching the table (its
+    // fencing values)...
+    for attribute in [schema::ATTEMPT, schema::OWNER] {
         assert!(
             index.projection.projection_type == "ALL"
                 || index
@@ -245,7 +246,98 @@ fn the_template_tables_match_the_library_schema() {
             "index projects {attribute}"
         );
     }
+    // ...and not the recovery point, so committing one writes no index unit.
+    assert!(
+        index.projection.projection_type != "ALL"
+            && !index
+                .projection
+                .non_key_attributes
+                .iter()
+                .any(|a| a == schema::CHECKPOINT),
+        "the index must not hold the recovery point"
+    );
     let orders = integration_tests::table_definition("OrdersTable").unwrap();
     assert_eq!(orders.billing_mode.as_deref(), Some("PAY_PER_REQUEST"));
     assert_eq!(orders.key_schema[0].attribute_name, "order_id");
+}
+
+/// A table whose requests go through a capacity proxy, and the proxy.
+async fn metered_store() -> (
+    DynamoStore,
+    integration_tests::capacity_proxy::CapacityProxy,
+) {
+    use std::net::ToSocketAddrs;
+    let endpoint = integration_tests::endpoint();
+    let upstream = endpoint
+        .trim_start_matches("http://")
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = integration_tests::capacity_proxy::CapacityProxy::start(upstream)
+        .await
+        .unwrap();
+    let table = create_table(&integration_tests::client().await).await;
+    let client = integration_tests::client_for(proxy.endpoint(), 3).await;
+    (DynamoStore::new(client, table), proxy)
+}
+
+/// A recovery point is one table write unit: the checkpoint is not one of
+/// the sweep index's attributes, so committing it writes nothing there.
+#[tokio::test]
+async fn a_recovery_point_writes_no_index_unit() {
+    let (store, proxy) = metered_store().await;
+    let lease = crate::fixture::claimed(
+        store
+            .claim(&crate::fixture::claim_request("r", "o", 60_000))
+            .await
+            .unwrap(),
+    );
+    let before = proxy.units(store.table());
+    let point = lambda_idempotency::Checkpoint {
+        name: "charged".into(),
+        data: serde_json::json!({"charge_id": "ch_1"}),
+        attempt: lease.attempt,
+    };
+    store.checkpoint(&lease, &point).await.unwrap();
+    let used = proxy.units(store.table()) - before;
+    assert_eq!((used.table_write, used.index_write), (1.0, 0.0), "{used:?}");
+}
+
+/// Compression starts where it saves a write unit: a 1,000-byte JSON
+/// response (half the entropy of random bytes, like typical API JSON) would
+/// make a completed record of more than 1 KB, two write units; compressed it
+/// fits in one. Metered on DynamoDB Local (consumed capacity) through the
+/// capacity proxy.
+#[tokio::test]
+async fn a_compressible_kilobyte_response_completes_in_one_write_unit() {
+    let (store, proxy) = metered_store().await;
+    let table = store.table().to_owned();
+    let hex: String = integration_tests::noise(940, 3)
+        .iter()
+        .map(|b| char::from_digit(u32::from(b % 16), 16).unwrap())
+        .collect();
+    let body = format!(r#"{{"customer_id":"cus_42","note":"{hex}"}}"#);
+    assert!((950..1050).contains(&body.len()));
+    let lease = crate::fixture::claimed(
+        store
+            .claim(&crate::fixture::claim_request("r", "o", 60_000))
+            .await
+            .unwrap(),
+    );
+    let before = proxy.units(&table);
+    let response = lambda_idempotency::StoredResponse::new(
+        201,
+        vec![("content-type".into(), b"application/json".to_vec())],
+        lambda_idempotency::StoredBody::Text(body.clone()),
+    );
+    store
+        .complete(&lease, &response, now_ms() / 1000 + 60)
+        .await
+        .unwrap();
+    let used = proxy.units(&table) - before;
+    assert_eq!(used.table_write, 1.0, "{used:?}");
+    // And it replays byte for byte.
+    let found = store.get("r").await.unwrap().unwrap();
+    assert_eq!(found.record.response, Some(response));
 }
