@@ -172,8 +172,39 @@ async fn list(c: &Connected, args: &ListArgs, json: bool) -> Result<(), Failure>
     Ok(())
 }
 
+/// Up to `limit` records kept by `keep`, page by page from `page` (which
+/// returns a page's records, where the listing goes on, and what it read so
+/// far for the progress line), and whether more were left.
+async fn collect<F, Fut>(
+    limit: usize,
+    keep: &dyn Fn(&Record) -> bool,
+    bar: &ProgressBar,
+    mut page: F,
+) -> Result<(Vec<Record>, bool), Failure>
+where
+    F: FnMut(Option<SweepCursor>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<Record>, Option<SweepCursor>, String), Failure>>,
+{
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (records, next, progress) = page(cursor).await?;
+        for record in records.into_iter().filter(|r| keep(r)) {
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            out.push(record);
+        }
+        bar.set_message(format!("{progress}, {} kept", out.len()));
+        match next {
+            Some(next) => cursor = Some(next),
+            None => return Ok((out, false)),
+        }
+    }
+}
+
 /// Up to `limit` records through the sweeper's discovery, each read again
-/// (the index lags the table), and whether more were left.
+/// (the index lags the table and does not hold every attribute).
 async fn index_records(
     c: &Connected,
     cutoff: u64,
@@ -181,76 +212,59 @@ async fn index_records(
     keep: &dyn Fn(&Record) -> bool,
     bar: &ProgressBar,
 ) -> Result<(Vec<Record>, bool), Failure> {
-    let mut out = Vec::new();
-    let mut cursor: Option<SweepCursor> = None;
-    let mut pages = 0;
-    loop {
-        let page = c
-            .store
-            .stuck(cutoff, cursor, PAGE)
-            .await
-            .map_err(|err| store_error(&c.place, err))?;
-        pages += page.reads;
-        if page.failed_reads > 0 {
-            return Err(Failure::Store(format!(
-                "reading the `sweep` index of {} failed (see the log above); nothing listed",
-                c.place
-            )));
-        }
-        for listed in page.records {
-            if out.len() == limit {
-                return Ok((out, true));
-            }
-            if let Some(found) = c
+    let pages = std::cell::Cell::new(0u64);
+    collect(limit, keep, bar, |cursor| {
+        let pages = &pages;
+        async move {
+            pages.set(pages.get() + 1);
+            let page = c
                 .store
-                .get(&listed.id)
+                .stuck(cutoff, cursor, PAGE)
                 .await
-                .map_err(|err| store_error(&c.place, err))?
-            {
-                if keep(&found.record) {
-                    out.push(found.record);
-                }
+                .map_err(|err| store_error(&c.place, err))?;
+            if page.failed_reads > 0 {
+                return Err(Failure::Store(format!(
+                    "reading the `sweep` index of {} failed (see the log above); nothing listed",
+                    c.place
+                )));
             }
-            bar.set_message(format!("{pages} index page(s), {} record(s)", out.len()));
+            let mut records = Vec::new();
+            for listed in page.records {
+                let found = c
+                    .store
+                    .get(&listed.id)
+                    .await
+                    .map_err(|err| store_error(&c.place, err))?;
+                records.extend(found.map(|f| f.record));
+            }
+            Ok((records, page.next, format!("{} index page(s)", pages.get())))
         }
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok((out, false)),
-        }
-    }
+    })
+    .await
 }
 
-/// Up to `limit` records by reading every item, and whether more were left.
+/// Up to `limit` records by reading every item.
 async fn scan_records(
     c: &Connected,
     limit: usize,
     keep: &dyn Fn(&Record) -> bool,
     bar: &ProgressBar,
 ) -> Result<(Vec<Record>, bool), Failure> {
-    let mut out = Vec::new();
-    let mut cursor = None;
-    let mut read = 0u64;
-    loop {
-        let page = c
-            .store
-            .scan(cursor, PAGE)
-            .await
-            .map_err(|err| store_error(&c.place, err))?;
-        read += page.records.len() as u64 + page.skipped;
-        for found in page.records {
-            if keep(&found.record) {
-                if out.len() == limit {
-                    return Ok((out, true));
-                }
-                out.push(found.record);
-            }
+    let read = std::cell::Cell::new(0u64);
+    collect(limit, keep, bar, |cursor| {
+        let read = &read;
+        async move {
+            let page = c
+                .store
+                .scan(cursor, PAGE)
+                .await
+                .map_err(|err| store_error(&c.place, err))?;
+            read.set(read.get() + page.records.len() as u64 + page.skipped);
+            let records = page.records.into_iter().map(|f| f.record).collect();
+            Ok((records, page.next, format!("{} item(s) read", read.get())))
         }
-        bar.set_message(format!("{read} item(s) read, {} kept", out.len()));
-        match page.next {
-            Some(next) => cursor = Some(next),
-            None => return Ok((out, false)),
-        }
-    }
+    })
+    .await
 }
 
 async fn resolve(

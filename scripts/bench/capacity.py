@@ -11,7 +11,9 @@ way Powertools saves them before running the handler), not measured.
 duplicate: those N keys, each answered IdempotencyAlreadyInProgressError.
 cached: one key completed, then N replays from Powertools' local cache; it
 prints how many requests the replays made (botocore's before-send count).
-The table (Powertools' default schema) is created when missing.
+The handler is the latency benchmark's (pt_common.make_handler), so both
+benchmarks measure one function. The table (Powertools' default schema) is
+created when missing.
 """
 
 from __future__ import annotations
@@ -20,11 +22,7 @@ import argparse
 import json
 import sys
 
-from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
-    IdempotencyConfig,
-    idempotent,
-)
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
 )
@@ -45,23 +43,6 @@ def ensure_table(client, table: str) -> None:
         )
 
 
-def handler_for(client, table: str, local_cache: bool = False):
-    """The same handler as the latency benchmark's (pt_common), on this table."""
-    layer = DynamoDBPersistenceLayer(table_name=table, boto3_client=client)
-    config = IdempotencyConfig(
-        event_key_jmespath='headers."Idempotency-Key"',
-        payload_validation_jmespath="body",
-        expires_after_seconds=3600,
-        use_local_cache=local_cache,
-    )
-
-    @idempotent(persistence_store=layer, config=config)
-    def handler(event: dict, context) -> dict:
-        return {"statusCode": 201, "headers": {"content-type": "application/json"}, "body": event["body"]}
-
-    return handler, layer, config
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--table", required=True)
@@ -78,20 +59,20 @@ def main() -> None:
     event = lambda key: {"headers": {"Idempotency-Key": key}, "body": body}  # noqa: E731
 
     if args.phase in ("first", "replay"):
-        handler, _, _ = handler_for(client, args.table)
+        handler = pt_common.make_handler(client, args.table)
         for i in range(args.count):
             response = handler(event(f"{args.prefix}-k-{i}"), context)
             if response.get("statusCode") != 201 or response.get("body") != body:
                 raise SystemExit(f"capacity.py: unexpected response {str(response)[:200]}")
     elif args.phase == "hold":
-        _, layer, config = handler_for(client, args.table)
-        # The name the decorator gives the handler (module and qualified name),
-        # so these records carry the keys the duplicate phase will compute.
-        layer.configure(config, function_name=f"{__name__}.handler_for.<locals>.handler")
+        # Saved as the decorator saves them before running the handler, under
+        # the handler's name, so they carry the keys the duplicate phase computes.
+        layer = DynamoDBPersistenceLayer(table_name=args.table, boto3_client=client)
+        layer.configure(pt_common.make_config(), function_name=pt_common.HANDLER_NAME)
         for i in range(args.count):
             layer.save_inprogress(data=event(f"{args.prefix}-dup-{i}"), remaining_time_in_millis=30_000)
     elif args.phase == "duplicate":
-        handler, _, _ = handler_for(client, args.table)
+        handler = pt_common.make_handler(client, args.table)
         for i in range(args.count):
             try:
                 handler(event(f"{args.prefix}-dup-{i}"), context)
@@ -99,7 +80,7 @@ def main() -> None:
                 continue
             raise SystemExit("capacity.py: a duplicate in progress was not refused")
     else:
-        handler, _, _ = handler_for(client, args.table, local_cache=True)
+        handler = pt_common.make_handler(client, args.table, local_cache=True)
         counter = pt_common_counter(client)
         handler(event(f"{args.prefix}-cached"), context)
         counter.clear()

@@ -100,6 +100,22 @@ def make_event(key: str) -> dict:
     return {"headers": {"Idempotency-Key": key}, "body": BODY}
 
 
+def make_config(local_cache: bool = False) -> IdempotencyConfig:
+    """The handler's idempotency configuration (see make_handler)."""
+    return IdempotencyConfig(
+        event_key_jmespath='headers."Idempotency-Key"',
+        payload_validation_jmespath="body",
+        expires_after_seconds=3600,
+        use_local_cache=local_cache,
+        local_cache_max_items=LOCAL_CACHE_ITEMS,
+    )
+
+
+# The name Powertools gives make_handler's handler in its record keys
+# (`<module>.<qualified name>`), for records saved without calling it.
+HANDLER_NAME = "pt_common.make_handler.<locals>.handler"
+
+
 def make_handler(client, table_name: str, local_cache: bool = False):
     """The handler under test, decorated as the Powertools documentation shows:
     key from the Idempotency-Key header, payload validated on the body, records
@@ -107,13 +123,7 @@ def make_handler(client, table_name: str, local_cache: bool = False):
     With local_cache, Powertools' in-process LRU of completed records is on
     (`use_local_cache`), the counterpart of the Rust layer's `.local_cache(..)`."""
     layer = DynamoDBPersistenceLayer(table_name=table_name, boto3_client=client)
-    config = IdempotencyConfig(
-        event_key_jmespath='headers."Idempotency-Key"',
-        payload_validation_jmespath="body",
-        expires_after_seconds=3600,
-        use_local_cache=local_cache,
-        local_cache_max_items=LOCAL_CACHE_ITEMS,
-    )
+    config = make_config(local_cache)
 
     @idempotent(persistence_store=layer, config=config)
     def handler(event: dict, context: FakeLambdaContext) -> dict:
