@@ -24,6 +24,12 @@ bench-sweep:
 bench:
 	scripts/bench.sh
 
+.PHONY: bench-capacity
+# Read/write units per invocation vs Powertools on DynamoDB Local (one metering
+# proxy for both); updates BENCHMARKS.md's capacity section. Part of `make bench`.
+bench-capacity:
+	scripts/bench-capacity.sh
+
 .PHONY: reliability
 # Storm, crash and fault injection on DynamoDB Local; writes RELIABILITY.md.
 reliability:

@@ -130,4 +130,6 @@ PY
 "$py" scripts/bench/report.py --rust "$out/rust.json" --powertools "$out/powertools.json" \
   --micro "$out/micro.txt" --notes scripts/bench/NOTES.md \
   --out-md BENCHMARKS.md --out-svg docs/benchmarks.svg
+# The capacity section (report.py rewrote the file without it).
+"$root/scripts/bench-capacity.sh"
 echo "bench: wrote BENCHMARKS.md and docs/benchmarks.svg" >&2

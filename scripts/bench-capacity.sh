@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make bench-capacity`: consumed read and write units per invocation, this
+# library and Powertools for AWS Lambda (Python) on the same DynamoDB Local,
+# metered by one proxy; updates the capacity section of BENCHMARKS.md. Also
+# run by `make bench`. Capacity does not depend on the build profile: debug
+# builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+# shellcheck source=scripts/target-dir.sh
+source scripts/target-dir.sh
+out="$target_dir/bench"
+mkdir -p "$out"
+
+if [ "${1:-}" != "--inside" ]; then
+  venv="$root/.tools/bench-venv"
+  stamp="$venv/.installed-$(sha256sum scripts/bench/requirements.txt | cut -c1-16)"
+  if [ ! -f "$stamp" ]; then
+    echo "bench-capacity: installing Powertools for AWS Lambda (Python) into .tools/bench-venv" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r scripts/bench/requirements.txt
+    touch "$stamp"
+  fi
+  cargo build --quiet -p orders-api --bin orders-api
+  cargo build --quiet -p tools --bin capacity
+  exec scripts/dynamodb-local.sh "$0" --inside
+fi
+
+echo "bench-capacity: metering both libraries (about 2 minutes)" >&2
+"$target_dir/debug/capacity" --python "$root/.tools/bench-venv/bin/python" \
+  --orders-api "$target_dir/debug/orders-api" --out "$out/capacity.json"
+"$root/.tools/bench-venv/bin/python" scripts/bench/capacity_report.py \
+  --capacity "$out/capacity.json" --md BENCHMARKS.md
+echo "bench-capacity: updated the capacity section of BENCHMARKS.md" >&2

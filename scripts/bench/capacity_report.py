@@ -1,0 +1,124 @@
+"""Turn the capacity measurement (tools/src/bin/capacity.rs, JSON) into the
+"What a request costs" section of BENCHMARKS.md, replacing the section between
+its markers (or appending it), so `make bench-capacity` updates it alone.
+
+    capacity_report.py --capacity target/bench/capacity.json --md BENCHMARKS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+START = "<!-- capacity:start (scripts/bench/capacity_report.py) -->"
+END = "<!-- capacity:end -->"
+
+# On-demand, us-east-1, Standard table class, since 1 November 2024 (AWS cut
+# on-demand throughput prices by half that day).
+WRITE_PRICE = 0.625  # dollars per million write request units
+READ_PRICE = 0.125  # dollars per million read request units
+PRICES = (
+    "on-demand prices in us-east-1, Standard table class, in effect since 1 November 2024 "
+    "([AWS: DynamoDB lowers pricing for on-demand throughput]"
+    "(https://aws.amazon.com/blogs/database/new-amazon-dynamodb-lowers-pricing-for-on-demand-throughput-and-global-tables/), "
+    "[on-demand pricing](https://aws.amazon.com/dynamodb/pricing/on-demand/)): "
+    f"${WRITE_PRICE} per million write request units, ${READ_PRICE} per million read request units"
+)
+SIZES = [("200", "200 B"), ("1000", "1 KB"), ("10000", "10 KB")]
+KINDS = [
+    ("first", "first execution"),
+    ("replay", "replay"),
+    ("duplicate", "duplicate in progress"),
+    ("cached_replay", "cached replay"),
+]
+
+
+def dollars(units: dict) -> float:
+    """Dollars per million invocations of a kind measured at `units` per call."""
+    return units["write"] * WRITE_PRICE + units["read"] * READ_PRICE
+
+
+def units_cell(units: dict) -> str:
+    """`w` write units (table + index + failed conditional), `r` read units."""
+    parts = [f"{units['write']:g} W"]
+    if units.get("index_write"):
+        parts.append(f"(of which {units['index_write']:g} index)")
+    if units.get("read"):
+        parts.append(f"+ {units['read']:g} R")
+    return " ".join(parts)
+
+
+def section(data: dict) -> str:
+    ours, pt = data["lambda_idempotency"], data.get("powertools", {})
+    lines = [
+        START,
+        "## What a request costs in DynamoDB capacity",
+        "",
+        f"Consumed capacity per invocation (averages of {data['calls_per_figure']} calls), metered by one "
+        "proxy for both libraries (`tests/src/capacity_proxy.rs`: it adds "
+        "`ReturnConsumedCapacity=INDEXES` to every request and sums what DynamoDB Local reports for "
+        "the table and its indexes). A failed conditional write (a replay, a duplicate) is billed on "
+        "real DynamoDB too (\"If the expression evaluates to false, DynamoDB still consumes write "
+        "capacity units from the table\", [AWS]"
+        "(https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html)), "
+        "on the larger of the existing item and the attempted one; DynamoDB Local reports nothing for "
+        "it, so the proxy applies that rule to the item the failure returns. Responses are the request "
+        "body echoed (JSON with a hex field, compressible about as well as typical API JSON). "
+        "`W` write units, `R` read units; dollars per million invocations at " + PRICES + ".",
+        "",
+        "| kind | size | lambda-idempotency | $ / M | Powertools (Python) | $ / M |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, label in KINDS:
+        for size, size_label in SIZES:
+            mine = ours[size][kind]
+            theirs = pt.get(size, {}).get(kind)
+            lines.append(
+                f"| {label} | {size_label} | {units_cell(mine)} | {dollars(mine):.3f} | "
+                + (f"{units_cell(theirs)} | {dollars(theirs):.3f} |" if theirs else "not measured | |")
+            )
+    orders = data.get("orders_api")
+    if orders:
+        first = orders["first"]
+        lines += [
+            "",
+            "`orders-api` as a process (claim, two recovery points, the order, completion of a small "
+            f"response), on the idempotency table: first execution {units_cell(first)} "
+            f"(table {first['table_write']:g}, index {first['index_write']:g}; "
+            f"{dollars(first):.3f} $ / M), replay {units_cell(orders['replay'])}.",
+        ]
+    sweeper = data.get("sweeper")
+    if sweeper:
+        idle, busy = sweeper["idle_sweep"], sweeper["sweep_of_100_stuck"]
+        lines += [
+            "",
+            f"The sweeper: a sweep of an idle table makes {idle['requests']:g} index queries "
+            f"({idle['read']:g} R reported by DynamoDB Local; real DynamoDB bills at least 0.5 R per "
+            "eventually consistent query, so 8 R); a sweep resolving 100 stuck records among 100 "
+            f"completed ones consumes {units_cell(busy)} ({busy['requests']:g} requests: "
+            "one fenced write per stuck record, which also removes its index entry).",
+        ]
+    lines += [END]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--capacity", required=True, type=Path)
+    parser.add_argument("--md", required=True, type=Path)
+    args = parser.parse_args()
+    data = json.loads(args.capacity.read_text())
+    text = args.md.read_text() if args.md.exists() else ""
+    new = section(data)
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END) + "\n?", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: new, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + new
+    args.md.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
