@@ -200,6 +200,42 @@ def main():
                 f"{name}: IdempotencyMaxLeaseSeconds MinValue {min_lease} covers its Timeout {timeout} + {lease_margin_s} s margin",
             )
 
+    # Retention: a message must never outlive the idempotency record of its
+    # consumer, or a redelivery (a retry, a redrive from the dead-letter queue)
+    # after the record expired runs the handler again. CloudFormation rules
+    # cannot compare numbers, so the check resolves both, with the default
+    # parameters and with others.
+    def seconds(node, params):
+        value = resolve(node, {}, params)
+        if isinstance(value, dict) and list(value) == ["Ref"]:
+            value = template["Parameters"][value["Ref"]]["Default"]
+        return int(value)
+
+    sqs_default = 345600  # SQS keeps a message 4 days unless told otherwise
+    for params in ({}, {"OrderEventsRetentionSeconds": "1209600"}, {"OrderEventsRetentionSeconds": "3600"}):
+        for name, resource in template["Resources"].items():
+            props = resource.get("Properties", {})
+            for event in props.get("Events", {}).values():
+                if event.get("Type") != "SQS":
+                    continue
+                queue_name = event["Properties"]["Queue"]["Fn::GetAtt"][0]
+                queue = template["Resources"][queue_name]["Properties"]
+                queues = [(queue_name, queue)]
+                redrive = queue.get("RedrivePolicy", {}).get("deadLetterTargetArn")
+                if redrive:
+                    dlq = redrive["Fn::GetAtt"][0]
+                    queues.append((dlq, template["Resources"][dlq]["Properties"]))
+                variables = props.get("Environment", {}).get("Variables", {})
+                expiry_node = variables.get("IDEMPOTENCY_EXPIRES_AFTER_SECONDS")
+                expiry = seconds(expiry_node, params) if expiry_node is not None else 86400
+                for qname, qprops in queues:
+                    retention = seconds(qprops.get("MessageRetentionPeriod", sqs_default), params)
+                    check(
+                        retention <= expiry,
+                        f"{name}: {qname} keeps messages {retention} s, at most its records' life {expiry} s"
+                        f" ({params or 'default parameters'})",
+                    )
+
     if failures:
         sys.exit(f"template check: {len(failures)} failure(s)")
     print("template check: the SAM transform succeeds with and without the JWT authorizer; sam local reads the template")

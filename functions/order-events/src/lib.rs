@@ -9,7 +9,11 @@
 //! same event sent by direct invoke all send once; a duplicate whose `order_id`
 //! differs is a payload mismatch.
 //!
-//! Environment: `IDEMPOTENCY_TABLE`, `ORDERS_TABLE`.
+//! Environment: `IDEMPOTENCY_TABLE`, `ORDERS_TABLE`, and optionally
+//! `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (how long an event's record lives,
+//! default 86400): it must cover how long a message can be delivered again,
+//! the queue's and the dead-letter queue's retention (the template sets all
+//! three from `OrderEventsRetentionSeconds`).
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
@@ -78,19 +82,41 @@ impl Consumer {
         }
     }
 
-    /// Read the tables from `IDEMPOTENCY_TABLE` and `ORDERS_TABLE`.
+    /// Records live `ttl` (the redelivery window of the events' queues).
+    pub fn expires_after(mut self, ttl: std::time::Duration) -> Self {
+        self.function = self.function.expires_after(ttl);
+        self
+    }
+
+    /// Read the tables from `IDEMPOTENCY_TABLE` and `ORDERS_TABLE`, and the
+    /// record life from `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` when set.
     pub fn from_env(client: aws_sdk_dynamodb::Client) -> Result<Self, String> {
+        Self::from_lookup(client, |name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with the variables from `lookup`.
+    pub fn from_lookup(
+        client: aws_sdk_dynamodb::Client,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
         let var = |name: &str| {
-            std::env::var(name)
-                .ok()
+            lookup(name)
                 .filter(|v| !v.is_empty())
                 .ok_or_else(|| format!("{name} is not set: give it the DynamoDB table name"))
         };
-        Ok(Self::new(
-            client,
-            &var("IDEMPOTENCY_TABLE")?,
-            &var("ORDERS_TABLE")?,
-        ))
+        let consumer = Self::new(client, &var("IDEMPOTENCY_TABLE")?, &var("ORDERS_TABLE")?);
+        match lookup("IDEMPOTENCY_EXPIRES_AFTER_SECONDS").filter(|v| !v.is_empty()) {
+            None => Ok(consumer),
+            Some(text) => match text.parse::<u64>() {
+                Ok(seconds) if seconds > 0 => {
+                    Ok(consumer.expires_after(std::time::Duration::from_secs(seconds)))
+                }
+                _ => Err(format!(
+                    "IDEMPOTENCY_EXPIRES_AFTER_SECONDS={text:?} is not a positive whole number of \
+                     seconds; set it to at least the queues' message retention"
+                )),
+            },
+        }
     }
 
     /// Handle one invocation: an SQS batch (has `Records`) or one event.

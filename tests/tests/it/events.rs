@@ -513,3 +513,48 @@ async fn oversized_output_is_a_distinct_error_on_dynamodb_local() {
     let (store, _) = integration_tests::dynamo_store().await;
     oversized_output_case(store.max_response_bytes(200)).await;
 }
+
+/// An event's record lives as long as its message can be delivered again:
+/// `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (the template sets it to the queues'
+/// retention) is the record's life, and a bad value is refused.
+#[tokio::test]
+async fn the_example_consumer_keeps_records_for_the_configured_redelivery_window() {
+    let client = integration_tests::client().await;
+    let idempotency = integration_tests::create_table(&client).await;
+    let orders = integration_tests::unique_name("orders");
+    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
+        .await
+        .unwrap();
+    let four_days = 345_600u64;
+    let env = |expiry: &'static str| {
+        let (idempotency, orders) = (idempotency.clone(), orders.clone());
+        move |name: &str| match name {
+            "IDEMPOTENCY_TABLE" => Some(idempotency.clone()),
+            "ORDERS_TABLE" => Some(orders.clone()),
+            "IDEMPOTENCY_EXPIRES_AFTER_SECONDS" => Some(expiry.to_owned()),
+            _ => None,
+        }
+    };
+    let consumer = order_events::Consumer::from_lookup(client.clone(), env("345600")).unwrap();
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 30_000;
+    consumer
+        .handle(sample("async-invoke-order-event.json"), &context)
+        .await
+        .unwrap();
+    let store = lambda_idempotency::DynamoStore::new(client.clone(), &idempotency);
+    let page = lambda_idempotency::Store::scan(&store, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1);
+    let expires = page.records[0].record.expires_at_s;
+    let now_s = now_ms() / 1000;
+    assert!(
+        expires + 60 >= now_s + four_days && expires <= now_s + four_days,
+        "expires {expires}, now {now_s}"
+    );
+    for bad in ["0", "-1", "a day"] {
+        let err = order_events::Consumer::from_lookup(client.clone(), env(bad)).unwrap_err();
+        assert!(err.contains("IDEMPOTENCY_EXPIRES_AFTER_SECONDS"), "{err}");
+    }
+}
