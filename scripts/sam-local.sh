@@ -148,7 +148,7 @@ if [ "${1:-}" = "--with-dynamodb" ]; then
   # --env-vars: SAM passes these only because the template declares them.
   for latency in 0 1500; do
     cat >"$SAM_LOCAL_RUN/env-$latency.json" <<EOF
-{"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "$endpoint", "IDEMPOTENCY_TABLE": "$IDEMPOTENCY_TABLE",
+{"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "$endpoint", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": "$endpoint", "IDEMPOTENCY_TABLE": "$IDEMPOTENCY_TABLE",
  "ORDERS_TABLE": "$ORDERS_TABLE", "SIMULATED_PROVIDER_LATENCY_MS": "$latency", "SWEEP_GRACE_SECONDS": "0"}}
 EOF
   done

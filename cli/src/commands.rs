@@ -144,7 +144,7 @@ async fn list(c: &Connected, args: &ListArgs, json: bool) -> Result<(), Failure>
         );
         scan_records(c, limit, &keep, &bar).await?
     } else {
-        index_records(c, cutoff, limit, &keep, &bar).await?
+        discovered_records(c, cutoff, limit, &keep, &bar).await?
     };
     bar.finish_and_clear();
     // Oldest lease first: the longest stuck is what an operator looks at first.
@@ -204,8 +204,8 @@ where
 }
 
 /// Up to `limit` records through the sweeper's discovery, each read again
-/// (the index lags the table and does not hold every attribute).
-async fn index_records(
+/// (the listing lags the table and does not carry every attribute).
+async fn discovered_records(
     c: &Connected,
     cutoff: u64,
     limit: usize,
@@ -224,7 +224,7 @@ async fn index_records(
                 .map_err(|err| store_error(&c.place, err))?;
             if page.failed_reads > 0 {
                 return Err(Failure::Store(format!(
-                    "reading the `sweep` index of {} failed (see the log above); nothing listed",
+                    "listing stuck records of {} failed (see the log above); nothing listed",
                     c.place
                 )));
             }
@@ -237,7 +237,11 @@ async fn index_records(
                     .map_err(|err| store_error(&c.place, err))?;
                 records.extend(found.map(|f| f.record));
             }
-            Ok((records, page.next, format!("{} index page(s)", pages.get())))
+            Ok((
+                records,
+                page.next,
+                format!("{} listing read(s)", pages.get()),
+            ))
         }
     })
     .await
@@ -490,12 +494,12 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
                 .map_err(|err| store_error(&c.place, err))?;
             if page.failed_reads > 0 {
                 return Err(Failure::Store(format!(
-                    "reading the `sweep` index of {} failed (see the log above)",
+                    "listing in-progress records of {} failed (see the log above)",
                     c.place
                 )));
             }
-            // The index does not hold recovery points (committing one would
-            // then cost an index write): each record is read for it.
+            // The listing's view of a record may lag (and an index holds no
+            // recovery point): each record is read for it.
             for listed in &page.records {
                 let found = c
                     .store
@@ -530,7 +534,7 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
         println!(
             "{}",
             json!({
-                "source": if args.scan { "scan" } else { "index" },
+                "source": if args.scan { "scan" } else { c.discovery },
                 "in_progress": in_progress,
                 "live": counts.live,
                 "stuck": counts.stuck,

@@ -15,6 +15,8 @@ pub(crate) struct Connected {
     pub(crate) approximate_items: Option<i64>,
     /// Where the table is, for messages.
     pub(crate) place: String,
+    /// How stuck records are found: `stream` or `index`.
+    pub(crate) discovery: &'static str,
 }
 
 /// Connect to the table the options name and check it is an idempotency
@@ -57,6 +59,11 @@ pub(crate) async fn connect(args: &StoreArgs) -> Result<Connected, Failure> {
         .await
         .map_err(|err| describe_failure(&place, err))?;
     let description = described.table();
+    // Stuck records are found as the sweeper finds them: in the table's
+    // stream, or in the sparse index where the writers opted into it.
+    let has_stream = description
+        .and_then(|t| t.stream_specification())
+        .is_some_and(|s| s.stream_enabled());
     let has_index = description
         .map(|t| {
             t.global_secondary_indexes()
@@ -64,14 +71,24 @@ pub(crate) async fn connect(args: &StoreArgs) -> Result<Connected, Failure> {
                 .any(|i| i.index_name() == Some(schema::SWEEP_INDEX))
         })
         .unwrap_or(false);
-    if !has_index {
-        return Err(Failure::Store(format!(
-            "{place} has no `{}` index: is it the idempotency table? (IDEMPOTENCY_TABLE, --table)",
-            schema::SWEEP_INDEX
-        )));
-    }
+    let store = DynamoStore::new(client, table);
+    let (store, discovery) = match (has_stream, has_index) {
+        (true, _) => (
+            store.with_stream(aws_sdk_dynamodbstreams::Client::new(&shared)),
+            "stream",
+        ),
+        (false, true) => (store.with_sweep_index(), "index"),
+        (false, false) => {
+            return Err(Failure::Store(format!(
+                "{place} has neither a stream nor a `{}` index: is it the idempotency table? \
+                 (IDEMPOTENCY_TABLE, --table)",
+                schema::SWEEP_INDEX
+            )))
+        }
+    };
     Ok(Connected {
-        store: DynamoStore::new(client, table),
+        store,
+        discovery,
         approximate_items: description.and_then(|t| t.item_count()),
         place,
     })

@@ -55,7 +55,7 @@ pub(crate) struct StoreArgs {
 pub(crate) enum Command {
     /// Everything about one record: status, lease, expiry, recovery point, stored response, size.
     Inspect(InspectArgs),
-    /// Records in progress or stuck, through the sweeper's index (no scan unless --scan).
+    /// Records in progress or stuck, found as the sweeper finds them (the table's stream; no scan unless --scan).
     List(ListArgs),
     /// Delete a stuck record so the next retry runs again (fenced, like the sweeper's `release`).
     Release(ResolveArgs),
@@ -104,7 +104,7 @@ pub(crate) struct ListArgs {
     /// Every record in progress, live leases included (the default).
     #[arg(long, conflicts_with = "completed")]
     pub(crate) in_progress: bool,
-    /// Completed records (they are not in the sweeper's index: needs --scan).
+    /// Completed records (the sweeper's listing holds only records in progress: needs --scan).
     #[arg(long, requires = "scan")]
     pub(crate) completed: bool,
     /// Only records whose lease ended at least this long ago (10m, 1h30m, 2d).
@@ -116,8 +116,8 @@ pub(crate) struct ListArgs {
     /// How long after its lease ended a record counts as stuck (the sweeper's default).
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub(crate) grace: Duration,
-    /// Read every item of the table instead of the index: finds records the
-    /// index lacks, and completed ones; billed for every item read.
+    /// Read every item of the table instead of the sweeper's listing: finds
+    /// records it no longer shows, and completed ones; billed for every item read.
     #[arg(long)]
     pub(crate) scan: bool,
 }

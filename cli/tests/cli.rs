@@ -254,7 +254,7 @@ async fn list_and_stats_show_stuck_live_and_recovery_points() {
         .unwrap();
     assert!(stats.status.success(), "{}", stderr(&stats));
     let stats = &json_lines(&stats)[0];
-    assert_eq!(stats["source"], "index");
+    assert_eq!(stats["source"], "stream");
     assert_eq!(
         (stats["in_progress"].as_u64(), stats["live"].as_u64()),
         (Some(3), Some(1))

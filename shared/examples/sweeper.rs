@@ -2,7 +2,8 @@
 //! crashed or timed out and its client never retried) before its own
 //! deadline, and prints what it did as an EMF metric line.
 //!
-//! Environment: `IDEMPOTENCY_TABLE` and the usual AWS variables.
+//! Environment: `IDEMPOTENCY_TABLE` (a table with a stream) and the usual
+//! AWS variables.
 
 use std::time::Duration;
 
@@ -26,7 +27,10 @@ async fn sweep(
 async fn main() -> Result<(), Error> {
     let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
     let aws = aws_config::load_from_env().await;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
+    // Stuck records are found in the table's stream (view type NEW_IMAGE):
+    // the hot path writes nothing for the sweeper.
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table)
+        .with_stream(aws_sdk_dynamodbstreams::Client::new(&aws));
     let sweeper = Sweeper::new(store)
         .policy(SweepPolicy::Release) // the next retry runs again
         .grace(Duration::from_secs(60));

@@ -114,7 +114,8 @@ pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
-    Store, StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+    Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    DEFAULT_MAX_RESPONSE_BYTES,
 };
 #[cfg(feature = "sweeper")]
 pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};

@@ -240,11 +240,46 @@ impl Sweeper {
             deadline_ms,
             margin_ms: u64::try_from(self.stop_before.as_millis()).unwrap_or(u64::MAX),
         };
+        let mut settlements = Vec::new();
+        let mut resolved = Vec::new();
+        self.sweep_pages(&clock, &mut summary, &mut settlements, &mut resolved)
+            .await;
+        // Listings that keep their place (a stream) save it now: what was
+        // resolved is not read again, what was not is.
+        for settlement in settlements {
+            let Some(left) = clock.left() else {
+                // Out of time: the next listing reads this part again.
+                summary.remaining = true;
+                break;
+            };
+            match bounded(left, self.store.settle(&settlement, &resolved)).await {
+                Some(Ok(())) => {}
+                failed => {
+                    let why = match failed {
+                        Some(Err(err)) => err.to_string(),
+                        _ => "saving did not finish before the sweep's deadline".to_owned(),
+                    };
+                    tracing::error!(error = %why, "sweep: saving the listing's place failed; the next sweep reads this part again");
+                    summary.errors += 1;
+                    summary.remaining = true;
+                }
+            }
+        }
+        summary
+    }
+
+    async fn sweep_pages(
+        &self,
+        clock: &Clock,
+        summary: &mut SweepSummary,
+        settlements: &mut Vec<crate::store::Settlement>,
+        resolved: &mut Vec<String>,
+    ) {
         let mut cursor: Option<SweepCursor> = None;
         loop {
             let Some(left) = clock.left() else {
                 summary.remaining = true;
-                return summary;
+                return;
             };
             let now = crate::clock::now_ms();
             let listed = self.store.stuck(self.cutoff(now), cursor, self.page_size);
@@ -258,20 +293,21 @@ impl Sweeper {
                     tracing::error!(error = %why, "sweep: listing stuck records failed; the next sweep retries");
                     summary.errors += 1;
                     summary.remaining = true;
-                    return summary;
+                    return;
                 }
             };
             summary.pages += page.reads;
             summary.errors += page.failed_reads;
-            if page.failed_reads > 0 {
+            if page.failed_reads > 0 || page.unread {
                 summary.remaining = true;
             }
             summary.found += page.records.len() as u64;
-            self.resolve_page(page.records, now, &clock, &mut summary)
+            settlements.extend(page.settlement);
+            self.resolve_page(page.records, now, clock, summary, resolved)
                 .await;
             match page.next {
                 Some(next) => cursor = Some(next),
-                None => return summary,
+                None => return,
             }
         }
     }
@@ -285,6 +321,7 @@ impl Sweeper {
         now: u64,
         clock: &Clock,
         summary: &mut SweepSummary,
+        resolved: &mut Vec<String>,
     ) {
         let mut pending = page.into_iter().peekable();
         let mut running = tokio::task::JoinSet::new();
@@ -344,6 +381,7 @@ impl Sweeper {
                         resolution = ?resolution,
                         "swept stuck idempotency record"
                     );
+                    resolved.push(record.id);
                 }
                 Err(err) => {
                     summary.errors += 1;

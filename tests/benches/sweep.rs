@@ -63,10 +63,14 @@ async fn main() {
     let claim_time = started.elapsed();
     tokio::time::sleep(Duration::from_millis(20)).await;
 
-    let sweeper = Sweeper::new((*store).clone())
-        .policy(SweepPolicy::Release)
-        .grace(Duration::ZERO)
-        .page_size(100);
+    let sweeper = Sweeper::new(
+        (*store)
+            .clone()
+            .with_stream(integration_tests::streams_client().await),
+    )
+    .policy(SweepPolicy::Release)
+    .grace(Duration::ZERO)
+    .page_size(100);
     let before = counter.get();
     let started = Instant::now();
     let summary = sweeper.sweep(None).await;

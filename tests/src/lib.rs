@@ -146,6 +146,20 @@ pub async fn client_for(endpoint: String, max_attempts: u32) -> Client {
     Client::from_conf(config)
 }
 
+/// A DynamoDB Streams client for DynamoDB Local (it serves streams on the
+/// same port).
+pub async fn streams_client() -> aws_sdk_dynamodbstreams::Client {
+    let endpoint = endpoint();
+    let shared = aws_config::from_env()
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let config = aws_sdk_dynamodbstreams::config::Builder::from(&shared)
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_dynamodbstreams::Client::from_conf(config)
+}
+
 /// A plain client for DynamoDB Local.
 pub async fn client() -> Client {
     client_with(Vec::new()).await
@@ -173,6 +187,17 @@ pub struct TableDefinition {
     /// `TimeToLiveSpecification`.
     #[serde(default)]
     pub time_to_live_specification: Option<TtlDef>,
+    /// `StreamSpecification`.
+    #[serde(default)]
+    pub stream_specification: Option<StreamDef>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+/// Part of [`TableDefinition`].
+pub struct StreamDef {
+    /// `stream_view_type`.
+    pub stream_view_type: String,
 }
 
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -308,6 +333,17 @@ pub async fn create_table_from_definition(
             gsi = gsi.key_schema(key(k)?);
         }
         request = request.global_secondary_indexes(gsi.build().map_err(|e| e.to_string())?);
+    }
+    if let Some(stream) = &def.stream_specification {
+        request = request.stream_specification(
+            aws_sdk_dynamodb::types::StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(aws_sdk_dynamodb::types::StreamViewType::from(
+                    stream.stream_view_type.as_str(),
+                ))
+                .build()
+                .map_err(|e| e.to_string())?,
+        );
     }
     request.send().await.map_err(|e| {
         format!(

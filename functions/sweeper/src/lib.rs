@@ -2,9 +2,11 @@
 //! records (see `lambda_idempotency::Sweeper`).
 //!
 //! Environment: `IDEMPOTENCY_TABLE`, `SWEEP_POLICY` (`release` | `fail`, default
-//! `release`), `SWEEP_GRACE_SECONDS` (default 60). Input: any event (the
-//! schedule's); output: the [`SweepSummary`] as JSON. One EMF metric line with
-//! the counts goes to stdout.
+//! `release`), `SWEEP_GRACE_SECONDS` (default 60), `SWEEP_DISCOVERY` (`stream`,
+//! the default: stuck records are found in the table's stream; `index`: in
+//! the sparse `sweep` index, for tables whose writers opted into it). Input:
+//! any event (the schedule's); output: the [`SweepSummary`] as JSON. One EMF
+//! metric line with the counts goes to stdout.
 
 use std::time::Duration;
 
@@ -20,6 +22,9 @@ pub struct Config {
     pub policy: SweepPolicy,
     /// `SWEEP_GRACE_SECONDS`.
     pub grace: Duration,
+    /// `SWEEP_DISCOVERY`: find stuck records in the sparse index instead of
+    /// the table's stream.
+    pub index: bool,
 }
 
 impl Config {
@@ -43,18 +48,38 @@ impl Config {
                 format!("SWEEP_GRACE_SECONDS={g:?} is not a whole number of seconds")
             })?,
         };
+        let index = match lookup("SWEEP_DISCOVERY").as_deref() {
+            None | Some("") | Some("stream") => false,
+            Some("index") => true,
+            Some(other) => {
+                return Err(format!(
+                    "SWEEP_DISCOVERY={other:?} is neither `stream` (the table's stream, the \
+                     default) nor `index` (the sparse sweep index)"
+                ))
+            }
+        };
         Ok(Config {
             table,
             policy,
             grace: Duration::from_secs(grace),
+            index,
         })
     }
 
-    /// The sweeper these settings describe.
-    pub fn sweeper(&self, client: aws_sdk_dynamodb::Client) -> Sweeper {
-        Sweeper::new(DynamoStore::new(client, self.table.clone()))
-            .policy(self.policy)
-            .grace(self.grace)
+    /// The sweeper these settings describe, reading the table's stream with
+    /// `streams` (or the index, with `SWEEP_DISCOVERY=index`).
+    pub fn sweeper(
+        &self,
+        client: aws_sdk_dynamodb::Client,
+        streams: aws_sdk_dynamodbstreams::Client,
+    ) -> Sweeper {
+        let store = DynamoStore::new(client, self.table.clone());
+        let store = if self.index {
+            store.with_sweep_index()
+        } else {
+            store.with_stream(streams)
+        };
+        Sweeper::new(store).policy(self.policy).grace(self.grace)
     }
 }
 
@@ -77,9 +102,9 @@ pub async fn handle(
     tracing::info!(?summary, "sweep finished");
     if summary.pages == 0 && summary.errors > 0 {
         return Err(format!(
-            "the sweep could not read the `sweep` index of {} ({} failed queries, \
-             see the error log lines): check IDEMPOTENCY_TABLE, the index and the function's \
-             dynamodb:Query permission",
+            "the sweep could not list stuck records of {} ({} failed reads, see the error \
+             log lines): check IDEMPOTENCY_TABLE, the table's stream (or the index, with \
+             SWEEP_DISCOVERY=index) and the function's permissions on them",
             sweeper.store_description(),
             summary.errors
         )

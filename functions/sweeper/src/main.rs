@@ -7,7 +7,10 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = sweeper::Config::from_env().map_err(|e| format!("sweeper cannot start: {e}"))?;
     let aws = aws_config::load_from_env().await;
-    let sweeper = config.sweeper(aws_sdk_dynamodb::Client::new(&aws));
+    let sweeper = config.sweeper(
+        aws_sdk_dynamodb::Client::new(&aws),
+        aws_sdk_dynamodbstreams::Client::new(&aws),
+    );
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
         let sweeper = sweeper.clone();
         async move { sweeper::handle(&sweeper, event).await }

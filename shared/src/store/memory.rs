@@ -248,7 +248,7 @@ impl Store for MemoryStore {
             records: stuck,
             next,
             reads: 1,
-            failed_reads: 0,
+            ..StuckPage::default()
         })
     }
 

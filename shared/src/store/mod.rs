@@ -91,6 +91,11 @@ pub struct StuckRecord {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepCursor(pub(crate) String);
 
+/// What a listing must remember once its sweep is over (see
+/// [`Store::settle`]): opaque, made by the store that listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement(pub(crate) String);
+
 /// One page of a listing of stuck records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StuckPage {
@@ -103,6 +108,12 @@ pub struct StuckPage {
     /// Reads that failed (logged); the part of the listing they covered is
     /// skipped, for the next sweep.
     pub failed_reads: u64,
+    /// The listing stopped before the end of what it reads (a stream backlog
+    /// larger than one listing reads): the next listing goes on from there.
+    pub unread: bool,
+    /// For listings that keep their place between sweeps (DynamoDB's
+    /// stream): hand it to [`Store::settle`] when the sweep is over.
+    pub settlement: Option<Settlement>,
 }
 
 /// A record as read back for an operator ([`Store::get`], [`Store::scan`]):
@@ -269,6 +280,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         now_ms: u64,
     ) -> Result<Resolution, Error>;
 
+    /// The sweep of a listing is over: `resolved` are the ids of the listed
+    /// records it resolved (any [`Resolution`]). A store whose listing keeps
+    /// its place between sweeps (DynamoDB's stream) saves where the next
+    /// listing starts, so records resolved here are not read again and those
+    /// left (still live, not reached, failed) are. Listings that keep no
+    /// place (an index, memory) have nothing to save.
+    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
+        let _ = (settlement, resolved);
+        Ok(())
+    }
+
     /// The record `record_id` as stored now (a strongly consistent read),
     /// `None` when absent. A record past its expiry that the store has not
     /// deleted yet is returned as it is: compare `expires_at_s` with the clock.
@@ -387,6 +409,9 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
         now_ms: u64,
     ) -> Result<Resolution, Error> {
         (**self).resolve_stuck(record, how, cutoff_ms, now_ms).await
+    }
+    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
+        (**self).settle(settlement, resolved).await
     }
     async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         (**self).get(record_id).await

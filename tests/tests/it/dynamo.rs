@@ -93,57 +93,92 @@ async fn sdk_retry_after_a_lost_claim_response_is_recognised_as_our_claim() {
 }
 
 #[tokio::test]
-async fn records_hold_hashed_ids_ttl_seconds_and_a_sparse_sweep_index() {
-    let (store, _) = integration_tests::dynamo_store().await;
-    let client = store.client().clone();
-    let table = store.table().to_owned();
-    let runs = Runs::default();
-    let svc = IdempotencyLayer::new(store.clone())
-        .expires_after(Duration::from_secs(600))
-        .layer(counting_handler(runs.clone(), Duration::from_millis(400)));
-    let running = start_first(&svc, post("/orders", Some("secret-key"), "{}"), &runs).await;
-    let in_progress = scan_one(&client, &table).await;
-    let id = in_progress[schema::ID].as_s().unwrap().clone();
-    assert_eq!(id.len(), 64);
-    assert!(!id.contains("secret-key"));
-    assert_eq!(in_progress[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
-    assert_eq!(in_progress[schema::SWEEP_SHARD].as_s().unwrap(), &id[..1]);
-    assert_eq!(
-        in_progress[schema::SWEEP_AT],
-        in_progress[schema::LEASE_EXPIRES_AT]
-    );
-    let swept = client
-        .query()
-        .table_name(&table)
-        .index_name(schema::SWEEP_INDEX)
-        .key_condition_expression("#s = :s")
-        .expression_attribute_names("#s", schema::SWEEP_SHARD)
-        .expression_attribute_values(":s", AttributeValue::S(id[..1].to_owned()))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        swept.count(),
-        1,
-        "in-progress records are in the sweep index"
-    );
+async fn records_hold_hashed_ids_ttl_seconds_and_index_keys_only_when_opted_in() {
+    for opted_in in [false, true] {
+        let (store, _) = integration_tests::dynamo_store().await;
+        let store = if opted_in {
+            store.with_sweep_index()
+        } else {
+            store
+        };
+        let client = store.client().clone();
+        let table = store.table().to_owned();
+        let runs = Runs::default();
+        let svc = IdempotencyLayer::new(store.clone())
+            .expires_after(Duration::from_secs(600))
+            .layer(counting_handler(runs.clone(), Duration::from_millis(400)));
+        let running = start_first(&svc, post("/orders", Some("secret-key"), "{}"), &runs).await;
+        let in_progress = scan_one(&client, &table).await;
+        let id = in_progress[schema::ID].as_s().unwrap().clone();
+        assert_eq!(id.len(), 64);
+        assert!(!id.contains("secret-key"));
+        assert_eq!(in_progress[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
+        let swept = client
+            .query()
+            .table_name(&table)
+            .index_name(schema::SWEEP_INDEX)
+            .key_condition_expression("#s = :s")
+            .expression_attribute_names("#s", schema::SWEEP_SHARD)
+            .expression_attribute_values(":s", AttributeValue::S(id[..1].to_owned()))
+            .send()
+            .await
+            .unwrap();
+        if opted_in {
+            assert_eq!(in_progress[schema::SWEEP_SHARD].as_s().unwrap(), &id[..1]);
+            assert_eq!(
+                in_progress[schema::SWEEP_AT],
+                in_progress[schema::LEASE_EXPIRES_AT]
+            );
+            assert_eq!(
+                swept.count(),
+                1,
+                "in-progress records are in the sweep index"
+            );
+        } else {
+            // The stream finds stuck records: the claim writes nothing for it.
+            assert!(!in_progress.contains_key(schema::SWEEP_SHARD));
+            assert!(!in_progress.contains_key(schema::SWEEP_AT));
+            assert_eq!(swept.count(), 0);
+        }
 
-    running.await.unwrap();
-    let completed = scan_one(&client, &table).await;
-    assert_eq!(completed[schema::STATUS].as_s().unwrap(), "COMPLETED");
-    assert!(!completed.contains_key(schema::SWEEP_SHARD));
-    assert!(!completed.contains_key(schema::SWEEP_AT));
-    let expires: u64 = completed[schema::EXPIRES_AT]
-        .as_n()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let now_s = now_ms() / 1000;
-    assert!(
-        (now_s + 590..=now_s + 610).contains(&expires),
-        "TTL is epoch seconds: {expires}"
+        running.await.unwrap();
+        let completed = scan_one(&client, &table).await;
+        assert_eq!(completed[schema::STATUS].as_s().unwrap(), "COMPLETED");
+        assert!(!completed.contains_key(schema::SWEEP_SHARD));
+        assert!(!completed.contains_key(schema::SWEEP_AT));
+        let expires: u64 = completed[schema::EXPIRES_AT]
+            .as_n()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let now_s = now_ms() / 1000;
+        assert!(
+            (now_s + 590..=now_s + 610).contains(&expires),
+            "TTL is epoch seconds: {expires}"
+        );
+        assert_eq!(completed[schema::ATTEMPT].as_n().unwrap(), "1");
+    }
+}
+
+/// With the template's table and the sweeper deployed (it reads the
+/// stream), a first execution of a small response costs what Powertools'
+/// does: one write unit for the claim, one for the completion, none in any
+/// index. Metered on DynamoDB Local.
+#[tokio::test]
+async fn a_first_execution_writes_two_units_and_no_index_unit() {
+    let (store, proxy) = metered_store().await;
+    let runs = Runs::default();
+    let mut svc =
+        IdempotencyLayer::new(store.clone()).layer(counting_handler(runs.clone(), Duration::ZERO));
+    let before = proxy.units(store.table());
+    let res = call(&mut svc, post("/orders", Some("k1"), r#"{"amount":2500}"#)).await;
+    assert_eq!(res.status(), 201);
+    let used = proxy.units(store.table()) - before;
+    assert_eq!(
+        (used.requests, used.table_write, used.index_write),
+        (2, 2.0, 0.0),
+        "{used:?}"
     );
-    assert_eq!(completed[schema::ATTEMPT].as_n().unwrap(), "1");
 }
 
 #[tokio::test]

@@ -12,8 +12,65 @@ use tower::{Layer, ServiceExt};
 
 use crate::fixture::{claim_request, claimed, counting_handler, json, now_ms, post, Handler, Runs};
 
-async fn store() -> DynamoStore {
-    integration_tests::dynamo_store().await.0
+/// How the sweeper finds stuck records: the table's stream (the product's
+/// way) or the opt-in sparse index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Discovery {
+    Stream,
+    Index,
+}
+
+impl Discovery {
+    /// `store` set up to find stuck records this way (the writers through
+    /// it agree, as every writer of a table must).
+    async fn on(self, store: DynamoStore) -> DynamoStore {
+        match self {
+            Discovery::Stream => store.with_stream(integration_tests::streams_client().await),
+            Discovery::Index => store.with_sweep_index(),
+        }
+    }
+}
+
+/// Each sweeper test once per discovery.
+macro_rules! on_both_discoveries {
+    ($($name:ident),* $(,)?) => {
+        mod stream {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Discovery::Stream).await
+                }
+            )*
+        }
+        mod index {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Discovery::Index).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_discoveries!(
+    release_policy_deletes_stuck_records_only,
+    grace_period_keeps_recently_expired_leases,
+    released_key_runs_again_on_the_next_retry,
+    fail_policy_stores_a_problem_that_replays,
+    record_reclaimed_between_query_and_write_is_fenced,
+    two_sweepers_at_once_resolve_each_record_once,
+    records_with_a_recovery_point_are_resumable_unless_failing,
+    sweep_stops_before_the_deadline_and_the_next_sweep_finishes,
+    an_unreadable_index_is_counted_and_fails_the_function,
+    the_sweeper_function_handles_the_sample_event,
+    the_fail_policy_never_resurrects_an_expired_record,
+    a_recovery_point_committed_after_the_index_was_read_keeps_the_record,
+    a_hanging_store_does_not_keep_the_sweep_past_its_deadline,
+);
+
+async fn store(mode: Discovery) -> DynamoStore {
+    mode.on(integration_tests::dynamo_store().await.0).await
 }
 
 /// A real claim whose lease ends after `lease_ms`.
@@ -108,7 +165,7 @@ async fn item(
         .cloned()
 }
 
-async fn untouched_neighbours(store: &DynamoStore) {
+async fn untouched_neighbours(store: &DynamoStore, mode: Discovery) {
     let done = item(store, &completed_id())
         .await
         .expect("completed record kept");
@@ -119,16 +176,19 @@ async fn untouched_neighbours(store: &DynamoStore) {
         live[schema::OWNER].as_s().unwrap(),
         &format!("owner-{}", live_id())
     );
-    // The live record is in the index, in a shard the sweep read.
-    assert_eq!(
-        live[schema::SWEEP_SHARD].as_s().unwrap(),
-        &schema::sweep_shard(&live_id()).to_string()
-    );
+    match mode {
+        // The live record is in the index, in a shard the sweep read.
+        Discovery::Index => assert_eq!(
+            live[schema::SWEEP_SHARD].as_s().unwrap(),
+            &schema::sweep_shard(&live_id()).to_string()
+        ),
+        // Nothing of the sweeper's is written on the hot path.
+        Discovery::Stream => assert!(!live.contains_key(schema::SWEEP_SHARD)),
+    }
 }
 
-#[tokio::test]
-async fn release_policy_deletes_stuck_records_only() {
-    let store = store().await;
+async fn release_policy_deletes_stuck_records_only(mode: Discovery) {
+    let store = store(mode).await;
     let ids = populate(&store, 37).await;
     let summary = Sweeper::new(store.clone())
         .grace(Duration::ZERO)
@@ -142,26 +202,29 @@ async fn release_policy_deletes_stuck_records_only() {
         (0, 0, 0)
     );
     assert!(!summary.remaining);
-    assert!(summary.pages >= 16, "one page per shard at least");
-    let shards: std::collections::HashSet<char> =
-        ids.iter().map(|id| schema::sweep_shard(id)).collect();
-    assert!(
-        shards.len() >= 10,
-        "stuck records spread over shards: {shards:?}"
-    );
+    if mode == Discovery::Index {
+        assert!(summary.pages >= 16, "one page per shard at least");
+        let shards: std::collections::HashSet<char> =
+            ids.iter().map(|id| schema::sweep_shard(id)).collect();
+        assert!(
+            shards.len() >= 10,
+            "stuck records spread over shards: {shards:?}"
+        );
+    } else {
+        assert!(summary.pages >= 1, "the stream was read");
+    }
     assert_eq!(summary.errors, 0);
     for id in &ids {
         assert!(item(&store, id).await.is_none(), "{id} released");
     }
-    untouched_neighbours(&store).await;
+    untouched_neighbours(&store, mode).await;
     // A second sweep finds nothing.
     let again = Sweeper::new(store).grace(Duration::ZERO).sweep(None).await;
     assert_eq!(again.found, 0);
 }
 
-#[tokio::test]
-async fn grace_period_keeps_recently_expired_leases() {
-    let store = store().await;
+async fn grace_period_keeps_recently_expired_leases(mode: Discovery) {
+    let store = store(mode).await;
     populate(&store, 3).await;
     let summary = Sweeper::new(store)
         .grace(Duration::from_secs(60))
@@ -182,9 +245,8 @@ async fn crash_midway(store: &DynamoStore, key: &str) {
     integration_tests::crash_midway(store.clone(), post("/orders", Some(key), "{}")).await;
 }
 
-#[tokio::test]
-async fn released_key_runs_again_on_the_next_retry() {
-    let store = store().await;
+async fn released_key_runs_again_on_the_next_retry(mode: Discovery) {
+    let store = store(mode).await;
     crash_midway(&store, "abandoned").await;
     let summary = sweep_now(&store, SweepPolicy::Release).await;
     assert_eq!(summary.released, 1);
@@ -198,9 +260,8 @@ async fn released_key_runs_again_on_the_next_retry() {
     assert_eq!(runs.count(), 1);
 }
 
-#[tokio::test]
-async fn fail_policy_stores_a_problem_that_replays() {
-    let store = store().await;
+async fn fail_policy_stores_a_problem_that_replays(mode: Discovery) {
+    let store = store(mode).await;
     crash_midway(&store, "abandoned").await;
     let summary = sweep_now(&store, SweepPolicy::Fail).await;
     assert_eq!((summary.found, summary.failed), (1, 1));
@@ -231,9 +292,8 @@ async fn fail_policy_stores_a_problem_that_replays() {
     );
 }
 
-#[tokio::test]
-async fn record_reclaimed_between_query_and_write_is_fenced() {
-    let store = store().await;
+async fn record_reclaimed_between_query_and_write_is_fenced(mode: Discovery) {
+    let store = store(mode).await;
     let id = hashed_id("reclaimed");
     claim(&store, &id, 1).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -262,9 +322,8 @@ async fn record_reclaimed_between_query_and_write_is_fenced() {
     assert_eq!(record[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
 }
 
-#[tokio::test]
-async fn two_sweepers_at_once_resolve_each_record_once() {
-    let store = store().await;
+async fn two_sweepers_at_once_resolve_each_record_once(mode: Discovery) {
+    let store = store(mode).await;
     let ids = populate(&store, 60).await;
     let sweeper = Sweeper::new(store.clone())
         .grace(Duration::ZERO)
@@ -283,12 +342,11 @@ async fn two_sweepers_at_once_resolve_each_record_once() {
     for id in &ids {
         assert!(item(&store, id).await.is_none());
     }
-    untouched_neighbours(&store).await;
+    untouched_neighbours(&store, mode).await;
 }
 
-#[tokio::test]
-async fn records_with_a_recovery_point_are_resumable_unless_failing() {
-    let store = store().await;
+async fn records_with_a_recovery_point_are_resumable_unless_failing(mode: Discovery) {
+    let store = store(mode).await;
     let id = hashed_id("resumable");
     let lease = claim(&store, &id, 1).await;
     // The handler commits a recovery point, then its invocation dies.
@@ -319,9 +377,8 @@ async fn records_with_a_recovery_point_are_resumable_unless_failing() {
     assert!(!failed.contains_key(schema::CHECKPOINT));
 }
 
-#[tokio::test]
-async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes() {
-    let store = store().await;
+async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes(mode: Discovery) {
+    let store = store(mode).await;
     let ids = populate(&store, 100).await;
     let sweeper = Sweeper::new(store.clone())
         .grace(Duration::ZERO)
@@ -346,18 +403,20 @@ async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes() {
     for id in &ids {
         assert!(item(&store, id).await.is_none(), "{id} released");
     }
-    untouched_neighbours(&store).await;
+    untouched_neighbours(&store, mode).await;
 }
 
-#[tokio::test]
-async fn an_unreadable_index_is_counted_and_fails_the_function() {
-    let store = store().await;
-    let missing = DynamoStore::new(store.client().clone(), "no-such-table");
+async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) {
+    let store = store(mode).await;
+    let missing = mode
+        .on(DynamoStore::new(store.client().clone(), "no-such-table"))
+        .await;
     let summary = Sweeper::new(missing.clone()).sweep(None).await;
-    assert_eq!(
-        summary.errors, 16,
-        "one failed query per shard: {summary:?}"
-    );
+    let failed_reads = match mode {
+        Discovery::Index => 16, // one failed query per shard
+        Discovery::Stream => 1, // the table's stream cannot be found
+    };
+    assert_eq!(summary.errors, failed_reads, "{summary:?}");
     assert_eq!(summary.pages, 0);
     assert!(summary.remaining, "shards left unread");
     let mut context = lambda_runtime::Context::default();
@@ -366,9 +425,13 @@ async fn an_unreadable_index_is_counted_and_fails_the_function() {
         table: "no-such-table".into(),
         policy: SweepPolicy::Release,
         grace: Duration::ZERO,
+        index: mode == Discovery::Index,
     };
     let err = sweeper::handle(
-        &config.sweeper(store.client().clone()),
+        &config.sweeper(
+            store.client().clone(),
+            integration_tests::streams_client().await,
+        ),
         lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
     )
     .await
@@ -380,9 +443,8 @@ async fn an_unreadable_index_is_counted_and_fails_the_function() {
     );
 }
 
-#[tokio::test]
-async fn the_sweeper_function_handles_the_sample_event() {
-    let store = store().await;
+async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
+    let store = store(mode).await;
     populate(&store, 4).await;
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -396,9 +458,13 @@ async fn the_sweeper_function_handles_the_sample_event() {
         table: store.table().to_owned(),
         policy: SweepPolicy::Release,
         grace: Duration::ZERO,
+        index: mode == Discovery::Index,
     };
     let summary: SweepSummary = sweeper::handle(
-        &config.sweeper(store.client().clone()),
+        &config.sweeper(
+            store.client().clone(),
+            integration_tests::streams_client().await,
+        ),
         lambda_runtime::LambdaEvent::new(payload, context),
     )
     .await
@@ -426,9 +492,8 @@ async fn the_sweeper_function_handles_the_sample_event() {
 
 // Defects found by the audit (issue 14, item 9); each test failed before its fix.
 
-#[tokio::test]
-async fn the_fail_policy_never_resurrects_an_expired_record() {
-    let store = store().await;
+async fn the_fail_policy_never_resurrects_an_expired_record(mode: Discovery) {
+    let store = store(mode).await;
     let id = hashed_id("expired-and-stuck");
     // Stuck and past its own expiry (TTL deletion lags): absent by definition.
     let mut request = claim_request(&id, "crashed", 1);
@@ -448,9 +513,8 @@ async fn the_fail_policy_never_resurrects_an_expired_record() {
     assert!(item(&store, &id).await.is_none());
 }
 
-#[tokio::test]
-async fn a_recovery_point_committed_after_the_index_was_read_keeps_the_record() {
-    let store = store().await;
+async fn a_recovery_point_committed_after_the_index_was_read_keeps_the_record(mode: Discovery) {
+    let store = store(mode).await;
     let id = hashed_id("late-checkpoint");
     let lease = claim(&store, &id, 1).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -469,8 +533,7 @@ async fn a_recovery_point_committed_after_the_index_was_read_keeps_the_record() 
     assert!(kept.contains_key(schema::CHECKPOINT));
 }
 
-#[tokio::test]
-async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline() {
+async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline(mode: Discovery) {
     // A server that accepts connections and never answers.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -482,7 +545,7 @@ async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline() {
     });
     // The SDK's default of 3 attempts per call.
     let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 3).await;
-    let store = DynamoStore::new(client, "idempotency");
+    let store = mode.on(DynamoStore::new(client, "idempotency")).await;
     let deadline = now_ms() + 3_000;
     let summary = tokio::time::timeout(
         Duration::from_secs(30),
@@ -500,4 +563,78 @@ async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline() {
     assert!(summary.remaining, "{summary:?}");
     assert!(summary.errors >= 1, "{summary:?}");
     held.abort();
+}
+
+// The stream discovery (issue 17): nothing on the hot path, every guarantee kept.
+
+/// A record still live when one sweep lists it is found by a later sweep,
+/// once its lease is over: the settled place keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_live_at_one_sweep_is_found_by_a_later_one() {
+    let store = store(Discovery::Stream).await;
+    let done = claim(&store, &hashed_id("done-early"), 1).await;
+    store
+        .complete(
+            &done,
+            &StoredResponse::new(200, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 3600,
+        )
+        .await
+        .unwrap();
+    let id = hashed_id("live-then-stuck");
+    claim(&store, &id, 400).await;
+    let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
+    let first = sweeper.sweep(None).await;
+    assert_eq!((first.found, first.errors), (0, 0), "{first:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = sweeper.sweep(None).await;
+    assert_eq!((second.found, second.released), (1, 1), "{second:?}");
+    assert!(item(&store, &id).await.is_none());
+    // Resolved records are not listed again.
+    let third = sweeper.sweep(None).await;
+    assert_eq!(third.found, 0, "{third:?}");
+}
+
+/// 10,000 stuck records among completed and live ones, two sweepers at
+/// once: each stuck record resolved once, nothing else touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_thousand_stuck_records_two_sweepers_completed_ones_untouched() {
+    use futures_util::StreamExt;
+    let store = store(Discovery::Stream).await;
+    let ids: Vec<String> = (0..10_000)
+        .map(|i| hashed_id(&format!("many-{i}")))
+        .collect();
+    futures_util::stream::iter(ids.iter())
+        .for_each_concurrent(32, |id| {
+            let store = store.clone();
+            async move {
+                claim(&store, id, 1).await;
+            }
+        })
+        .await;
+    populate(&store, 0).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let sweeper = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .concurrency(32);
+    let (first, second) = (sweeper.clone(), sweeper.clone());
+    let a = tokio::spawn(async move { first.sweep(None).await });
+    let b = tokio::spawn(async move { second.sweep(None).await });
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert_eq!(a.errors + b.errors, 0, "{a:?} {b:?}");
+    assert_eq!(a.released + b.released, 10_000, "{a:?} {b:?}");
+    assert_eq!(
+        a.fenced + b.fenced,
+        a.found + b.found - 10_000,
+        "every other sighting was fenced"
+    );
+    let left = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await;
+    assert_eq!(left.found, 0, "{left:?}");
+    for id in ids.iter().step_by(97) {
+        assert!(item(&store, id).await.is_none(), "{id} released");
+    }
+    untouched_neighbours(&store, Discovery::Stream).await;
 }

@@ -587,7 +587,9 @@ async fn crash(bin: &str, size: Size, violations: &Violations) -> Result<CrashRe
     // `release` first (records holding a recovery point are left for a retry
     // that, here, never comes), then `fail` for those.
     let client = integration_tests::client().await;
-    let sweeper = Sweeper::new(DynamoStore::new(client, tables.0.clone())).grace(Duration::ZERO);
+    let store = DynamoStore::new(client, tables.0.clone())
+        .with_stream(integration_tests::streams_client().await);
+    let sweeper = Sweeper::new(store).grace(Duration::ZERO);
     let released = sweeper
         .clone()
         .policy(SweepPolicy::Release)

@@ -21,7 +21,7 @@ use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
 use crate::store::{
     claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
-    Completion, DeferredWrites, Fitted, Lease, RecordPage, Resolution, Resolve, Store,
+    Completion, DeferredWrites, Fitted, Lease, RecordPage, Resolution, Resolve, Settlement, Store,
     StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
@@ -79,6 +79,8 @@ pub mod schema {
 }
 
 mod codec;
+#[cfg(feature = "streams")]
+mod stream;
 
 use codec::{checkpoint_value, corrupt, decode, headers_value, item_size, n, number, s};
 use schema::*;
@@ -98,6 +100,11 @@ pub struct DynamoStore {
     client: Client,
     table: Arc<str>,
     max_response_bytes: usize,
+    /// Claims write the sparse index's keys, and listings read the index.
+    sweep_index: bool,
+    /// Listings read the table's stream.
+    #[cfg(feature = "streams")]
+    stream: Option<aws_sdk_dynamodbstreams::Client>,
 }
 
 impl DynamoStore {
@@ -107,7 +114,30 @@ impl DynamoStore {
             client,
             table: Arc::from(table.into()),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            sweep_index: false,
+            #[cfg(feature = "streams")]
+            stream: None,
         }
+    }
+
+    /// Find stuck records through the table's stream (view type `NEW_IMAGE`),
+    /// read with `streams`: the listing the sweeper and the CLI use, at no
+    /// cost on the hot path (claims, recovery points and completions write
+    /// nothing for it). See docs/DESIGN.md section 9.
+    #[cfg(feature = "streams")]
+    pub fn with_stream(mut self, streams: aws_sdk_dynamodbstreams::Client) -> Self {
+        self.stream = Some(streams);
+        self
+    }
+
+    /// Keep stuck records in the sparse `sweep` index instead: every claim
+    /// writes the index's keys (one more write unit per claim and one per
+    /// completion) and listings query the index. For tables without a
+    /// stream. Every writer of the table (the functions) and the sweeper must
+    /// agree on it.
+    pub fn with_sweep_index(mut self) -> Self {
+        self.sweep_index = true;
+        self
     }
 
     /// Keep responses up to `bytes` (body after compression plus headers;
@@ -361,6 +391,17 @@ impl Store for DynamoStore {
         }
     }
 
+    #[allow(unused_variables)]
+    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
+        #[cfg(feature = "streams")]
+        if self.stream.is_some() {
+            return self
+                .settle_stream(settlement, resolved, crate::clock::now_ms())
+                .await;
+        }
+        Ok(())
+    }
+
     async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         let out = self
             .client
@@ -389,6 +430,10 @@ impl Store for DynamoStore {
         let mut page = RecordPage::default();
         for item in out.items() {
             let id = item.get(ID).and_then(|v| v.as_s().ok());
+            // The sweeper's places in the stream are not records.
+            if id.is_some_and(|id| id.starts_with(SWEEPER_ITEM_PREFIX)) {
+                continue;
+            }
             match id.map(|id| decode(id, item).and_then(|record| sized(record, item))) {
                 Some(Ok(record)) => page.records.push(record),
                 Some(Err(err)) => {
@@ -412,6 +457,24 @@ impl Store for DynamoStore {
         cursor: Option<SweepCursor>,
         limit: usize,
     ) -> Result<StuckPage, Error> {
+        #[cfg(feature = "streams")]
+        if let Some(streams) = &self.stream {
+            // One page: the stream is read to its end (or a budget) at once,
+            // since a record's later images decide whether it is stuck.
+            let _ = (cursor, limit);
+            return self.stuck_from_stream(streams, cutoff_ms).await;
+        }
+        if !self.sweep_index {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "{} has no way to find stuck records: give it the table's stream \
+                     (DynamoStore::with_stream, feature `streams`) or opt into the sweep index \
+                     (DynamoStore::with_sweep_index, on every writer too)",
+                    self.describe()
+                ),
+            ));
+        }
         let position = match cursor {
             Some(cursor) => Position::decode(&cursor)?,
             None => Position {
@@ -482,7 +545,7 @@ impl Store for DynamoStore {
             records,
             next: next.map(|p| p.encode()),
             reads: 1,
-            failed_reads: 0,
+            ..StuckPage::default()
         })
     }
 
@@ -734,20 +797,25 @@ impl DynamoStore {
     /// response, its recovery point), so nothing of another request can reach
     /// this one. `Err(record)` is the record as it is when the condition fails.
     async fn claim_new_life(&self, request: &ClaimRequest) -> Result<Result<Lease, Record>, Error> {
-        let shard = sweep_shard(&request.record_id).to_string();
-        let result = self
+        // The index's keys only where the index is the listing: written on
+        // every claim, they cost an index write unit each time.
+        let index_keys = if self.sweep_index {
+            ", #sweep_shard = :shard, #sweep_at = :lease"
+        } else {
+            ""
+        };
+        let mut request_builder = self
             .client
             .update_item()
             .table_name(&*self.table)
             .key(ID, s(&request.record_id))
             .condition_expression("attribute_not_exists(#id) OR #expires_at < :now_s")
-            .update_expression(
+            .update_expression(format!(
                 "SET #status = :in_progress, #fingerprint = :fingerprint, #owner = :owner, \
                  #lease = :lease, #expires_at = :expires_at, \
-                 #attempt = if_not_exists(#attempt, :zero) + :one, \
-                 #sweep_shard = :shard, #sweep_at = :lease \
-                 REMOVE #rs, #rh, #rb, #rk, #re, #checkpoint",
-            )
+                 #attempt = if_not_exists(#attempt, :zero) + :one{index_keys} \
+                 REMOVE #rs, #rh, #rb, #rk, #re, #checkpoint"
+            ))
             .expression_attribute_names("#id", ID)
             .expression_attribute_names("#status", STATUS)
             .expression_attribute_names("#fingerprint", FINGERPRINT)
@@ -755,8 +823,6 @@ impl DynamoStore {
             .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
             .expression_attribute_names("#expires_at", EXPIRES_AT)
             .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#sweep_shard", SWEEP_SHARD)
-            .expression_attribute_names("#sweep_at", SWEEP_AT)
             .expression_attribute_names("#rs", RESPONSE_STATUS)
             .expression_attribute_names("#rh", RESPONSE_HEADERS)
             .expression_attribute_names("#rb", RESPONSE_BODY)
@@ -771,14 +837,21 @@ impl DynamoStore {
             .expression_attribute_values(":expires_at", n(request.expires_at_s))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":shard", s(&shard))
             // Only the new attempt comes back: an expired record's old
             // response is never read, let alone decompressed.
             .return_values(ReturnValue::UpdatedNew)
             // A lost claim learns the existing record in this same round trip.
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if self.sweep_index {
+            request_builder = request_builder
+                .expression_attribute_names("#sweep_shard", SWEEP_SHARD)
+                .expression_attribute_names("#sweep_at", SWEEP_AT)
+                .expression_attribute_values(
+                    ":shard",
+                    s(&sweep_shard(&request.record_id).to_string()),
+                );
+        }
+        let result = request_builder.send().await;
         match result {
             Ok(output) => {
                 let attempt = output
@@ -814,7 +887,13 @@ impl DynamoStore {
         request: &ClaimRequest,
         seen: &Record,
     ) -> Result<Result<Lease, Option<Record>>, Error> {
-        let result = self
+        // The index entry follows the new lease, where there is an index.
+        let index_key = if self.sweep_index {
+            ", #sweep_at = :lease"
+        } else {
+            ""
+        };
+        let mut request_builder = self
             .client
             .update_item()
             .table_name(&*self.table)
@@ -823,17 +902,16 @@ impl DynamoStore {
                 "#status = :in_progress AND #attempt = :seen AND #lease < :now_ms \
                  AND #fingerprint = :fingerprint AND #expires_at >= :now_s",
             )
-            .update_expression(
+            .update_expression(format!(
                 "SET #owner = :owner, #lease = :lease, #expires_at = :expires_at, \
-                 #attempt = :next, #sweep_at = :lease",
-            )
+                 #attempt = :next{index_key}"
+            ))
             .expression_attribute_names("#status", STATUS)
             .expression_attribute_names("#fingerprint", FINGERPRINT)
             .expression_attribute_names("#owner", OWNER)
             .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
             .expression_attribute_names("#expires_at", EXPIRES_AT)
             .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#sweep_at", SWEEP_AT)
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":seen", n(seen.attempt))
             .expression_attribute_values(":next", n(seen.attempt + 1))
@@ -846,9 +924,11 @@ impl DynamoStore {
             // The recovery point as of the takeover itself: a checkpoint the
             // stale attempt committed after `seen` was read is inherited too.
             .return_values(ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if self.sweep_index {
+            request_builder = request_builder.expression_attribute_names("#sweep_at", SWEEP_AT);
+        }
+        let result = request_builder.send().await;
         match result {
             Ok(output) => {
                 let record = decode(
@@ -871,6 +951,10 @@ impl DynamoStore {
         }
     }
 }
+
+/// Ids of the items the sweeper keeps in the table (its places in the
+/// stream); no record id (a hex hash) starts with it.
+const SWEEPER_ITEM_PREFIX: &str = "~sweeper/";
 
 /// `record` with the billed size of `item`, the item it was decoded from.
 fn sized(record: Record, item: &HashMap<String, AttributeValue>) -> Result<StoredRecord, Error> {
