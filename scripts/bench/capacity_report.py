@@ -94,11 +94,14 @@ def section(data: dict) -> str:
         idle, busy = sweeper["idle_sweep"], sweeper["sweep_of_100_stuck"]
         lines += [
             "",
-            f"The sweeper: a sweep of an idle table makes {idle['requests']:g} index queries "
-            f"({idle['read']:g} R reported by DynamoDB Local; real DynamoDB bills at least 0.5 R per "
-            "eventually consistent query, so 8 R); a sweep resolving 100 stuck records among 100 "
-            f"completed ones consumes {units_cell(busy)} ({busy['requests']:g} requests: "
-            "one fenced write per stuck record, which also removes its index entry).",
+            "The sweeper finds stuck records in the table's stream, which costs no table capacity "
+            "(a Lambda trigger reads a stream for free; the sweeper reads it with the SDK, "
+            "$0.02 per 100,000 `GetRecords` calls after 2.5 million free a month, each call up to "
+            "1,000 records). On the table, a sweep of an idle table consumes "
+            f"{units_cell(idle)} ({idle['requests']:g} requests: the sweeper's place in each stream "
+            "shard, read and saved; DynamoDB Local's stream has one shard); a sweep resolving 100 stuck "
+            f"records among 100 completed ones consumes {units_cell(busy)} "
+            f"({busy['requests']:g} requests: one fenced write per stuck record, and the place).",
         ]
     lines += [END]
     return "\n".join(lines) + "\n"

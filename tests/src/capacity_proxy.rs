@@ -244,16 +244,99 @@ fn failed_write_units(request: &Value, response: &Value) -> f64 {
     let attempted = match request["Item"].as_object() {
         // PutItem: the new item as sent.
         Some(item) => attributes_size(item),
-        // UpdateItem: the existing item plus the values the update sets.
-        None => {
-            let key = request["Key"].as_object().map_or(0, attributes_size);
-            let values: u64 = request["ExpressionAttributeValues"]
-                .as_object()
-                .map_or(0, |v| v.values().map(value_size).sum());
-            existing.max(key) + values
-        }
+        // UpdateItem: the existing item as the update would leave it.
+        None => updated_size(request, response["Item"].as_object()),
+        // DeleteItem: the existing item alone (attempted stays 0).
     };
     (existing.max(attempted).div_ceil(1024).max(1)) as f64
+}
+
+/// The size of the item an `UpdateItem` would leave: the existing item (or
+/// the key alone) with each `SET` attribute replaced by the size of the
+/// largest value its expression names, and each `REMOVE`d one dropped.
+fn updated_size(request: &Value, existing: Option<&serde_json::Map<String, Value>>) -> u64 {
+    let mut item: HashMap<String, u64> = existing
+        .or(request["Key"].as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(name, value)| (name.clone(), name.len() as u64 + value_size(value)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let names = &request["ExpressionAttributeNames"];
+    let values = &request["ExpressionAttributeValues"];
+    let name_of = |token: &str| -> String {
+        names[token.trim()]
+            .as_str()
+            .map_or_else(|| token.trim().to_owned(), str::to_owned)
+    };
+    let expression = request["UpdateExpression"].as_str().unwrap_or_default();
+    for (clause, body) in clauses(expression) {
+        for part in split_top_level(body) {
+            match clause {
+                "SET" => {
+                    let Some((target, expr)) = part.split_once('=') else { continue };
+                    let size = expr
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                        .filter(|t| t.starts_with(':'))
+                        .filter_map(|t| values.get(t).map(value_size))
+                        .max()
+                        .unwrap_or(0);
+                    let name = name_of(target);
+                    item.insert(name.clone(), name.len() as u64 + size);
+                }
+                "REMOVE" => {
+                    item.remove(&name_of(part));
+                }
+                _ => {}
+            }
+        }
+    }
+    item.values().sum()
+}
+
+/// The clauses of an update expression: (`SET`, its body), (`REMOVE`, ...).
+fn clauses(expression: &str) -> Vec<(&'static str, &str)> {
+    let keywords = ["SET", "REMOVE", "ADD", "DELETE"];
+    let mut starts: Vec<(usize, &'static str)> = keywords
+        .iter()
+        .flat_map(|k| {
+            expression
+                .match_indices(k)
+                .filter(|(i, _)| {
+                    (*i == 0 || expression.as_bytes()[i - 1] == b' ')
+                        && expression.as_bytes().get(i + k.len()) == Some(&b' ')
+                })
+                .map(move |(i, _)| (i, *k))
+        })
+        .collect();
+    starts.sort();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(n, (i, k))| {
+            let end = starts.get(n + 1).map_or(expression.len(), |(j, _)| *j);
+            (*k, &expression[i + k.len()..end])
+        })
+        .collect()
+}
+
+/// `body` split on the commas outside parentheses.
+fn split_top_level(body: &str) -> Vec<&str> {
+    let (mut parts, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in body.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(body[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(body[start..].trim());
+    parts.into_iter().filter(|p| !p.is_empty()).collect()
 }
 
 /// The size of attributes in DynamoDB's JSON form, by DynamoDB's rules:
@@ -364,6 +447,39 @@ mod tests {
         assert_eq!((units.table_write, units.index_write), (2.0, 1.0));
         assert_eq!((units.table_read, units.index_read), (0.5, 0.0));
         assert_eq!(units.requests, 2);
+    }
+
+    #[test]
+    fn a_failed_update_bills_the_item_as_it_would_leave_it() {
+        let mut meters = HashMap::new();
+        let big = "x".repeat(3000);
+        // The claim sets small attributes and removes the big response: the
+        // existing item (3 KB) is the larger, so 3 units.
+        let request = json!({
+            "TableName": "t", "Key": {"id": {"S": "k"}},
+            "UpdateExpression": "SET #s = :s, #a = if_not_exists(#a, :zero) + :one REMOVE #rb",
+            "ExpressionAttributeNames": {"#s": "status", "#a": "attempt", "#rb": "body"},
+            "ExpressionAttributeValues": {":s": {"S": "IN_PROGRESS"}, ":zero": {"N": "0"}, ":one": {"N": "1"}},
+        });
+        let response = json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
+            "Item": {"id": {"S": "k"}, "status": {"S": "COMPLETED"}, "body": {"S": big}},
+        });
+        meter(&mut meters, "updateitem", &request, &response);
+        assert_eq!(meters["t"].failed_write_units, 3.0);
+        // Setting a big value on a small item: the after image is the larger.
+        let grow = json!({
+            "TableName": "u", "Key": {"id": {"S": "k"}},
+            "UpdateExpression": "SET #b = :b",
+            "ExpressionAttributeNames": {"#b": "body"},
+            "ExpressionAttributeValues": {":b": {"S": "y".repeat(2500)}},
+        });
+        let small = json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
+            "Item": {"id": {"S": "k"}},
+        });
+        meter(&mut meters, "updateitem", &grow, &small);
+        assert_eq!(meters["u"].failed_write_units, 3.0, "2,507 bytes: 3 KB");
     }
 
     #[test]
