@@ -66,6 +66,7 @@
 //! | `dynamodb` (default) | [`DynamoStore`], [`schema`], transactional completion |
 //! | `sqs` | `SqsBatch`: SQS batches with partial batch responses |
 //! | `sweeper` | `Sweeper`: resolves records stuck in progress |
+//! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
 //!
 //! # Testing your handler
 //!

@@ -85,10 +85,14 @@ impl SweepSummary {
 /// store: finding and resolving stuck records are store capabilities
 /// ([`Store::stuck`], [`Store::resolve_stuck`]), so the sweeper runs on a
 /// [`MemoryStore`](crate::MemoryStore) in unit tests as on DynamoDB. There
-/// stuck records are found through the sparse, sharded `sweep` index (its
-/// attributes exist only while a record is in progress; 16 shards keep one hot
-/// partition from forming, each listing starts at another), never a table
-/// scan. Each is resolved with a **fenced** conditional write (same `attempt`
+/// stuck records are found in the table's stream
+/// ([`DynamoStore::with_stream`](crate::DynamoStore), feature `streams`), so
+/// claims, recovery points and completions write nothing for the sweeper;
+/// after each sweep the store saves where the next listing starts
+/// ([`Store::settle`]). Tables without a stream can opt into a sparse,
+/// sharded `sweep` index instead (`DynamoStore::with_sweep_index`, one more
+/// write unit per claim and per completion). Never a table scan. Each stuck
+/// record is resolved with a **fenced** conditional write (same `attempt`
 /// and `owner`, still in progress, lease still expired), so a record
 /// re-claimed between the listing and the write is left alone and counted as
 /// `fenced`, and two sweeps running at once resolve each record once.

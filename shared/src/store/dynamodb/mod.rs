@@ -1,9 +1,11 @@
 //! [`DynamoStore`]: records in a DynamoDB table.
 //!
 //! Table layout (see [`schema`](crate::schema)): partition key `id` (S), TTL
-//! attribute `expires_at` (epoch seconds), and a sparse global secondary index
-//! `sweep` (`sweep_shard` S, `sweep_at` N) whose attributes exist only while a
-//! record is in progress, for the sweeper.
+//! attribute `expires_at` (epoch seconds), and a stream (view type
+//! `NEW_IMAGE`) in which the sweeper finds stuck records. Opted into instead
+//! (`with_sweep_index`): a sparse global secondary index `sweep`
+//! (`sweep_shard` S, `sweep_at` N) whose attributes exist only while a record
+//! is in progress.
 
 use std::collections::HashMap;
 use std::sync::Arc;
