@@ -275,7 +275,9 @@ fn updated_size(request: &Value, existing: Option<&serde_json::Map<String, Value
         for part in split_top_level(body) {
             match clause {
                 "SET" => {
-                    let Some((target, expr)) = part.split_once('=') else { continue };
+                    let Some((target, expr)) = part.split_once('=') else {
+                        continue;
+                    };
                     let size = expr
                         .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
                         .filter(|t| t.starts_with(':'))
