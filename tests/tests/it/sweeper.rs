@@ -54,6 +54,7 @@ macro_rules! on_both_discoveries {
 }
 
 on_both_discoveries!(
+    a_record_left_resumable_is_failed_by_a_later_fail_sweep,
     release_policy_deletes_stuck_records_only,
     grace_period_keeps_recently_expired_leases,
     released_key_runs_again_on_the_next_retry,
@@ -637,4 +638,25 @@ async fn ten_thousand_stuck_records_two_sweepers_completed_ones_untouched() {
         assert!(item(&store, id).await.is_none(), "{id} released");
     }
     untouched_neighbours(&store, Discovery::Stream).await;
+}
+
+/// A record left for its retry by a `release` sweep (it holds a recovery
+/// point) is still found by a later `fail` sweep (the operator's choice of a
+/// terminal answer), however far the stream has moved on meanwhile.
+async fn a_record_left_resumable_is_failed_by_a_later_fail_sweep(mode: Discovery) {
+    let store = store(mode).await;
+    let id = hashed_id("resumable-then-failed");
+    let lease = claim(&store, &id, 1).await;
+    commit_charged(&store, &lease).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let released = sweep_now(&store, SweepPolicy::Release).await;
+    assert_eq!((released.found, released.resumable), (1, 1), "{released:?}");
+    // Other traffic moves the stream on.
+    populate(&store, 3).await;
+    let again = sweep_now(&store, SweepPolicy::Release).await;
+    assert_eq!((again.resumable, again.released), (1, 3), "{again:?}");
+    let failed = sweep_now(&store, SweepPolicy::Fail).await;
+    assert_eq!((failed.found, failed.failed), (1, 1), "{failed:?}");
+    let record = item(&store, &id).await.expect("failed record kept");
+    assert_eq!(record[schema::STATUS].as_s().unwrap(), "COMPLETED");
 }

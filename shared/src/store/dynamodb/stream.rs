@@ -14,9 +14,10 @@
 //! sweep did not resolve (still live, not reached, or failed), else after
 //! the last record read. Positions are small items in the table itself
 //! (`id` = `~sweeper/stream/<shard id>`, expiring through TTL after two days,
-//! when the stream has long trimmed the shard). A record resumable from a
-//! recovery point, once seen, is not pinned: it is left for its retry, as the
-//! sweeper leaves it.
+//! when the stream has long trimmed the shard). A stuck record holding a
+//! recovery point (left for its retry under `release`, perhaps for a day) does
+//! not pin the place: the item carries it to the next listing, until its
+//! retry, a `fail` sweep or its expiry shows up in the stream.
 //!
 //! Reading a stream from Lambda or the SDK costs no table capacity; records
 //! live 24 hours in it, so the sweeper must run well within that.
@@ -38,6 +39,16 @@ use crate::store::{Settlement, StuckPage, StuckRecord};
 const POSITION_PREFIX: &str = "~sweeper/stream/";
 /// Position attribute: `at:<seq>` (start at) or `after:<seq>` (start after).
 const POSITION: &str = "position";
+/// Stuck records kept for their recovery point, carried from listing to
+/// listing (JSON), so the place need not wait for them.
+const CARRY: &str = "carry";
+/// At most this many carried records per shard (they are rare: a crash
+/// after a recovery point and no retry); beyond, the oldest are dropped with
+/// a warning.
+const MAX_CARRIED: usize = 2_000;
+/// GetRecords calls per listing in all, so one listing stays well inside a
+/// sweep's time whatever the number of shards.
+const MAX_READS_PER_LISTING: u64 = 2_000;
 /// GetRecords calls per shard per listing (up to 1,000 records each): a
 /// backlog larger than that is read on by the next listing.
 const MAX_READS_PER_SHARD: u32 = 200;
@@ -53,7 +64,7 @@ enum Start {
 }
 
 /// The latest in-progress image of a record, and where it was read.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Candidate {
     attempt: u64,
     owner: String,
@@ -77,6 +88,11 @@ struct ShardPlan {
     end: Option<String>,
     /// Records seen in progress here and not resumable: (sequence, id).
     pins: Vec<(String, String)>,
+    /// Stuck records with a recovery point seen here: carried to the next
+    /// listing instead of pinning the place (id, its latest image).
+    carry: Vec<(String, Candidate)>,
+    /// The place this listing started from (`at:`/`after:`), if saved.
+    start: Option<String>,
 }
 
 /// Sequence numbers are decimal strings of growing length: compare as numbers.
@@ -150,7 +166,12 @@ impl DynamoStore {
             })
     }
 
-    async fn saved_start(&self, shard: &str) -> Result<Start, Error> {
+    /// Where the last settled listing left `shard` (and that place as
+    /// saved), and the records it carried.
+    async fn saved_start(
+        &self,
+        shard: &str,
+    ) -> Result<(Start, Option<String>, Vec<(String, Candidate)>), Error> {
         let out = self
             .client
             .get_item()
@@ -164,11 +185,18 @@ impl DynamoStore {
             .item()
             .and_then(|i| i.get(POSITION))
             .and_then(|v| v.as_s().ok());
-        Ok(match position.and_then(|p| p.split_once(':')) {
+        let carried = out
+            .item()
+            .and_then(|i| i.get(CARRY))
+            .and_then(|v| v.as_s().ok())
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default();
+        let start = match position.and_then(|p| p.split_once(':')) {
             Some(("at", seq)) => Start::At(seq.to_owned()),
             Some(("after", seq)) => Start::After(seq.to_owned()),
             _ => Start::TrimHorizon,
-        })
+        };
+        Ok((start, position.cloned(), carried))
     }
 
     /// Every record the stream shows in progress with its lease over before
@@ -231,15 +259,22 @@ impl DynamoStore {
         let mut latest: HashMap<String, Candidate> = HashMap::new();
         let mut reads = 0u64;
         let mut unread = false;
-        for (index, shard) in ordered.iter().enumerate() {
+        for shard in &ordered {
             let Some(shard_id) = shard.shard_id() else {
                 continue;
             };
+            let index = plan.shards.len();
+            let (start, saved, carried) = self.saved_start(shard_id).await?;
             plan.shards.push(ShardPlan {
                 shard: shard_id.to_owned(),
+                start: saved,
                 ..ShardPlan::default()
             });
-            let start = self.saved_start(shard_id).await?;
+            // Carried records first: this shard's later images replace them.
+            for (id, mut candidate) in carried {
+                candidate.shard = index;
+                latest.insert(id, candidate);
+            }
             let mut request = streams
                 .get_shard_iterator()
                 .stream_arn(&arn)
@@ -283,7 +318,7 @@ impl DynamoStore {
             let mut iterator = iterator;
             let mut calls = 0;
             while let Some(current) = iterator.take() {
-                if calls == MAX_READS_PER_SHARD {
+                if calls == MAX_READS_PER_SHARD || reads >= MAX_READS_PER_LISTING {
                     unread = true;
                     break;
                 }
@@ -363,11 +398,13 @@ impl DynamoStore {
         seen.sort_by(|a, b| (a.1.lease_expires_at_ms, &a.0).cmp(&(b.1.lease_expires_at_ms, &b.0)));
         for (id, candidate) in seen {
             let stuck = candidate.lease_expires_at_ms < cutoff_ms;
-            // A stuck record with a recovery point is left for its retry
-            // once seen (or failed now, under `fail`): it does not hold the
-            // stream's place, which would otherwise stay a day behind.
-            if !(stuck && candidate.has_checkpoint) {
-                if let Some(shard) = plan.shards.get_mut(candidate.shard) {
+            // A stuck record with a recovery point may stay stuck for a day
+            // (left for its retry under `release`): it is carried to the next
+            // listing rather than holding the stream's place a day behind.
+            if let Some(shard) = plan.shards.get_mut(candidate.shard) {
+                if stuck && candidate.has_checkpoint {
+                    shard.carry.push((id.clone(), candidate.clone()));
+                } else {
                     shard.pins.push((candidate.sequence.clone(), id.clone()));
                 }
             }
@@ -414,28 +451,50 @@ impl DynamoStore {
         })?;
         let resolved: std::collections::HashSet<&str> =
             resolved.iter().map(String::as_str).collect();
-        let mut positions: BTreeMap<String, String> = BTreeMap::new();
-        for shard in plan.shards {
+        let mut positions: BTreeMap<String, (String, String)> = BTreeMap::new();
+        for mut shard in plan.shards {
             let pinned = shard
                 .pins
                 .iter()
                 .filter(|(_, id)| !resolved.contains(id.as_str()))
                 .map(|(seq, _)| seq.as_str())
                 .min_by(|a, b| sequence_order(a, b));
-            let position = match (pinned, shard.end) {
-                (Some(seq), _) => format!("at:{seq}"),
-                (None, Some(end)) => format!("after:{end}"),
-                // Nothing read and nothing pinned: the saved place stands.
-                (None, None) => continue,
+            let position = match (pinned, shard.end, shard.start) {
+                (Some(seq), _, _) => format!("at:{seq}"),
+                (None, Some(end), _) => format!("after:{end}"),
+                // Nothing read and nothing pinned: the saved place stands,
+                // saved again with what it carries now.
+                (None, None, Some(saved)) => saved,
+                (None, None, None) if shard.carry.is_empty() => continue,
+                (None, None, None) => String::new(),
             };
-            positions.insert(shard.shard, position);
+            if shard.carry.len() > MAX_CARRIED {
+                tracing::warn!(
+                    shard = %shard.shard,
+                    carried = shard.carry.len(),
+                    "more stuck records with a recovery point than the sweeper carries; the \
+                     oldest are no longer listed (lambda-idempotency list --stuck --scan finds them)"
+                );
+                shard
+                    .carry
+                    .sort_by_key(|(_, c)| std::cmp::Reverse(c.lease_expires_at_ms));
+                shard.carry.truncate(MAX_CARRIED);
+            }
+            let carry = serde_json::to_string(&shard.carry).map_err(|e| {
+                Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!("the carried records: {e}"),
+                )
+            })?;
+            positions.insert(shard.shard, (position, carry));
         }
-        for (shard, position) in positions {
+        for (shard, (position, carry)) in positions {
             self.client
                 .put_item()
                 .table_name(&*self.table)
                 .item(ID, s(&format!("{POSITION_PREFIX}{shard}")))
                 .item(POSITION, s(&position))
+                .item(CARRY, s(&carry))
                 .item(EXPIRES_AT, n(now_ms / 1000 + POSITION_TTL_S))
                 .send()
                 .await
