@@ -47,10 +47,11 @@
 //! |---|---|---|
 //! | reading the key header | [`IdempotencyKey`] | `key.rs` |
 //! | is a retry the same request? | [`Fingerprinter`] | `fingerprint.rs` |
-//! | tenants and record ids | [`TenantSource`] | `scope.rs` |
+//! | tenants and record ids | [`TenantSource`], [`RecordScope`] | `scope.rs` |
 //! | the record and its states | [`Record`], [`StoredResponse`], [`Checkpoint`] | `record.rs` |
 //! | how a claim is made and answered | (internal, shared by the middleware and the event wrappers) | `claim.rs` |
 //! | claim, complete, release, list and resolve stuck records | [`Store`], [`DynamoStore`], [`MemoryStore`] | `store/` |
+//! | finding stuck records in the table's stream (feature `streams`) | `DynamoStore::with_stream`, [`Settlement`] | `store/dynamodb/stream.rs` |
 //! | the middleware, replay | [`IdempotencyLayer`], [`Idempotency`] | `http/` |
 //! | replay without a request | [`IdempotencyLayer::local_cache`] | `cache.rs` |
 //! | what the handler sees | [`IdempotencyContext`] | `context.rs` |
