@@ -13,14 +13,8 @@ out="$target_dir/bench"
 mkdir -p "$out"
 
 if [ "${1:-}" != "--inside" ]; then
-  venv="$root/.tools/bench-venv"
-  stamp="$venv/.installed-$(sha256sum scripts/bench/requirements.txt | cut -c1-16)"
-  if [ ! -f "$stamp" ]; then
-    echo "bench-capacity: installing Powertools for AWS Lambda (Python) into .tools/bench-venv" >&2
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r scripts/bench/requirements.txt
-    touch "$stamp"
-  fi
+  # shellcheck source=scripts/bench-venv.sh
+  source scripts/bench-venv.sh
   cargo build --quiet -p orders-api --bin orders-api
   cargo build --quiet -p tools --bin capacity
   exec scripts/dynamodb-local.sh "$0" --inside

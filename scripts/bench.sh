@@ -16,14 +16,8 @@ out="$target_dir/bench"
 mkdir -p "$out" docs
 
 if [ "${1:-}" != "--inside" ]; then
-  venv="$root/.tools/bench-venv"
-  stamp="$venv/.installed-$(sha256sum scripts/bench/requirements.txt | cut -c1-16)"
-  if [ ! -f "$stamp" ]; then
-    echo "bench: installing Powertools for AWS Lambda (Python) and matplotlib into .tools/bench-venv" >&2
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r scripts/bench/requirements.txt
-    touch "$stamp"
-  fi
+  # shellcheck source=scripts/bench-venv.sh
+  source scripts/bench-venv.sh
   command -v valgrind >/dev/null || { echo "bench: installing valgrind (apt)" >&2; apt-get install -y -qq valgrind >&2 || true; }
   echo "bench: release build" >&2
   # orders-api alone, as `sam build` builds it (no feature unification with the

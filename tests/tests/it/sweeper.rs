@@ -80,6 +80,16 @@ async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> Lease {
     claimed(store.claim(&request).await.unwrap())
 }
 
+/// A record of `id` claimed and completed at once.
+async fn complete_now(store: &DynamoStore, id: &str) {
+    let done = claim(store, id, 1).await;
+    let response = StoredResponse::new(200, vec![], StoredBody::Empty);
+    store
+        .complete(&done, &response, now_ms() / 1000 + 3600)
+        .await
+        .unwrap();
+}
+
 /// A sweep now (no grace) under `policy`.
 async fn sweep_now(store: &DynamoStore, policy: SweepPolicy) -> SweepSummary {
     Sweeper::new(store.clone())
@@ -120,15 +130,7 @@ async fn populate(store: &DynamoStore, n: usize) -> Vec<String> {
     for id in &ids {
         claim(store, id, 1).await;
     }
-    let done = claim(store, &completed_id(), 1).await;
-    store
-        .complete(
-            &done,
-            &StoredResponse::new(200, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 3600,
-        )
-        .await
-        .unwrap();
+    complete_now(store, &completed_id()).await;
     claim(store, &live_id(), 600_000).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     ids
@@ -573,15 +575,7 @@ async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline(mode: Discove
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_live_at_one_sweep_is_found_by_a_later_one() {
     let store = store(Discovery::Stream).await;
-    let done = claim(&store, &hashed_id("done-early"), 1).await;
-    store
-        .complete(
-            &done,
-            &StoredResponse::new(200, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 3600,
-        )
-        .await
-        .unwrap();
+    complete_now(&store, &hashed_id("done-early")).await;
     let id = hashed_id("live-then-stuck");
     claim(&store, &id, 400).await;
     let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
