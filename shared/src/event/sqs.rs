@@ -11,11 +11,29 @@ use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::fingerprint::{check_pointer, CanonicalJson};
 
+/// A key made from a whole message ([`SqsBatch::key_fn`]).
+type MessageKeyFn = dyn Fn(&SqsMessage) -> Option<String> + Send + Sync;
+
 /// Where a record's key comes from.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 enum SqsKey {
     MessageId,
     BodyPointer(String),
+    Attribute(String),
+    DeduplicationId,
+    Fn(std::sync::Arc<MessageKeyFn>),
+}
+
+impl std::fmt::Debug for SqsKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SqsKey::MessageId => f.write_str("MessageId"),
+            SqsKey::BodyPointer(p) => f.debug_tuple("BodyPointer").field(p).finish(),
+            SqsKey::Attribute(a) => f.debug_tuple("Attribute").field(a).finish(),
+            SqsKey::DeduplicationId => f.write_str("DeduplicationId"),
+            SqsKey::Fn(_) => f.write_str("Fn(..)"),
+        }
+    }
 }
 
 /// Processes SQS batches record by record through an [`IdempotentFunction`].
@@ -81,6 +99,33 @@ impl SqsBatch {
         self
     }
 
+    /// Key = the message attribute `name` (set by the producer, for example
+    /// an order id). A `Number` attribute is another key than a `String` one
+    /// with the same text (`5` is not `"5"`); a `Binary` one is keyed by its
+    /// bytes. A record without it has no key: it fails (and is redelivered)
+    /// unless the function passes records without a key through.
+    pub fn key_message_attribute(mut self, name: impl Into<String>) -> Self {
+        self.key = SqsKey::Attribute(name.into());
+        self
+    }
+
+    /// Key = the message's `MessageDeduplicationId` (FIFO queues: the id SQS
+    /// itself deduplicates on for five minutes; this keeps it for the
+    /// record's life). A message from a standard queue has none: no key.
+    pub fn key_deduplication_id(mut self) -> Self {
+        self.key = SqsKey::DeduplicationId;
+        self
+    }
+
+    /// Key = what `f` makes of the whole message (`None`: no key).
+    pub fn key_fn<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&SqsMessage) -> Option<String> + Send + Sync + 'static,
+    {
+        self.key = SqsKey::Fn(std::sync::Arc::new(f));
+        self
+    }
+
     /// Register the invocation's Lambda context for the leases.
     pub fn register_context(&mut self, context: &lambda_runtime::Context) {
         self.function.register_context(context);
@@ -122,6 +167,14 @@ impl SqsBatch {
                 let key = match &self.key {
                     SqsKey::MessageId => id.clone().map(Key::text),
                     SqsKey::BodyPointer(pointer) => doc.as_ref().and_then(|d| body_key(d, pointer)),
+                    SqsKey::Attribute(name) => attribute_key(&message, name),
+                    SqsKey::DeduplicationId => message
+                        .attributes
+                        .get("MessageDeduplicationId")
+                        .filter(|d| !d.is_empty())
+                        .cloned()
+                        .map(Key::text),
+                    SqsKey::Fn(f) => f(&message).map(Key::text),
                 };
                 let fingerprint = self.function.fingerprint_of_canonical(doc.as_ref());
                 let result: Result<O, EventError<E>> = self
@@ -164,8 +217,69 @@ fn body_key(body: &CanonicalJson, pointer: &str) -> Option<Key> {
     }
 }
 
+/// The key of message attribute `name`: a string as it is, a number as JSON
+/// (so `5` is not `"5"`), binary bytes as a JSON object of their hex (apart
+/// from both), an absent or empty attribute as no key.
+fn attribute_key(message: &SqsMessage, name: &str) -> Option<Key> {
+    let attribute = message.message_attributes.get(name)?;
+    let kind = attribute.data_type.as_deref().unwrap_or("String");
+    // Custom types extend the base type after a dot (`Number.int`).
+    let base = kind.split('.').next().unwrap_or(kind);
+    match base {
+        "Binary" => attribute
+            .binary_value
+            .as_ref()
+            .filter(|b| !b.is_empty())
+            .map(|b| Key::json(format!("{{\"binary\":\"{}\"}}", crate::hash::hex(b)))),
+        "Number" => attribute
+            .string_value
+            .clone()
+            .filter(|v| !v.is_empty())
+            .map(|v| Key::json(format!("{{\"number\":\"{v}\"}}"))),
+        _ => attribute
+            .string_value
+            .clone()
+            .filter(|v| !v.is_empty())
+            .map(Key::text),
+    }
+}
+
 fn failure(id: String) -> BatchItemFailure {
     let mut failure = BatchItemFailure::default();
     failure.item_identifier = id;
     failure
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lambda_events::event::sqs::SqsMessageAttribute;
+
+    fn with(data_type: &str, text: Option<&str>, bytes: Option<&[u8]>) -> SqsMessage {
+        let mut attribute = SqsMessageAttribute::default();
+        attribute.data_type = Some(data_type.into());
+        attribute.string_value = text.map(str::to_owned);
+        attribute.binary_value = bytes.map(|b| {
+            let mut data = aws_lambda_events::encodings::Base64Data::default();
+            *data = b.to_vec();
+            data
+        });
+        let mut message = SqsMessage::default();
+        message.message_attributes.insert("k".into(), attribute);
+        message
+    }
+
+    #[test]
+    fn attribute_keys_of_different_types_never_collide() {
+        let string = attribute_key(&with("String", Some("5"), None), "k").unwrap();
+        let number = attribute_key(&with("Number", Some("5"), None), "k").unwrap();
+        let custom = attribute_key(&with("Number.int", Some("5"), None), "k").unwrap();
+        let binary = attribute_key(&with("Binary", None, Some(b"5")), "k").unwrap();
+        assert_ne!(string, number);
+        assert_eq!(number, custom, "a custom type keeps its base type");
+        assert_ne!(binary, string);
+        assert_ne!(binary, number);
+        assert!(attribute_key(&with("String", Some(""), None), "k").is_none());
+        assert!(attribute_key(&with("String", Some("5"), None), "other").is_none());
+    }
 }

@@ -22,6 +22,8 @@ on_both_stores!(
     redelivered_batch_does_not_run_completed_records_again,
     fifo_batch_fails_everything_after_the_first_failure,
     lambda_deadline_sets_the_lease,
+    sqs_keys_from_a_message_attribute_keep_their_types_apart,
+    fifo_deduplication_id_and_a_closure_are_key_sources,
 );
 
 fn counting_event_handler(
@@ -557,4 +559,98 @@ async fn the_example_consumer_keeps_records_for_the_configured_redelivery_window
         let err = order_events::Consumer::from_lookup(client.clone(), env(bad)).unwrap_err();
         assert!(err.contains("IDEMPOTENCY_EXPIRES_AFTER_SECONDS"), "{err}");
     }
+}
+
+/// A message attribute `name` of `data_type` (`String`, `Number`) `value`.
+fn with_attribute(mut m: SqsMessage, name: &str, data_type: &str, value: &str) -> SqsMessage {
+    let mut attribute = aws_lambda_events::event::sqs::SqsMessageAttribute::default();
+    attribute.data_type = Some(data_type.into());
+    attribute.string_value = Some(value.into());
+    m.message_attributes.insert(name.into(), attribute);
+    m
+}
+
+async fn sqs_keys_from_a_message_attribute_keep_their_types_apart(f: Fixture) {
+    let runs = Runs::default();
+    let processor = SqsBatch::new(IdempotentFunction::new(f.store.clone(), "consumer"))
+        .key_message_attribute("order");
+    let event = batch(vec![
+        with_attribute(message("m1", json!({"n": 1})), "order", "String", "5"),
+        // The same attribute value on another message: replays.
+        with_attribute(message("m2", json!({"n": 1})), "order", "String", "5"),
+        // The number 5 is another key than the string "5".
+        with_attribute(message("m3", json!({"n": 1})), "order", "Number", "5"),
+        // No such attribute: no key, an error for that record only.
+        message("m4", json!({"n": 1})),
+    ]);
+    let response = processor
+        .process(event, |_msg, _ctx| {
+            let runs = runs.clone();
+            async move {
+                runs.bump();
+                Ok::<_, String>(())
+            }
+        })
+        .await
+        .unwrap();
+    let failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(failed, ["m4"]);
+    assert_eq!(runs.count(), 2, "the string 5 once, the number 5 once");
+}
+
+async fn fifo_deduplication_id_and_a_closure_are_key_sources(f: Fixture) {
+    let runs = Runs::default();
+    let handler = |_msg: SqsMessage, _ctx| {
+        let runs = runs.clone();
+        async move {
+            runs.bump();
+            Ok::<_, String>(())
+        }
+    };
+    let fifo = |id: &str, dedup: &str| {
+        let mut m = message(id, json!({"n": 1}));
+        m.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders.fifo".into());
+        m.attributes
+            .insert("MessageDeduplicationId".into(), dedup.into());
+        m
+    };
+    let by_dedup = SqsBatch::new(IdempotentFunction::new(f.store.clone(), "fifo-consumer"))
+        .key_deduplication_id();
+    let response = by_dedup
+        .process(
+            batch(vec![
+                fifo("m1", "d-1"),
+                fifo("m2", "d-1"),
+                fifo("m3", "d-2"),
+            ]),
+            handler,
+        )
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(runs.count(), 2, "d-1 once, d-2 once");
+
+    let by_closure = SqsBatch::new(IdempotentFunction::new(f.store.clone(), "closure-consumer"))
+        .key_fn(|m: &SqsMessage| m.body.as_deref().map(|b| b.len().to_string()));
+    let response = by_closure
+        .process(
+            batch(vec![
+                message("m1", json!({"n": 1})),
+                message("m2", json!({"n": 2})),
+                message("m3", json!({"n": 10})),
+            ]),
+            handler,
+        )
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        runs.count(),
+        4,
+        "two bodies of 7 bytes share a key; 8 bytes is another"
+    );
 }
