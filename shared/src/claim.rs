@@ -135,10 +135,14 @@ pub(crate) enum Found {
     Claimed(Lease),
     /// The same request completed: its record, with the stored response.
     Completed(Record),
-    /// The same request still runs elsewhere, for at most this long.
-    InProgress { retry_after: Duration },
-    /// The key was first used by a different request.
-    Mismatch,
+    /// The same request still runs elsewhere, for at most this long; the
+    /// record holding it.
+    InProgress {
+        retry_after: Duration,
+        existing: Box<Record>,
+    },
+    /// The key was first used by a different request: its record.
+    Mismatch(Box<Record>),
 }
 
 /// Claim `request` on `store` and say what that means.
@@ -146,7 +150,7 @@ pub(crate) async fn claim(store: &dyn Store, request: &ClaimRequest) -> Result<F
     Ok(match store.claim(request).await? {
         ClaimOutcome::Claimed(lease) => Found::Claimed(lease),
         ClaimOutcome::Exists(record) if record.fingerprint != request.fingerprint => {
-            Found::Mismatch
+            Found::Mismatch(Box::new(record))
         }
         ClaimOutcome::Exists(record) if record.status == Status::Completed => {
             Found::Completed(record)
@@ -155,6 +159,7 @@ pub(crate) async fn claim(store: &dyn Store, request: &ClaimRequest) -> Result<F
             retry_after: Duration::from_millis(
                 record.lease_expires_at_ms.saturating_sub(request.now_ms),
             ),
+            existing: Box::new(record),
         },
     })
 }

@@ -16,7 +16,7 @@ use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::fingerprint::check_pointer;
 use crate::hash::hex;
-use crate::record::{StoredBody, StoredResponse};
+use crate::record::{Record, StoredBody, StoredResponse};
 use crate::scope::record_id;
 use crate::store::{ClaimRequest, Completion, Lease, Store};
 
@@ -344,11 +344,20 @@ impl IdempotentFunction {
             .map_err(EventError::Store)?
         {
             Found::Claimed(lease) => lease,
-            Found::Mismatch => return Err(EventError::PayloadMismatch { record_id: id }),
-            Found::InProgress { retry_after } => {
+            Found::Mismatch(existing) => {
+                return Err(EventError::PayloadMismatch {
+                    record_id: id,
+                    existing: Some(existing),
+                })
+            }
+            Found::InProgress {
+                retry_after,
+                existing,
+            } => {
                 return Err(EventError::InProgress {
                     record_id: id,
                     retry_after,
+                    existing: Some(existing),
                 })
             }
             Found::Completed(record) => return replay(id, record.response),
@@ -524,11 +533,18 @@ pub enum EventError<E> {
         record_id: String,
         /// Until the running call's lease ends.
         retry_after: Duration,
+        /// The record holding the key, as the claim found it (its status,
+        /// attempt, lease and expiry); `None` only when built by hand.
+        existing: Option<Box<Record>>,
     },
     /// The key was first used with a payload that differs at the validation pointers.
     PayloadMismatch {
         /// The record id.
         record_id: String,
+        /// The record of the key's first use, as the claim found it: its
+        /// status, expiry and, once completed, its stored output (the JSON
+        /// in `response`); `None` only when built by hand.
+        existing: Option<Box<Record>>,
     },
     /// The key is missing and missing keys are not passed through.
     KeyMissing {
@@ -584,12 +600,16 @@ pub enum EventError<E> {
 impl<E: fmt::Display> fmt::Display for EventError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            EventError::InProgress { record_id, retry_after } => write!(
+            EventError::InProgress {
+                record_id,
+                retry_after,
+                ..
+            } => write!(
                 f,
                 "idempotency record {record_id} is in progress in another invocation; retry in {}s",
                 retry_after.as_secs().max(1)
             ),
-            EventError::PayloadMismatch { record_id } => write!(
+            EventError::PayloadMismatch { record_id, .. } => write!(
                 f,
                 "idempotency record {record_id} was created by a payload that differs at the validation fields"
             ),
@@ -626,6 +646,18 @@ impl<E: fmt::Display> fmt::Display for EventError<E> {
 impl<E: fmt::Display + fmt::Debug> std::error::Error for EventError<E> {}
 
 impl<E> EventError<E> {
+    /// The record that decided an [`InProgress`](EventError::InProgress) or
+    /// [`PayloadMismatch`](EventError::PayloadMismatch) error (its status,
+    /// expiry and, for a completed one, its stored output), as a Powertools
+    /// user gets the existing record with these errors.
+    pub fn existing_record(&self) -> Option<&Record> {
+        match self {
+            EventError::InProgress { existing, .. }
+            | EventError::PayloadMismatch { existing, .. } => existing.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The stable error type reported to Lambda (and in its logs).
     pub fn error_type(&self) -> &'static str {
         match self {

@@ -342,7 +342,7 @@ async fn finish<E>(
 /// The answer to a request whose claim found the record held or done.
 fn answer_existing(config: &Config, found: Found) -> Response<Body> {
     match found {
-        Found::Mismatch => {
+        Found::Mismatch(_) => {
             config.count(Event::FingerprintMismatch);
             key_reused()
         }
@@ -364,7 +364,7 @@ fn answer_existing(config: &Config, found: Found) -> Response<Body> {
             // decoding makes sure); an in-progress answer is the safe one.
             None => in_progress(config, Duration::ZERO),
         },
-        Found::InProgress { retry_after } => in_progress(config, retry_after),
+        Found::InProgress { retry_after, .. } => in_progress(config, retry_after),
         // Answered by the caller before this is called.
         Found::Claimed(_) => in_progress(config, Duration::ZERO),
     }

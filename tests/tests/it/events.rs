@@ -117,8 +117,13 @@ async fn concurrent_duplicates_run_once_and_the_rest_are_typed_in_progress(f: Fi
     for task in tasks {
         match task.await.unwrap() {
             Ok(_) => ok += 1,
-            Err(EventError::InProgress { retry_after, .. }) => {
+            Err(err @ EventError::InProgress { retry_after, .. }) => {
                 assert!(retry_after > Duration::ZERO);
+                // The error carries the record that holds the key.
+                let existing = err.existing_record().expect("the in-progress record");
+                assert_eq!(existing.status, lambda_idempotency::Status::InProgress);
+                assert!(existing.expires_at_s > now_ms() / 1000);
+                assert!(existing.response.is_none());
                 in_progress += 1
             }
             Err(other) => panic!("unexpected {other}"),
@@ -130,6 +135,7 @@ async fn concurrent_duplicates_run_once_and_the_rest_are_typed_in_progress(f: Fi
     let diagnostic: lambda_runtime::Diagnostic = EventError::<lambda_runtime::Error>::InProgress {
         record_id: "r".into(),
         retry_after: Duration::from_secs(3),
+        existing: None,
     }
     .into();
     assert_eq!(diagnostic.error_type, "Idempotency.InProgress");
@@ -190,6 +196,11 @@ async fn validation_mismatch_is_a_distinct_error(f: Fixture) {
     let err = mismatch.unwrap_err();
     assert!(matches!(err, EventError::PayloadMismatch { .. }), "{err}");
     assert_eq!(err.error_type(), "Idempotency.PayloadMismatch");
+    // The error carries the completed record and its stored output.
+    let existing = err.existing_record().expect("the completed record");
+    assert_eq!(existing.status, lambda_idempotency::Status::Completed);
+    let stored = existing.response.as_ref().expect("its stored output");
+    assert_eq!(stored.body.bytes(), b"5");
 }
 
 async fn missing_key_is_an_error_or_passes_through(f: Fixture) {
