@@ -24,16 +24,15 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-use crate::record::StoredResponse;
+use crate::record::Record;
 
 /// The local cache holds at most this many bytes of responses by default.
 pub const DEFAULT_MAX_BYTES: usize = 8 * 1024 * 1024;
 
 #[derive(Debug)]
 struct Entry {
-    fingerprint: String,
-    response: Arc<StoredResponse>,
-    expires_at_s: u64,
+    /// A completed record (its response is there).
+    record: Arc<Record>,
     cached_at: Instant,
     bytes: usize,
 }
@@ -78,34 +77,34 @@ impl LocalCache {
         LocalCache::new(capacity, self.max_age, max_bytes)
     }
 
-    /// The cached fingerprint and response of `record_id`, if fresh.
-    pub(crate) fn get(&self, record_id: &str, now_s: u64) -> Option<(String, Arc<StoredResponse>)> {
+    /// The cached completed record `record_id`, if fresh.
+    pub(crate) fn get(&self, record_id: &str, now_s: u64) -> Option<Arc<Record>> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let entry = entries.lru.get(record_id)?;
-        if entry.cached_at.elapsed() > self.max_age || entry.expires_at_s < now_s {
+        if entry.cached_at.elapsed() > self.max_age || entry.record.expires_at_s < now_s {
             entries.remove(record_id);
             return None;
         }
-        Some((entry.fingerprint.clone(), entry.response.clone()))
+        Some(entry.record.clone())
     }
 
     /// Remember a completed record. One larger than the whole byte budget is
     /// not cached; otherwise least recently used entries make room.
-    pub(crate) fn put(
-        &self,
-        record_id: &str,
-        fingerprint: &str,
-        response: StoredResponse,
-        expires_at_s: u64,
-    ) {
-        let bytes = record_id.len()
-            + fingerprint.len()
+    pub(crate) fn put(&self, record: Record) {
+        let Some(response) = &record.response else {
+            return;
+        };
+        let bytes = record.id.len()
+            + record.fingerprint.len()
+            + record.owner.len()
             + response.body.bytes().len()
             + response
                 .headers
                 .iter()
                 .map(|(n, v)| n.len() + v.len())
                 .sum::<usize>();
+        let record_id = record.id.clone();
+        let record_id = record_id.as_str();
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries.remove(record_id);
         if bytes > self.max_bytes {
@@ -120,9 +119,7 @@ impl LocalCache {
         let evicted = entries.lru.push(
             record_id.to_owned(),
             Entry {
-                fingerprint: fingerprint.to_owned(),
-                response: Arc::new(response),
-                expires_at_s,
+                record: Arc::new(record),
                 cached_at: Instant::now(),
                 bytes,
             },
@@ -145,26 +142,44 @@ impl Entries {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::StoredBody;
+    use crate::record::{Status, StoredBody, StoredResponse};
 
     fn response() -> StoredResponse {
         StoredResponse::new(200, vec![], StoredBody::Empty)
     }
 
+    /// A completed record `id` with fingerprint `fp`, kept until `expires`.
+    fn completed(id: &str, fp: &str, response: StoredResponse, expires: u64) -> Record {
+        Record {
+            id: id.into(),
+            status: Status::Completed,
+            fingerprint: fp.into(),
+            attempt: 1,
+            owner: String::new(),
+            lease_expires_at_ms: 0,
+            expires_at_s: expires,
+            response: Some(response),
+            checkpoint: None,
+        }
+    }
+
     #[test]
     fn bounded_by_entries_age_and_record_expiry() {
         let cache = LocalCache::new(2, Duration::from_secs(60), DEFAULT_MAX_BYTES);
-        cache.put("a", "fa", response(), 100);
-        cache.put("b", "fb", response(), 100);
-        cache.put("c", "fc", response(), 100);
+        cache.put(completed("a", "fa", response(), 100));
+        cache.put(completed("b", "fb", response(), 100));
+        cache.put(completed("c", "fc", response(), 100));
         assert!(cache.get("a", 50).is_none(), "least recently used evicted");
-        assert_eq!(cache.get("b", 50).map(|(f, _)| f), Some("fb".into()));
+        assert_eq!(
+            cache.get("b", 50).map(|r| r.fingerprint.clone()),
+            Some("fb".into())
+        );
         assert!(
             cache.get("c", 101).is_none(),
             "past the record's own expiry"
         );
         let young = LocalCache::new(2, Duration::ZERO, DEFAULT_MAX_BYTES);
-        young.put("a", "fa", response(), 100);
+        young.put(completed("a", "fa", response(), 100));
         std::thread::sleep(Duration::from_millis(2));
         assert!(young.get("a", 50).is_none(), "past max age");
     }
@@ -177,9 +192,9 @@ mod tests {
     fn bounded_by_bytes_as_well_as_entries() {
         // Room for two 400-byte bodies (plus ids and fingerprints), not three.
         let cache = LocalCache::new(100, Duration::from_secs(60), 1_000);
-        cache.put("a", "fa", body(400), 100);
-        cache.put("b", "fb", body(400), 100);
-        cache.put("c", "fc", body(400), 100);
+        cache.put(completed("a", "fa", body(400), 100));
+        cache.put(completed("b", "fb", body(400), 100));
+        cache.put(completed("c", "fc", body(400), 100));
         assert!(
             cache.get("a", 50).is_none(),
             "least recently used evicted for room"
@@ -187,12 +202,12 @@ mod tests {
         assert!(cache.get("b", 50).is_some());
         assert!(cache.get("c", 50).is_some());
         // One body over the whole budget is not cached, and evicts nothing.
-        cache.put("huge", "fh", body(5_000), 100);
+        cache.put(completed("huge", "fh", body(5_000), 100));
         assert!(cache.get("huge", 50).is_none());
         assert!(cache.get("b", 50).is_some() && cache.get("c", 50).is_some());
         // Replacing an entry frees its old size.
         for _ in 0..10 {
-            cache.put("b", "fb", body(400), 100);
+            cache.put(completed("b", "fb", body(400), 100));
         }
         assert!(cache.get("c", 50).is_some());
         let held = cache.entries.lock().unwrap().bytes;

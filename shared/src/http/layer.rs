@@ -12,6 +12,7 @@ use crate::cache::LocalCache;
 use crate::claim::Leases;
 use crate::fingerprint::Fingerprinter;
 use crate::metrics::{Event, Metrics};
+use crate::record::Record;
 use crate::scope::TenantSource;
 use crate::store::Store;
 
@@ -83,7 +84,7 @@ pub(super) struct Config {
     pub(super) disabled: bool,
 }
 
-type ReplayHook = dyn Fn(&mut Response<Body>) + Send + Sync;
+type ReplayHook = dyn Fn(&mut Response<Body>, &Record) + Send + Sync;
 
 #[derive(Clone)]
 pub(super) struct StatusFn(pub(super) Arc<dyn Fn(StatusCode) -> bool + Send + Sync>);
@@ -277,6 +278,18 @@ impl IdempotencyLayer {
     pub fn replay_hook<F>(mut self, hook: F) -> Self
     where
         F: Fn(&mut Response<Body>) + Send + Sync + 'static,
+    {
+        self.config.replay_hook = Some(HookFn(Arc::new(move |response, _| hook(response))));
+        self
+    }
+
+    /// Like [`replay_hook`](Self::replay_hook), with the completed record
+    /// the response replays from (its attempt, expiry, fingerprint), as
+    /// Powertools' response hook receives the idempotent record: for
+    /// example, an `Age` header from when the record expires.
+    pub fn replay_hook_with_record<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&mut Response<Body>, &Record) + Send + Sync + 'static,
     {
         self.config.replay_hook = Some(HookFn(Arc::new(hook)));
         self

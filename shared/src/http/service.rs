@@ -20,7 +20,7 @@ use crate::error::{Error, ErrorKind};
 use crate::key;
 use crate::metrics::Event;
 use crate::problem;
-use crate::record::StoredResponse;
+use crate::record::{Record, Status, StoredResponse};
 use crate::scope::{normalize_path, record_id, route_of, Tenant};
 use crate::store::{ClaimRequest, Completion, Lease};
 
@@ -152,14 +152,12 @@ where
     let span = tracing::info_span!("idempotency", record_id = %id);
 
     let now = now_ms();
-    if let Some((cached_fingerprint, stored)) =
-        config.cache.as_ref().and_then(|c| c.get(&id, now / 1000))
-    {
+    if let Some(cached) = config.cache.as_ref().and_then(|c| c.get(&id, now / 1000)) {
         return Ok(span.in_scope(|| {
-            if cached_fingerprint == fingerprint {
+            if cached.fingerprint == fingerprint {
                 config.count(Event::CacheHit);
                 tracing::info!("idempotent response replayed from the local cache");
-                replay(&config, &stored)
+                replay(&config, &cached)
             } else {
                 config.count(Event::FingerprintMismatch);
                 key_reused()
@@ -267,7 +265,17 @@ async fn finish<E>(
                 "idempotent response stored"
             );
             if let Some(cache) = &config.cache {
-                cache.put(&lease.record_id, fingerprint, stored, expires_at);
+                cache.put(Record {
+                    id: lease.record_id.clone(),
+                    status: Status::Completed,
+                    fingerprint: fingerprint.to_owned(),
+                    attempt: lease.attempt,
+                    owner: lease.owner.clone(),
+                    lease_expires_at_ms: 0,
+                    expires_at_s: expires_at,
+                    response: Some(stored),
+                    checkpoint: None,
+                });
             }
         }
         Ok(Completion::Oversized { bytes }) => {
@@ -347,18 +355,14 @@ fn answer_existing(config: &Config, found: Found) -> Response<Body> {
             key_reused()
         }
         Found::Completed(record) => match &record.response {
-            Some(stored) => {
-                if let Some(cache) = &config.cache {
-                    cache.put(
-                        &record.id,
-                        &record.fingerprint,
-                        stored.clone(),
-                        record.expires_at_s,
-                    );
-                }
+            Some(_) => {
                 config.count(Event::Replayed);
                 tracing::info!("idempotent response replayed");
-                replay(config, stored)
+                let response = replay(config, &record);
+                if let Some(cache) = &config.cache {
+                    cache.put(record);
+                }
+                response
             }
             // A completed record always has its response (the store's
             // decoding makes sure); an in-progress answer is the safe one.
@@ -384,13 +388,19 @@ fn in_progress(config: &Config, lease_left: Duration) -> Response<Body> {
     )
 }
 
-fn replay(config: &Config, stored: &StoredResponse) -> Response<Body> {
-    let mut response = stored.to_http();
+/// The response a completed `record` replays (it has one: the callers
+/// check), with the hook applied.
+fn replay(config: &Config, record: &Record) -> Response<Body> {
+    let mut response = record
+        .response
+        .as_ref()
+        .map(StoredResponse::to_http)
+        .unwrap_or_default();
     response
         .headers_mut()
         .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     if let Some(HookFn(hook)) = &config.replay_hook {
-        hook(&mut response);
+        hook(&mut response, record);
     }
     response
 }

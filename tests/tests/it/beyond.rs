@@ -25,6 +25,7 @@ on_both_stores!(
     metrics_lines_are_emf_json,
     replays_conflicts_and_releases_are_counted,
     replay_hook_adjusts_replays_only,
+    replay_hook_receives_the_record_from_the_store_and_the_cache,
     disabled_switch_passes_everything_through,
 );
 
@@ -616,4 +617,52 @@ async fn memory_store_refuses_deferred_writes_clearly() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     assert!(err.to_string().contains("DynamoStore"));
+}
+
+/// The record a response replays from reaches the hook, whether the replay
+/// came from the store or from the local cache.
+async fn replay_hook_receives_the_record_from_the_store_and_the_cache(f: Fixture) {
+    let runs = Runs::default();
+    let svc = IdempotencyLayer::new(f.store.clone())
+        .local_cache(10, Duration::from_secs(60))
+        .replay_hook_with_record(|res, record| {
+            let seen = format!(
+                "{} {} {}",
+                record.status.as_str(),
+                record.attempt,
+                record.expires_at_s > now_ms() / 1000
+            );
+            res.headers_mut()
+                .insert("x-record", http::HeaderValue::from_str(&seen).unwrap());
+        })
+        .layer(crate::fixture::counting_handler(
+            runs.clone(),
+            Duration::ZERO,
+        ));
+    // A record completed by another instance: this one replays it from the
+    // store first, then from its cache.
+    let other = IdempotencyLayer::new(f.store.clone()).layer(crate::fixture::counting_handler(
+        runs.clone(),
+        Duration::ZERO,
+    ));
+    let first = other
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+    let before = f.requests();
+    for source in ["store", "cache"] {
+        let replay = svc
+            .clone()
+            .oneshot(post("/orders", Some("k1"), "{}"))
+            .await
+            .unwrap();
+        assert_eq!(replay.headers()["x-record"], "COMPLETED 1 true", "{source}");
+    }
+    assert_eq!(
+        f.requests() - before,
+        1,
+        "the second replay came from the cache"
+    );
+    assert_eq!(runs.count(), 1);
 }
