@@ -238,6 +238,15 @@ fn message(id: &str, body: Value) -> SqsMessage {
     m
 }
 
+/// The ids a partial batch response names, in order.
+fn failed_ids(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Vec<&str> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect()
+}
+
 fn batch(messages: Vec<SqsMessage>) -> SqsEvent {
     let mut e = SqsEvent::default();
     e.records = messages;
@@ -357,12 +366,7 @@ async fn fifo_batch_fails_everything_after_the_first_failure(f: Fixture) {
         })
         .await
         .unwrap();
-    let failed: Vec<&str> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
-    assert_eq!(failed, ["m2", "m3"]);
+    assert_eq!(failed_ids(&response), ["m2", "m3"]);
     assert_eq!(runs.count(), 2, "m3 was not attempted out of order");
 }
 
@@ -604,12 +608,7 @@ async fn sqs_keys_from_a_message_attribute_keep_their_types_apart(f: Fixture) {
         })
         .await
         .unwrap();
-    let failed: Vec<&str> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
-    assert_eq!(failed, ["m4"]);
+    assert_eq!(failed_ids(&response), ["m4"]);
     assert_eq!(runs.count(), 2, "the string 5 once, the number 5 once");
 }
 
