@@ -509,6 +509,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn position_items_are_the_sweeper_items_scans_skip() {
+        assert!(POSITION_PREFIX.starts_with(super::super::SWEEPER_ITEM_PREFIX));
+    }
+
+    #[test]
     fn sequence_numbers_compare_as_numbers() {
         use std::cmp::Ordering::*;
         assert_eq!(sequence_order("9", "10"), Less);
