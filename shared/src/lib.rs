@@ -52,6 +52,7 @@
 //! | how a claim is made and answered | (internal, shared by the middleware and the event wrappers) | `claim.rs` |
 //! | claim, complete, release, list and resolve stuck records | [`Store`], [`DynamoStore`], [`MemoryStore`] | `store/` |
 //! | finding stuck records in the table's stream (feature `streams`) | `DynamoStore::with_stream`, [`Settlement`] | `store/dynamodb/stream.rs` |
+//! | options both paths share (store, expiry, leases, cache, metrics, off switch) | [`IdempotencyConfig`] | `config.rs` |
 //! | the middleware, replay | [`IdempotencyLayer`], [`Idempotency`] | `http/` |
 //! | replay without a request | [`IdempotencyLayer::local_cache`] | `cache.rs` |
 //! | what the handler sees | [`IdempotencyContext`] | `context.rs` |
@@ -80,6 +81,7 @@
 mod cache;
 mod claim;
 mod clock;
+mod config;
 mod context;
 mod error;
 mod event;
@@ -96,6 +98,7 @@ mod store;
 mod sweep;
 
 pub use crate::cache::DEFAULT_MAX_BYTES as DEFAULT_LOCAL_CACHE_BYTES;
+pub use crate::config::IdempotencyConfig;
 pub use crate::context::{IdempotencyContext, MAX_DEFERRED_WRITES};
 pub use crate::error::{Error, ErrorKind};
 #[cfg(feature = "sqs")]

@@ -11,12 +11,15 @@ use lambda_runtime::Diagnostic;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::claim::{self, Found, Leases};
+use crate::claim::{self, Found, Release};
+use crate::clock::millis;
+use crate::config::IdempotencyConfig;
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::fingerprint::check_pointer;
 use crate::hash::hex;
-use crate::record::{Record, StoredBody, StoredResponse};
+use crate::metrics::Event;
+use crate::record::{Record, Status, StoredBody, StoredResponse};
 use crate::scope::record_id;
 use crate::store::{ClaimRequest, Completion, Lease, Store};
 
@@ -76,33 +79,81 @@ impl fmt::Debug for KeySource {
 /// Runs a closure at most once per key.
 #[derive(Clone, Debug)]
 pub struct IdempotentFunction {
-    store: Arc<dyn Store>,
+    config: IdempotencyConfig,
     name: String,
     key: KeySource,
     validate: Vec<String>,
     pass_through_missing_key: bool,
-    namespace: String,
-    expires_after: Duration,
-    leases: Leases,
     deadline_ms: Option<u64>,
+    replay_hook: Option<OutputHookFn>,
+    wait_for: Option<Duration>,
 }
+
+/// A hook over replayed outputs ([`IdempotentFunction::replay_hook`]).
+type OutputHook = dyn Fn(&mut serde_json::Value, &Record) + Send + Sync;
+
+#[derive(Clone)]
+struct OutputHookFn(Arc<OutputHook>);
+
+impl fmt::Debug for OutputHookFn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ReplayHook")
+    }
+}
+
+/// Polling while waiting for a duplicate starts this often, doubling...
+const WAIT_FIRST_POLL: Duration = Duration::from_millis(50);
+/// ...up to this.
+const WAIT_MAX_POLL: Duration = Duration::from_secs(1);
+/// Waiting stops this long before the invocation's deadline, so the
+/// duplicate fails with `InProgress` (and is retried) instead of being cut
+/// off by the timeout.
+const WAIT_DEADLINE_RESERVE: Duration = Duration::from_secs(1);
 
 impl IdempotentFunction {
     /// Records are scoped by `name`, so two functions never share a key.
     /// Defaults: key = the whole argument, no validation, missing key = error,
     /// records kept 24 hours, lease = registered deadline + 2 s, capped at 15 min.
     pub fn new(store: impl Store + 'static, name: impl Into<String>) -> Self {
+        Self::with_config(IdempotencyConfig::new(store), name)
+    }
+
+    /// A function named `name` with the options it shares with the HTTP
+    /// middleware (store, namespace, expiry, leases, local cache, metrics,
+    /// disable switch) taken from `config`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_idempotency::{IdempotencyConfig, IdempotentFunction, MemoryStore};
+    /// use serde_json::json;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let store = MemoryStore::new();
+    /// let config = IdempotencyConfig::new(store.clone()).local_cache(100, Duration::from_secs(60));
+    /// let charge = IdempotentFunction::with_config(config, "charge").key_pointers(["/id"]);
+    /// for _ in 0..3 {
+    ///     let out: u32 = charge.call(json!({"id": "p1"}), |_| async { Ok::<_, String>(5) }).await.unwrap();
+    ///     assert_eq!(out, 5);
+    /// }
+    /// assert_eq!(store.requests(), 2, "one claim, one completion; the duplicates hit the cache");
+    /// # });
+    /// ```
+    pub fn with_config(config: IdempotencyConfig, name: impl Into<String>) -> Self {
         IdempotentFunction {
-            store: Arc::new(store),
+            config,
             name: name.into(),
             key: KeySource::Whole,
             validate: Vec::new(),
             pass_through_missing_key: false,
-            namespace: String::new(),
-            expires_after: Duration::from_secs(24 * 3600),
-            leases: Leases::default(),
             deadline_ms: None,
+            replay_hook: None,
+            wait_for: None,
         }
+    }
+
+    /// The options shared with the HTTP middleware.
+    pub fn config(&self) -> &IdempotencyConfig {
+        &self.config
     }
 
     /// Key = the values at these JSON pointers (`/order/id`). A single string
@@ -157,28 +208,70 @@ impl IdempotentFunction {
         self
     }
 
-    /// A namespace mixed into every record id.
+    /// A namespace mixed into every record id
+    /// ([`IdempotencyConfig::namespace`]).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
+        self.config = self.config.namespace(namespace);
         self
     }
 
-    /// How long an output replays (default 24 hours).
+    /// How long an output replays (default 24 hours;
+    /// [`IdempotencyConfig::expires_after`]).
     pub fn expires_after(mut self, ttl: Duration) -> Self {
-        self.expires_after = ttl;
+        self.config = self.config.expires_after(ttl);
         self
     }
 
     /// Upper bound of a lease (default 15 minutes); the lease without a
-    /// registered deadline.
+    /// registered deadline ([`IdempotencyConfig::max_lease`]).
     pub fn max_lease(mut self, lease: Duration) -> Self {
-        self.leases.max_lease = lease;
+        self.config = self.config.max_lease(lease);
         self
     }
 
-    /// Time added to the deadline before a lease may be taken over (default 2 s).
+    /// Time added to the deadline before a lease may be taken over (default
+    /// 2 s; [`IdempotencyConfig::lease_margin`]).
     pub fn lease_margin(mut self, margin: Duration) -> Self {
-        self.leases.margin = margin;
+        self.config = self.config.lease_margin(margin);
+        self
+    }
+
+    /// Adjust every replayed output (from the store or the local cache)
+    /// before it is deserialised, with the completed record it replays from
+    /// (attempt, expiry, fingerprint): Powertools' `response_hook`. The
+    /// first run's own output is returned as the function made it.
+    ///
+    /// ```
+    /// use lambda_idempotency::{IdempotentFunction, MemoryStore};
+    /// use serde_json::{json, Value};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let f = IdempotentFunction::new(MemoryStore::new(), "f")
+    ///     .replay_hook(|output, record| output["replayed_attempt"] = json!(record.attempt));
+    /// let first: Value = f.call(json!(1), |_| async { Ok::<_, String>(json!({"ok": true})) }).await.unwrap();
+    /// let again: Value = f.call(json!(1), |_| async { Ok::<_, String>(json!({})) }).await.unwrap();
+    /// assert_eq!(first, json!({"ok": true}));
+    /// assert_eq!(again, json!({"ok": true, "replayed_attempt": 1}));
+    /// # });
+    /// ```
+    pub fn replay_hook<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&mut serde_json::Value, &Record) + Send + Sync + 'static,
+    {
+        self.replay_hook = Some(OutputHookFn(Arc::new(hook)));
+        self
+    }
+
+    /// Wait for a duplicate that is still in progress instead of failing
+    /// with [`EventError::InProgress`] at once: poll the record (one
+    /// consistent read each, every 50 ms doubling up to 1 s) for at most
+    /// `max_wait`, then replay its output once it completes, or run when
+    /// its key frees (released, or its lease ended). Never waits past the
+    /// registered invocation's deadline less 1 s; off by default (Python
+    /// Powertools issue 2490 asks for it). Useful for direct invocations
+    /// whose caller wants the answer, not an error.
+    pub fn wait_for(mut self, max_wait: Duration) -> Self {
+        self.wait_for = Some(max_wait).filter(|w| !w.is_zero());
         self
     }
 
@@ -306,7 +399,7 @@ impl IdempotentFunction {
         } else {
             "FUNCTION"
         };
-        record_id(&self.namespace, None, kind, &self.name, &key.value)
+        record_id(&self.config.namespace, None, kind, &self.name, &key.value)
     }
 
     pub(crate) async fn run_keyed<A, O, E, F, Fut>(
@@ -321,6 +414,10 @@ impl IdempotentFunction {
         F: FnOnce(A, Option<IdempotencyContext>) -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {
+        if self.config.disabled {
+            self.config.warn_disabled();
+            return f(arg, None).await.map_err(EventError::Handler);
+        }
         let Some(key) = key else {
             if self.pass_through_missing_key {
                 tracing::warn!(function = %self.name, "idempotency key missing; running without idempotency");
@@ -331,38 +428,28 @@ impl IdempotentFunction {
             });
         };
         let id = self.record_id_of(&key);
-        let (claim, _) = ClaimRequest::start(
-            id.clone(),
-            fingerprint,
-            self.deadline_ms,
-            self.leases,
-            self.expires_after,
-        )
-        .map_err(EventError::Randomness)?;
-        let lease = match claim::claim(self.store.as_ref(), &claim)
-            .await
-            .map_err(EventError::Store)?
+        if let Some(cached) = self
+            .config
+            .cache
+            .as_ref()
+            .and_then(|c| c.get(&id, crate::clock::now_ms() / 1000))
         {
-            Found::Claimed(lease) => lease,
-            Found::Mismatch(existing) => {
-                return Err(EventError::PayloadMismatch {
-                    record_id: id,
-                    existing: Some(existing),
-                })
+            if cached.fingerprint == fingerprint {
+                self.config.count(Event::CacheHit);
+                return self.replay(id, &cached);
             }
-            Found::InProgress {
-                retry_after,
-                existing,
-            } => {
-                return Err(EventError::InProgress {
-                    record_id: id,
-                    retry_after,
-                    existing: Some(existing),
-                })
-            }
-            Found::Completed(record) => return replay(id, record.response),
+            self.config.count(Event::FingerprintMismatch);
+            return Err(EventError::PayloadMismatch {
+                record_id: id,
+                existing: Some(Box::new((*cached).clone())),
+            });
+        }
+        let lease = self.claim(id, fingerprint.clone()).await?;
+        let lease = match lease {
+            Claimed::Run(lease) => lease,
+            Claimed::Replay(record) => return self.replay(record.id.clone(), &record),
         };
-        let context = IdempotencyContext::from_lease(self.store.clone(), lease.clone());
+        let context = IdempotencyContext::from_lease(self.config.store.clone(), lease.clone());
         let outcome = AssertUnwindSafe(f(arg, Some(context.clone())))
             .catch_unwind()
             .await;
@@ -382,7 +469,7 @@ impl IdempotentFunction {
         // Serialised before the await: the future holds no `&O` (which would
         // ask `O: Sync` of every caller).
         let json = serde_json::to_string(&output);
-        self.complete(&lease, &context, json).await?;
+        self.complete(&lease, &context, &fingerprint, json).await?;
         Ok(output)
     }
 
@@ -393,6 +480,7 @@ impl IdempotentFunction {
         &self,
         lease: &Lease,
         context: &IdempotencyContext,
+        fingerprint: &str,
         json: serde_json::Result<String>,
     ) -> Result<(), EventError<E>> {
         let id = &lease.record_id;
@@ -414,20 +502,38 @@ impl IdempotentFunction {
             }
         };
         let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(json));
-        let expires = crate::clock::now_ms() / 1000 + self.expires_after.as_secs();
+        let expires = crate::clock::now_ms() / 1000 + self.config.expires_after.as_secs();
         let err = match self
+            .config
             .store
             .complete_with_writes(lease, &stored, expires, writes)
             .await
         {
-            Ok(Completion::Stored) => return Ok(()),
+            Ok(Completion::Stored) => {
+                if let Some(cache) = &self.config.cache {
+                    cache.put(Record {
+                        id: id.clone(),
+                        status: Status::Completed,
+                        fingerprint: fingerprint.to_owned(),
+                        attempt: lease.attempt,
+                        owner: lease.owner.clone(),
+                        lease_expires_at_ms: 0,
+                        expires_at_s: expires,
+                        response: Some(stored),
+                        checkpoint: None,
+                    });
+                }
+                return Ok(());
+            }
             Ok(Completion::Oversized { bytes }) => {
+                self.config.count(Event::OversizedResponse);
                 tracing::warn!(record_id = %id, bytes, "output too large to store; duplicates will get EventError::OutputTooLarge");
                 return Ok(());
             }
             Err(e) if e.is_fenced() && !transactional => {
                 // The work is done and this output is its true outcome; the
                 // newer attempt's outcome is the one that replays.
+                self.config.count(Event::FencedWrite);
                 tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key");
                 return Ok(());
             }
@@ -443,11 +549,13 @@ impl IdempotentFunction {
                     .await;
             }
             ErrorKind::Fenced => {
+                self.config.count(Event::FencedWrite);
                 tracing::warn!(record_id = %id, attempt = lease.attempt, "transactional completion fenced: a newer attempt took over, nothing of this one committed")
             }
             _ => {
                 // Unknown whether it committed: the lease decides, and the
                 // retry either replays or takes over.
+                self.config.count(Event::StoreError);
                 tracing::error!(record_id = %id, error = %err, "could not record the outcome; the key frees when its lease ends")
             }
         }
@@ -459,8 +567,155 @@ impl IdempotentFunction {
 
     /// Release `lease` (fenced) so the retry runs again (logged there).
     async fn release(&self, lease: &Lease, why: &str) {
-        claim::release(self.store.as_ref(), lease, why).await;
+        self.config.count(
+            match claim::release(self.config.store.as_ref(), lease, why).await {
+                Release::Done => Event::Released,
+                Release::Fenced => Event::FencedWrite,
+                Release::Failed => Event::StoreError,
+            },
+        );
     }
+
+    /// Claim record `id` for the payload with `fingerprint`: run, or replay
+    /// the completed record; a duplicate in progress waits when
+    /// [`wait_for`](Self::wait_for) says so, and fails otherwise.
+    async fn claim<E>(&self, id: String, fingerprint: String) -> Result<Claimed, EventError<E>> {
+        let started = crate::clock::now_ms();
+        let mut wait_until = self.wait_for.map(|w| {
+            let until = started.saturating_add(millis(w));
+            match self.deadline_ms.filter(|d| *d > 0) {
+                Some(deadline) => until.min(deadline.saturating_sub(millis(WAIT_DEADLINE_RESERVE))),
+                None => until,
+            }
+        });
+        let mut poll = WAIT_FIRST_POLL;
+        loop {
+            let (claim, capped) = ClaimRequest::start(
+                id.clone(),
+                fingerprint.clone(),
+                self.deadline_ms,
+                self.config.leases,
+                self.config.expires_after,
+            )
+            .map_err(EventError::Randomness)?;
+            if capped {
+                self.config.count(Event::LeaseCapped);
+            }
+            let found = match claim::claim(self.config.store.as_ref(), &claim).await {
+                Ok(found) => found,
+                Err(err) => {
+                    self.config.count(Event::StoreError);
+                    return Err(EventError::Store(err));
+                }
+            };
+            let mut existing = match found {
+                Found::Claimed(lease) => {
+                    self.config.count(Event::Claimed);
+                    return Ok(Claimed::Run(lease));
+                }
+                Found::Completed(record) => return Ok(self.replayed(record)),
+                Found::Mismatch(existing) => return Err(self.mismatch(existing)),
+                Found::InProgress { existing, .. } => existing,
+            };
+            // In progress elsewhere: wait (when asked to) until the record
+            // completes, or frees so that claiming again can win.
+            loop {
+                let now = crate::clock::now_ms();
+                let lease_left = existing.lease_expires_at_ms.saturating_sub(now).max(1);
+                let sleep = millis(poll).min(lease_left);
+                match wait_until {
+                    Some(until) if now.saturating_add(sleep) <= until => {}
+                    _ => {
+                        self.config.count(Event::InProgressConflict);
+                        let retry_after = Duration::from_millis(
+                            existing
+                                .lease_expires_at_ms
+                                .saturating_sub(crate::clock::now_ms()),
+                        );
+                        if wait_until.take().is_some() {
+                            tracing::info!(record_id = %id, waited_ms = now.saturating_sub(started), "gave up waiting for the duplicate in progress");
+                        }
+                        return Err(EventError::InProgress {
+                            record_id: id,
+                            retry_after,
+                            existing: Some(existing),
+                        });
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(sleep)).await;
+                poll = (poll * 2).min(WAIT_MAX_POLL);
+                let record = match self.config.store.get(&id).await {
+                    Ok(stored) => stored.map(|s| s.record),
+                    Err(err) => {
+                        self.config.count(Event::StoreError);
+                        return Err(EventError::Store(err));
+                    }
+                };
+                let now = crate::clock::now_ms();
+                match record {
+                    // Released, or expired (a claim treats it as absent):
+                    // claiming again runs it here.
+                    None => break,
+                    Some(record) if record.expires_at_s.saturating_mul(1000) <= now => break,
+                    Some(record) if record.fingerprint != fingerprint => {
+                        return Err(self.mismatch(Box::new(record)))
+                    }
+                    Some(record) if record.status == Status::Completed => {
+                        return Ok(self.replayed(record))
+                    }
+                    // Its lease is over: claiming again takes it over.
+                    Some(record) if record.lease_expires_at_ms <= now => break,
+                    Some(record) => *existing = record,
+                }
+            }
+        }
+    }
+
+    /// A completed record found by a claim or a wait: counted and cached.
+    fn replayed(&self, record: Record) -> Claimed {
+        self.config.count(Event::Replayed);
+        if let Some(cache) = &self.config.cache {
+            if record.response.is_some() {
+                cache.put(record.clone());
+            }
+        }
+        Claimed::Replay(record)
+    }
+
+    /// The key was first used with another payload: counted.
+    fn mismatch<E>(&self, existing: Box<Record>) -> EventError<E> {
+        self.config.count(Event::FingerprintMismatch);
+        EventError::PayloadMismatch {
+            record_id: existing.id.clone(),
+            existing: Some(existing),
+        }
+    }
+
+    /// The output a completed `record` replays, through the replay hook.
+    fn replay<O: DeserializeOwned, E>(
+        &self,
+        record_id: String,
+        record: &Record,
+    ) -> Result<O, EventError<E>> {
+        match &self.replay_hook {
+            None => replay(record_id, record.response.as_ref()),
+            Some(OutputHookFn(hook)) => {
+                let value: serde_json::Value = replay(record_id.clone(), record.response.as_ref())?;
+                let mut value = value;
+                hook(&mut value, record);
+                serde_json::from_value(value)
+                    .map_err(|source| EventError::CorruptOutput { record_id, source })
+            }
+        }
+    }
+}
+
+/// What a claim of the event path decided.
+enum Claimed {
+    /// This invocation holds the key: run.
+    Run(Lease),
+    /// The same payload completed: replay this record.
+    Replay(Record),
 }
 
 /// The stored output of a completed record, for a duplicate: the output
@@ -468,7 +723,7 @@ impl IdempotentFunction {
 /// failed by the sweeper).
 fn replay<O: DeserializeOwned, E>(
     record_id: String,
-    stored: Option<StoredResponse>,
+    stored: Option<&StoredResponse>,
 ) -> Result<O, EventError<E>> {
     match stored {
         Some(stored) if stored.status == 200 => {
@@ -476,7 +731,7 @@ fn replay<O: DeserializeOwned, E>(
             serde_json::from_slice(stored.body.bytes())
                 .map_err(|source| EventError::CorruptOutput { record_id, source })
         }
-        Some(stored) if is_too_large_marker(&stored) => {
+        Some(stored) if is_too_large_marker(stored) => {
             Err(EventError::OutputTooLarge { record_id })
         }
         _ => Err(EventError::Abandoned { record_id }),

@@ -7,9 +7,10 @@ use http::{HeaderName, Method, Response, StatusCode};
 use lambda_http::Body;
 use tower::Layer;
 
-use super::{disabled_from_env, Idempotency, DISABLED_ENV};
-use crate::cache::LocalCache;
-use crate::claim::Leases;
+#[cfg(doc)]
+use super::DISABLED_ENV;
+use super::{disabled_from_env, Idempotency};
+use crate::config::IdempotencyConfig;
 use crate::fingerprint::Fingerprinter;
 use crate::metrics::{Event, Metrics};
 use crate::record::Record;
@@ -65,23 +66,18 @@ pub struct IdempotencyLayer {
 
 #[derive(Clone, Debug)]
 pub(super) struct Config {
-    pub(super) store: Arc<dyn Store>,
+    /// The options shared with the event path.
+    pub(super) shared: IdempotencyConfig,
     pub(super) methods: Vec<Method>,
     pub(super) header: HeaderName,
     pub(super) require_key: bool,
     pub(super) tenant: TenantSource,
     pub(super) fingerprinter: Fingerprinter,
-    pub(super) namespace: String,
-    pub(super) expires_after: Duration,
-    pub(super) leases: Leases,
     pub(super) store_server_errors: bool,
     pub(super) store_when: Option<StatusFn>,
     pub(super) in_progress_retry_after: Duration,
     pub(super) unavailable_retry_after: Duration,
-    pub(super) cache: Option<Arc<LocalCache>>,
-    pub(super) metrics: Option<Metrics>,
     pub(super) replay_hook: Option<HookFn>,
-    pub(super) disabled: bool,
 }
 
 type ReplayHook = dyn Fn(&mut Response<Body>, &Record) + Send + Sync;
@@ -106,9 +102,7 @@ impl std::fmt::Debug for HookFn {
 
 impl Config {
     pub(super) fn count(&self, event: Event) {
-        if let Some(metrics) = &self.metrics {
-            metrics.emit(event);
-        }
+        self.shared.count(event);
     }
 }
 
@@ -117,25 +111,26 @@ impl IdempotencyLayer {
     /// anonymous tenant, whole-body fingerprint, records kept 24 hours, lease =
     /// Lambda deadline + 2 s capped at 15 minutes, 5xx responses released.
     pub fn new(store: impl Store + 'static) -> Self {
+        Self::with_config(IdempotencyConfig::new(store))
+    }
+
+    /// The middleware with the options it shares with the event path
+    /// (store, namespace, expiry, leases, local cache, metrics, disable
+    /// switch) taken from `config`, and the HTTP defaults for the rest.
+    pub fn with_config(config: IdempotencyConfig) -> Self {
         IdempotencyLayer {
             config: Config {
-                store: Arc::new(store),
+                shared: config,
                 methods: vec![Method::POST, Method::PATCH],
                 header: HeaderName::from_static("idempotency-key"),
                 require_key: false,
                 tenant: TenantSource::anonymous(),
                 fingerprinter: Fingerprinter::new(),
-                namespace: String::new(),
-                expires_after: Duration::from_secs(24 * 3600),
-                leases: Leases::default(),
                 store_server_errors: false,
                 store_when: None,
                 in_progress_retry_after: Duration::from_secs(1),
                 unavailable_retry_after: Duration::from_secs(1),
-                cache: None,
-                metrics: None,
                 replay_hook: None,
-                disabled: false,
             },
         }
     }
@@ -146,6 +141,11 @@ impl IdempotencyLayer {
     /// for local tests.
     pub fn from_env(store: impl Store + 'static) -> Self {
         Self::new(store).disabled(disabled_from_env())
+    }
+
+    /// The options shared with the event path.
+    pub fn config(&self) -> &IdempotencyConfig {
+        &self.config.shared
     }
 
     /// The methods the middleware covers; others pass through.
@@ -182,27 +182,27 @@ impl IdempotencyLayer {
     /// A namespace mixed into every record id, for sharing one table between
     /// services whose paths could collide.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.config.namespace = namespace.into();
+        self.config.shared = self.config.shared.namespace(namespace);
         self
     }
 
     /// How long a completed record replays (default 24 hours).
     pub fn expires_after(mut self, ttl: Duration) -> Self {
-        self.config.expires_after = ttl;
+        self.config.shared = self.config.shared.expires_after(ttl);
         self
     }
 
     /// Upper bound of a lease (default 15 minutes, Lambda's longest timeout).
     /// Outside Lambda, where there is no deadline, the lease is this long.
     pub fn max_lease(mut self, lease: Duration) -> Self {
-        self.config.leases.max_lease = lease;
+        self.config.shared = self.config.shared.max_lease(lease);
         self
     }
 
     /// Time added to the Lambda deadline before a lease may be taken over
     /// (default 2 s), covering clock skew and the runtime's own shutdown.
     pub fn lease_margin(mut self, margin: Duration) -> Self {
-        self.config.leases.margin = margin;
+        self.config.shared = self.config.shared.lease_margin(margin);
         self
     }
 
@@ -246,11 +246,7 @@ impl IdempotencyLayer {
     /// `max_age`, so a warm instance replays them without a store request
     /// . Off by default.
     pub fn local_cache(mut self, entries: usize, max_age: Duration) -> Self {
-        self.config.cache = Some(Arc::new(LocalCache::new(
-            entries,
-            max_age,
-            crate::cache::DEFAULT_MAX_BYTES,
-        )));
+        self.config.shared = self.config.shared.local_cache(entries, max_age);
         self
     }
 
@@ -259,9 +255,7 @@ impl IdempotencyLayer {
     /// used entries make room, a response larger than the budget is not
     /// cached. Only has an effect after [`local_cache`](Self::local_cache).
     pub fn local_cache_max_bytes(mut self, max_bytes: usize) -> Self {
-        if let Some(cache) = &self.config.cache {
-            self.config.cache = Some(Arc::new(cache.with_max_bytes(max_bytes)));
-        }
+        self.config.shared = self.config.shared.local_cache_max_bytes(max_bytes);
         self
     }
 
@@ -269,7 +263,7 @@ impl IdempotencyLayer {
     /// fenced writes, releases, store errors, cache hits, oversized responses).
     /// Off by default.
     pub fn metrics(mut self, metrics: Metrics) -> Self {
-        self.config.metrics = Some(metrics);
+        self.config.shared = self.config.shared.metrics(metrics);
         self
     }
 
@@ -298,7 +292,7 @@ impl IdempotencyLayer {
     /// Turn the middleware off (every request passes through), for local
     /// tests; [`from_env`](Self::from_env) sets it from [`DISABLED_ENV`].
     pub fn disabled(mut self, disabled: bool) -> Self {
-        self.config.disabled = disabled;
+        self.config.shared = self.config.shared.disabled(disabled);
         self
     }
 
@@ -313,9 +307,7 @@ impl<S> Layer<S> for IdempotencyLayer {
     type Service = Idempotency<S>;
 
     fn layer(&self, inner: S) -> Idempotency<S> {
-        if self.config.disabled {
-            tracing::warn!("lambda-idempotency is DISABLED ({DISABLED_ENV} or .disabled(true)): retries will run the handler again");
-        }
+        self.config.shared.warn_disabled();
         Idempotency::new(inner, Arc::new(self.config.clone()))
     }
 }

@@ -111,7 +111,7 @@ mod tests {
     #[tokio::test]
     async fn new_is_on_whatever_the_environment_and_disabled_passes_through() {
         // `new` reads no environment: this holds even where the variable is set.
-        assert!(!layer().config.disabled);
+        assert!(!layer().config.shared.disabled);
         let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = runs.clone();
         let store = MemoryStore::new();

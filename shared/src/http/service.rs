@@ -86,7 +86,7 @@ where
     S: Service<Request, Response = R>,
     R: IntoResponse,
 {
-    if config.disabled || !config.methods.contains(req.method()) {
+    if config.shared.disabled || !config.methods.contains(req.method()) {
         return Ok(inner.call(req).await?.into_response().await);
     }
     let key = match req.headers().get(&config.header) {
@@ -128,7 +128,7 @@ where
     // as a router reads it: `/orders/` retries `/orders`.
     let path = normalize_path(req.uri().path()).into_owned();
     let id = record_id(
-        &config.namespace,
+        &config.shared.namespace,
         tenant.as_deref(),
         &method,
         &route_of(&req),
@@ -152,7 +152,12 @@ where
     let span = tracing::info_span!("idempotency", record_id = %id);
 
     let now = now_ms();
-    if let Some(cached) = config.cache.as_ref().and_then(|c| c.get(&id, now / 1000)) {
+    if let Some(cached) = config
+        .shared
+        .cache
+        .as_ref()
+        .and_then(|c| c.get(&id, now / 1000))
+    {
         return Ok(span.in_scope(|| {
             if cached.fingerprint == fingerprint {
                 config.count(Event::CacheHit);
@@ -169,8 +174,8 @@ where
         id.clone(),
         fingerprint.clone(),
         deadline,
-        config.leases,
-        config.expires_after,
+        config.shared.leases,
+        config.shared.expires_after,
     ) {
         Ok(started) => started,
         Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
@@ -178,7 +183,7 @@ where
     if capped {
         config.count(Event::LeaseCapped);
     }
-    let lease = match claim::claim(config.store.as_ref(), &claim)
+    let lease = match claim::claim(config.shared.store.as_ref(), &claim)
         .instrument(span.clone())
         .await
     {
@@ -195,7 +200,7 @@ where
         )
     });
 
-    let context = IdempotencyContext::from_lease(config.store.clone(), lease.clone());
+    let context = IdempotencyContext::from_lease(config.shared.store.clone(), lease.clone());
     req.extensions_mut().insert(context.clone());
     let called = AssertUnwindSafe(async { inner.call(req).await })
         .catch_unwind()
@@ -249,10 +254,11 @@ async fn finish<E>(
         return Ok(response);
     }
     let stored = StoredResponse::from_http(&response);
-    let expires_at = now_ms() / 1000 + config.expires_after.as_secs();
+    let expires_at = now_ms() / 1000 + config.shared.expires_after.as_secs();
     let writes = context.take_writes();
     let transactional = !writes.is_empty();
     match config
+        .shared
         .store
         .complete_with_writes(lease, &stored, expires_at, writes)
         .await
@@ -264,7 +270,7 @@ async fn finish<E>(
                 transactional,
                 "idempotent response stored"
             );
-            if let Some(cache) = &config.cache {
+            if let Some(cache) = &config.shared.cache {
                 cache.put(Record {
                     id: lease.record_id.clone(),
                     status: Status::Completed,
@@ -359,7 +365,7 @@ fn answer_existing(config: &Config, found: Found) -> Response<Body> {
                 config.count(Event::Replayed);
                 tracing::info!("idempotent response replayed");
                 let response = replay(config, &record);
-                if let Some(cache) = &config.cache {
+                if let Some(cache) = &config.shared.cache {
                     cache.put(record);
                 }
                 response
@@ -427,7 +433,7 @@ fn unavailable(config: &Config, err: &Error) -> Response<Body> {
 
 async fn release(config: &Config, lease: &Lease, why: &str) {
     config.count(
-        match claim::release(config.store.as_ref(), lease, why).await {
+        match claim::release(config.shared.store.as_ref(), lease, why).await {
             Release::Done => Event::Released,
             Release::Fenced => Event::FencedWrite,
             Release::Failed => Event::StoreError,

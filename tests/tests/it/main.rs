@@ -5,6 +5,7 @@
 mod beyond;
 mod contract;
 mod dynamo;
+mod event_options;
 mod events;
 mod fixture;
 mod fuzz;

@@ -1,0 +1,162 @@
+//! [`IdempotencyConfig`]: the options the HTTP middleware and the event
+//! path share, set once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::LocalCache;
+use crate::claim::Leases;
+use crate::metrics::{Event, Metrics};
+use crate::store::Store;
+
+/// What the HTTP middleware ([`IdempotencyLayer`](crate::IdempotencyLayer))
+/// and the event path ([`IdempotentFunction`](crate::IdempotentFunction),
+/// and through it [`IdempotentEventLayer`](crate::IdempotentEventLayer) and
+/// the batch processors) share: the store, the namespace, how long records
+/// live, the leases, the local cache, metrics and the disable switch.
+///
+/// Build it once and hand it to both paths; each adds its own options
+/// (methods and headers for HTTP, key sources and validation for events).
+///
+/// ```
+/// use std::time::Duration;
+/// use lambda_idempotency::metrics::Metrics;
+/// use lambda_idempotency::{IdempotencyConfig, IdempotencyLayer, IdempotentFunction, MemoryStore};
+///
+/// let config = IdempotencyConfig::new(MemoryStore::new())
+///     .expires_after(Duration::from_secs(3600))
+///     .local_cache(1_000, Duration::from_secs(300))
+///     .metrics(Metrics::new("Orders").dimension("Service", "orders"));
+/// let http = IdempotencyLayer::with_config(config.clone()).require_key(true);
+/// let events = IdempotentFunction::with_config(config, "order-events").key_pointers(["/order_id"]);
+/// # let _ = (http, events);
+/// ```
+#[derive(Clone, Debug)]
+pub struct IdempotencyConfig {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) namespace: String,
+    pub(crate) expires_after: Duration,
+    pub(crate) leases: Leases,
+    pub(crate) cache: Option<Arc<LocalCache>>,
+    pub(crate) metrics: Option<Metrics>,
+    pub(crate) disabled: bool,
+}
+
+impl IdempotencyConfig {
+    /// Records in `store`. Defaults: no namespace, records kept 24 hours,
+    /// lease = the invocation's deadline + 2 s, capped at 15 minutes, no
+    /// local cache, no metrics, on.
+    pub fn new(store: impl Store + 'static) -> Self {
+        IdempotencyConfig {
+            store: Arc::new(store),
+            namespace: String::new(),
+            expires_after: Duration::from_secs(24 * 3600),
+            leases: Leases::default(),
+            cache: None,
+            metrics: None,
+            disabled: false,
+        }
+    }
+
+    /// [`new`](Self::new), switched off when the
+    /// [`DISABLED_ENV`](crate::DISABLED_ENV) environment variable says so
+    /// (see [`disabled_from_env`](crate::disabled_from_env)).
+    pub fn from_env(store: impl Store + 'static) -> Self {
+        Self::new(store).disabled(crate::disabled_from_env())
+    }
+
+    /// A namespace mixed into every record id, for sharing one table between
+    /// services whose keys could collide.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// How long a completed record replays (default 24 hours).
+    pub fn expires_after(mut self, ttl: Duration) -> Self {
+        self.expires_after = ttl;
+        self
+    }
+
+    /// Upper bound of a lease (default 15 minutes, Lambda's longest timeout).
+    /// Where there is no deadline (outside Lambda, or no context registered),
+    /// the lease is this long.
+    pub fn max_lease(mut self, lease: Duration) -> Self {
+        self.leases.max_lease = lease;
+        self
+    }
+
+    /// Time added to the invocation's deadline before a lease may be taken
+    /// over (default 2 s), covering clock skew and the runtime's shutdown.
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.leases.margin = margin;
+        self
+    }
+
+    /// Keep up to `entries` completed records in process memory for at most
+    /// `max_age` (and never past the record's own expiry), so a warm
+    /// instance replays them without a store request. Off by default.
+    pub fn local_cache(mut self, entries: usize, max_age: Duration) -> Self {
+        self.cache = Some(Arc::new(LocalCache::new(
+            entries,
+            max_age,
+            crate::cache::DEFAULT_MAX_BYTES,
+        )));
+        self
+    }
+
+    /// Bound the local cache by the bytes of the outputs it holds (default
+    /// [`DEFAULT_LOCAL_CACHE_BYTES`](crate::DEFAULT_LOCAL_CACHE_BYTES));
+    /// least recently used entries make room, one larger than the budget is
+    /// not cached. Only has an effect after [`local_cache`](Self::local_cache).
+    pub fn local_cache_max_bytes(mut self, max_bytes: usize) -> Self {
+        if let Some(cache) = &self.cache {
+            self.cache = Some(Arc::new(cache.with_max_bytes(max_bytes)));
+        }
+        self
+    }
+
+    /// Emit CloudWatch EMF metrics (claims, replays, conflicts, mismatches,
+    /// fenced writes, releases, store errors, cache hits, oversized outputs,
+    /// capped leases). Off by default.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Turn idempotency off: every request or event runs its handler as if
+    /// unwrapped, for local tests. A warning is logged once per process.
+    pub fn disabled(mut self, disabled: bool) -> Self {
+        self.disabled = disabled;
+        self
+    }
+
+    /// Is idempotency off?
+    pub fn is_disabled(&self) -> bool {
+        self.disabled
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Count `event` when metrics are on.
+    pub(crate) fn count(&self, event: Event) {
+        if let Some(metrics) = &self.metrics {
+            metrics.emit(event);
+        }
+    }
+
+    /// Say once per process that idempotency is off.
+    pub(crate) fn warn_disabled(&self) {
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if self.disabled && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                "lambda-idempotency is DISABLED ({} or .disabled(true)): retries and duplicates \
+                 will run the handler again",
+                crate::DISABLED_ENV
+            );
+        }
+    }
+}

@@ -1,0 +1,439 @@
+//! The event path's options, set through the configuration it shares with
+//! the HTTP middleware: local cache, metrics, the disable switch, the replay
+//! hook, and waiting for a duplicate in progress.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::metrics::Metrics;
+use lambda_idempotency::{
+    EventError, IdempotencyConfig, IdempotencyLayer, IdempotentEventLayer, IdempotentFunction,
+    SqsBatch,
+};
+use lambda_runtime::{service_fn, LambdaEvent};
+use serde_json::{json, Value};
+use tower::{Layer, ServiceExt};
+
+use crate::fixture::{counting_handler, now_ms, on_both_stores, post, Fixture, Runs};
+
+on_both_stores!(
+    one_configuration_drives_both_paths,
+    event_path_metrics_count_each_outcome,
+    the_local_cache_replays_events_without_the_store_and_keeps_mismatches,
+    sqs_batches_use_the_functions_cache_and_metrics,
+    disabled_event_path_runs_every_time_and_touches_no_store,
+    the_replay_hook_sees_replayed_outputs_and_their_record,
+    a_waiting_duplicate_replays_the_first_output_once_it_completes,
+    a_waiting_duplicate_runs_itself_when_the_first_releases_the_key,
+    waiting_stops_at_its_bound_and_before_the_deadline,
+);
+
+/// Metrics whose lines are kept, and the names of the metrics counted.
+fn captured_metrics() -> (Metrics, impl Fn() -> Vec<String>) {
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let metrics = Metrics::new("Test").sink(move |l| sink.lock().unwrap().push(l.to_owned()));
+    let names = move || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).expect("EMF JSON");
+                v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]
+                    .as_str()
+                    .expect("a metric name")
+                    .to_owned()
+            })
+            .collect::<Vec<_>>()
+    };
+    (metrics, names)
+}
+
+/// A function that counts its runs and answers with the run number.
+async fn run_counted(
+    function: &IdempotentFunction,
+    payload: Value,
+    runs: &Runs,
+) -> Result<Value, EventError<String>> {
+    function
+        .call(payload, |p| async move {
+            Ok::<_, String>(json!({"run": runs.bump(), "id": p["id"]}))
+        })
+        .await
+}
+
+async fn one_configuration_drives_both_paths(f: Fixture) {
+    let (metrics, names) = captured_metrics();
+    let config = IdempotencyConfig::new(f.store.clone())
+        .namespace("shop")
+        .local_cache(100, Duration::from_secs(60))
+        .metrics(metrics);
+    let function =
+        IdempotentFunction::with_config(config.clone(), "consumer").key_pointers(["/id"]);
+    let http_runs = Runs::default();
+    let svc = IdempotencyLayer::with_config(config)
+        .layer(counting_handler(http_runs.clone(), Duration::ZERO));
+
+    let runs = Runs::default();
+    run_counted(&function, json!({"id": "a"}), &runs)
+        .await
+        .unwrap();
+    let first = svc
+        .clone()
+        .oneshot(post("/orders", Some("k"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+    let before = f.requests();
+    let replay = run_counted(&function, json!({"id": "a"}), &runs)
+        .await
+        .unwrap();
+    let http_replay = svc
+        .clone()
+        .oneshot(post("/orders", Some("k"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(replay["run"], 1);
+    assert_eq!(http_replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        f.requests(),
+        before,
+        "both replays come from the one shared local cache"
+    );
+    assert_eq!((runs.count(), http_runs.count()), (1, 1));
+    let names = names();
+    assert_eq!(
+        names.iter().filter(|n| *n == "Claimed").count(),
+        2,
+        "{names:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| *n == "CacheHit").count(),
+        2,
+        "{names:?}"
+    );
+    // The namespace applies to the function's record ids.
+    assert_ne!(
+        function.record_id("a"),
+        IdempotentFunction::new(f.store.clone(), "consumer").record_id("a")
+    );
+}
+
+async fn event_path_metrics_count_each_outcome(f: Fixture) {
+    let (metrics, names) = captured_metrics();
+    let function = IdempotentFunction::with_config(
+        IdempotencyConfig::new(f.store.clone()).metrics(metrics),
+        "consumer",
+    )
+    .key_pointers(["/id"])
+    .validate(["/amount"]);
+    let runs = Runs::default();
+    run_counted(&function, json!({"id": "a", "amount": 1}), &runs)
+        .await
+        .unwrap();
+    run_counted(&function, json!({"id": "a", "amount": 1}), &runs)
+        .await
+        .unwrap();
+    let mismatch = run_counted(&function, json!({"id": "a", "amount": 2}), &runs).await;
+    assert!(matches!(mismatch, Err(EventError::PayloadMismatch { .. })));
+    let failed: Result<Value, EventError<String>> = function
+        .call(json!({"id": "b"}), |_| async { Err("down".to_owned()) })
+        .await;
+    assert!(matches!(failed, Err(EventError::Handler(_))));
+    // A duplicate while the first runs.
+    let (started, start) = tokio::sync::oneshot::channel();
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let holder = function.clone();
+    let first = tokio::spawn(async move {
+        holder
+            .call(json!({"id": "c"}), |_| async move {
+                started.send(()).unwrap();
+                finished.await.unwrap();
+                Ok::<_, String>(json!(1))
+            })
+            .await
+    });
+    start.await.unwrap();
+    let duplicate = run_counted(&function, json!({"id": "c"}), &runs).await;
+    assert!(matches!(duplicate, Err(EventError::InProgress { .. })));
+    finish.send(()).unwrap();
+    first.await.unwrap().unwrap();
+
+    let names = names();
+    let count = |name: &str| names.iter().filter(|n| *n == name).count();
+    assert_eq!(count("Claimed"), 3, "a, b and c: {names:?}");
+    assert_eq!(count("Replayed"), 1, "{names:?}");
+    assert_eq!(count("FingerprintMismatch"), 1, "{names:?}");
+    assert_eq!(count("Released"), 1, "b's failure: {names:?}");
+    assert_eq!(count("InProgressConflict"), 1, "{names:?}");
+    assert_eq!(count("StoreError"), 0, "{names:?}");
+}
+
+async fn the_local_cache_replays_events_without_the_store_and_keeps_mismatches(f: Fixture) {
+    let function = IdempotentFunction::with_config(
+        IdempotencyConfig::new(f.store.clone()).local_cache(10, Duration::from_secs(60)),
+        "consumer",
+    )
+    .key_pointers(["/id"])
+    .validate(["/amount"]);
+    let runs = Runs::default();
+    let first = run_counted(&function, json!({"id": "a", "amount": 1}), &runs)
+        .await
+        .unwrap();
+    let before = f.requests();
+    for _ in 0..3 {
+        let again = run_counted(&function, json!({"id": "a", "amount": 1}), &runs)
+            .await
+            .unwrap();
+        assert_eq!(again, first);
+    }
+    let err = run_counted(&function, json!({"id": "a", "amount": 9}), &runs)
+        .await
+        .unwrap_err();
+    assert_eq!(err.error_type(), "Idempotency.PayloadMismatch");
+    let existing = err.existing_record().expect("the cached record");
+    assert_eq!(existing.status, lambda_idempotency::Status::Completed);
+    assert_eq!(f.requests(), before, "every duplicate answered from memory");
+    assert_eq!(runs.count(), 1);
+
+    // A record found completed in the store is cached too: a second
+    // function instance (another warm container) asks the store once.
+    let other = IdempotentFunction::with_config(
+        IdempotencyConfig::new(f.store.clone()).local_cache(10, Duration::from_secs(60)),
+        "consumer",
+    )
+    .key_pointers(["/id"])
+    .validate(["/amount"]);
+    let before = f.requests();
+    for _ in 0..3 {
+        assert_eq!(
+            run_counted(&other, json!({"id": "a", "amount": 1}), &runs)
+                .await
+                .unwrap(),
+            first
+        );
+    }
+    assert_eq!(f.requests() - before, 1, "one claim, then the cache");
+}
+
+fn message(id: &str, body: Value) -> SqsMessage {
+    let mut message = SqsMessage::default();
+    message.message_id = Some(id.into());
+    message.body = Some(body.to_string());
+    message
+}
+
+async fn sqs_batches_use_the_functions_cache_and_metrics(f: Fixture) {
+    let (metrics, names) = captured_metrics();
+    let function = IdempotentFunction::with_config(
+        IdempotencyConfig::new(f.store.clone())
+            .local_cache(10, Duration::from_secs(60))
+            .metrics(metrics),
+        "consumer",
+    );
+    let batch = SqsBatch::new(function).key_body_pointer("/event_id");
+    let mut event = SqsEvent::default();
+    event.records = vec![
+        message("m1", json!({"event_id": "e1"})),
+        message("m2", json!({"event_id": "e1"})),
+        message("m3", json!({"event_id": "e1"})),
+    ];
+    let runs = Runs::default();
+    let response = batch
+        .process(event, |_, _| {
+            let runs = runs.clone();
+            async move { Ok::<_, String>(runs.bump()) }
+        })
+        .await
+        .unwrap();
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(runs.count(), 1);
+    let names = names();
+    assert_eq!(
+        names.iter().filter(|n| *n == "CacheHit").count(),
+        2,
+        "the two duplicates in the batch replay from memory: {names:?}"
+    );
+    assert_eq!(f.requests(), 2, "one claim and one completion in all");
+}
+
+async fn disabled_event_path_runs_every_time_and_touches_no_store(f: Fixture) {
+    let config = IdempotencyConfig::new(f.store.clone()).disabled(true);
+    assert!(config.is_disabled());
+    let function = IdempotentFunction::with_config(config, "consumer").key_pointers(["/id"]);
+    let runs = Runs::default();
+    for expected in 1..=2 {
+        let out = run_counted(&function, json!({"id": "a"}), &runs)
+            .await
+            .unwrap();
+        assert_eq!(out["run"], expected);
+    }
+    // Through the typed layer and a batch as well.
+    let layer_runs = runs.clone();
+    let svc = IdempotentEventLayer::new(function.clone()).layer(service_fn(
+        move |_: LambdaEvent<Value>| {
+            let runs = layer_runs.clone();
+            async move { Ok::<_, lambda_runtime::Error>(json!(runs.bump())) }
+        },
+    ));
+    for _ in 0..2 {
+        svc.clone()
+            .oneshot(LambdaEvent::new(json!({"id": "a"}), Default::default()))
+            .await
+            .unwrap();
+    }
+    let mut event = SqsEvent::default();
+    event.records = vec![message("m1", json!({})), message("m1", json!({}))];
+    SqsBatch::new(function)
+        .process(event, |_, ctx| {
+            let runs = runs.clone();
+            async move {
+                assert!(ctx.is_none(), "no idempotency context when disabled");
+                Ok::<_, String>(runs.bump())
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(runs.count(), 6);
+    assert_eq!(f.requests(), 0);
+}
+
+async fn the_replay_hook_sees_replayed_outputs_and_their_record(f: Fixture) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let function = IdempotentFunction::new(f.store.clone(), "consumer")
+        .key_pointers(["/id"])
+        .replay_hook(move |output, record| {
+            sink.lock()
+                .unwrap()
+                .push((record.attempt, record.expires_at_s));
+            output["replayed"] = json!(true);
+        });
+    let runs = Runs::default();
+    let first = run_counted(&function, json!({"id": "a"}), &runs)
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        json!({"run": 1, "id": "a"}),
+        "the first run is untouched"
+    );
+    assert!(seen.lock().unwrap().is_empty());
+    let again = run_counted(&function, json!({"id": "a"}), &runs)
+        .await
+        .unwrap();
+    assert_eq!(again, json!({"run": 1, "id": "a", "replayed": true}));
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, 1, "the record's attempt");
+    assert!(seen[0].1 > now_ms() / 1000, "the record's expiry");
+}
+
+/// Start a call of `function` for `{"id": id}` that runs `hold` before it
+/// answers `{"first": true}` (or fails), and wait until it has claimed.
+async fn start_holding(
+    function: &IdempotentFunction,
+    id: &str,
+    hold: Duration,
+    fail: bool,
+) -> tokio::task::JoinHandle<Result<Value, EventError<String>>> {
+    let (started, start) = tokio::sync::oneshot::channel();
+    let holder = function.clone();
+    let payload = json!({"id": id});
+    let task = tokio::spawn(async move {
+        holder
+            .call(payload, |_| async move {
+                started.send(()).unwrap();
+                tokio::time::sleep(hold).await;
+                if fail {
+                    Err("first failed".to_owned())
+                } else {
+                    Ok(json!({"first": true}))
+                }
+            })
+            .await
+    });
+    start.await.unwrap();
+    task
+}
+
+async fn a_waiting_duplicate_replays_the_first_output_once_it_completes(f: Fixture) {
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
+    let first = start_holding(&function, "a", Duration::from_millis(700), false).await;
+    let before = f.requests();
+    let runs = Runs::default();
+    let waited = run_counted(
+        &function.clone().wait_for(Duration::from_secs(10)),
+        json!({"id": "a"}),
+        &runs,
+    )
+    .await
+    .expect("the duplicate waits, then replays");
+    assert_eq!(waited, json!({"first": true}));
+    assert_eq!(runs.count(), 0, "the duplicate never ran");
+    first.await.unwrap().unwrap();
+    // One claim, then polls every 50 ms doubling to 1 s: within the first
+    // call's 700 ms (plus its completion) that is at most 5 reads; the
+    // first call's completion is the one other request.
+    let made = f.requests() - before;
+    assert!((2..=1 + 5 + 1).contains(&made), "{made} requests");
+}
+
+async fn a_waiting_duplicate_runs_itself_when_the_first_releases_the_key(f: Fixture) {
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
+    let first = start_holding(&function, "a", Duration::from_millis(300), true).await;
+    let runs = Runs::default();
+    let waited = run_counted(
+        &function.clone().wait_for(Duration::from_secs(10)),
+        json!({"id": "a"}),
+        &runs,
+    )
+    .await
+    .expect("the key freed, so the duplicate runs");
+    assert_eq!(waited, json!({"run": 1, "id": "a"}));
+    assert!(matches!(first.await.unwrap(), Err(EventError::Handler(_))));
+    // And its output is the one that replays now.
+    assert_eq!(
+        run_counted(&function, json!({"id": "a"}), &runs)
+            .await
+            .unwrap(),
+        waited
+    );
+    assert_eq!(runs.count(), 1);
+}
+
+async fn waiting_stops_at_its_bound_and_before_the_deadline(f: Fixture) {
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
+    let first = start_holding(&function, "a", Duration::from_secs(4), false).await;
+    let runs = Runs::default();
+
+    // Bounded by its own wait.
+    let waiting = function.clone().wait_for(Duration::from_millis(400));
+    let started = Instant::now();
+    let err = run_counted(&waiting, json!({"id": "a"}), &runs)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EventError::InProgress { .. }), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(300), "it waited");
+
+    // Bounded by the invocation's deadline, whatever the wait allows: the
+    // deadline is 1.5 s away, so it gives up by then, with time to answer.
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 1_500;
+    let deadline = Instant::now() + Duration::from_millis(1_500);
+    let waiting = function
+        .with_context(&context)
+        .wait_for(Duration::from_secs(60));
+    let err = run_counted(&waiting, json!({"id": "a"}), &runs)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EventError::InProgress { .. }), "{err}");
+    assert!(
+        Instant::now() < deadline,
+        "it never waits past its deadline"
+    );
+    assert_eq!(runs.count(), 0);
+    first.await.unwrap().unwrap();
+}
