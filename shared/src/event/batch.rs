@@ -103,3 +103,26 @@ mod stream {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(payload: &str) -> Option<Key> {
+        pointer_key(&CanonicalJson::parse(payload).expect("JSON"), "/id")
+    }
+
+    #[test]
+    fn pointer_keys_keep_types_apart_and_empty_or_null_is_no_key() {
+        assert_eq!(key(r#"{"id":"5"}"#), Some(Key::text("5".into())));
+        assert_eq!(key(r#"{"id":5}"#), Some(Key::json("5".into())));
+        assert_ne!(key(r#"{"id":5}"#), key(r#"{"id":"5"}"#));
+        assert_eq!(
+            key(r#"{"id":{"b":1,"a":2}}"#),
+            key(r#"{"id":{"a":2,"b":1}}"#)
+        );
+        assert_eq!(key(r#"{"id":""}"#), None);
+        assert_eq!(key(r#"{"id":null}"#), None);
+        assert_eq!(key(r#"{"other":1}"#), None);
+    }
+}
