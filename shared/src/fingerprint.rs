@@ -647,10 +647,24 @@ pub(crate) fn check_pointer(pointer: &str) -> Result<(), Error> {
 /// A JSON document in canonical form, canonicalised once and read at any
 /// number of pointers (an SQS body's key and validated fields). Numbers are
 /// exact, as in the whole-body fingerprint; of duplicate keys the last wins.
-#[cfg_attr(not(feature = "sqs"), allow(dead_code))]
+#[cfg_attr(
+    not(any(
+        feature = "sqs",
+        feature = "kinesis",
+        feature = "dynamodb-stream-events"
+    )),
+    allow(dead_code)
+)]
 pub(crate) struct CanonicalJson(Vec<u8>);
 
-#[cfg_attr(not(feature = "sqs"), allow(dead_code))]
+#[cfg_attr(
+    not(any(
+        feature = "sqs",
+        feature = "kinesis",
+        feature = "dynamodb-stream-events"
+    )),
+    allow(dead_code)
+)]
 impl CanonicalJson {
     /// `None` when `text` is not JSON.
     pub(crate) fn parse(text: &str) -> Option<CanonicalJson> {

@@ -56,7 +56,7 @@
 //! | the middleware, replay | [`IdempotencyLayer`], [`Idempotency`] | `http/` |
 //! | replay without a request | [`IdempotencyLayer::local_cache`] | `cache.rs` |
 //! | what the handler sees | [`IdempotencyContext`] | `context.rs` |
-//! | async functions, typed events, SQS batches (feature `sqs`) | [`IdempotentFunction`], [`IdempotentEventLayer`] | `event/` |
+//! | async functions, typed events, SQS batches (feature `sqs`), Kinesis and DynamoDB Streams batches (features `kinesis`, `dynamodb-stream-events`) | [`IdempotentFunction`], [`IdempotentEventLayer`] | `event/` |
 //! | stuck in-progress records (feature `sweeper`) | `Sweeper` | `sweep.rs` |
 //! | CloudWatch EMF metrics | [`metrics`] | `metrics.rs` |
 //! | errors | [`Error`], [`EventError`] | `error.rs` |
@@ -67,6 +67,8 @@
 //! |---|---|
 //! | `dynamodb` (default) | [`DynamoStore`], [`schema`], transactional completion |
 //! | `sqs` | `SqsBatch`: SQS batches with partial batch responses |
+//! | `kinesis` | `KinesisBatch`: Kinesis Data Streams batches, in shard order, with partial batch responses |
+//! | `dynamodb-stream-events` | `DynamoDbStreamBatch`: DynamoDB Streams batches (a table's changes as Lambda events), in shard order, with partial batch responses |
 //! | `sweeper` | `Sweeper`: resolves records stuck in progress |
 //! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
 //!
@@ -101,6 +103,10 @@ pub use crate::cache::DEFAULT_MAX_BYTES as DEFAULT_LOCAL_CACHE_BYTES;
 pub use crate::config::IdempotencyConfig;
 pub use crate::context::{IdempotencyContext, MAX_DEFERRED_WRITES};
 pub use crate::error::{Error, ErrorKind};
+#[cfg(feature = "dynamodb-stream-events")]
+pub use crate::event::DynamoDbStreamBatch;
+#[cfg(feature = "kinesis")]
+pub use crate::event::KinesisBatch;
 #[cfg(feature = "sqs")]
 pub use crate::event::SqsBatch;
 pub use crate::event::{EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction};

@@ -360,7 +360,11 @@ impl IdempotentFunction {
     /// [`fingerprint_of`](Self::fingerprint_of) a canonicalised JSON text
     /// (an SQS body), its numbers exact; no document (a body that is not
     /// JSON) has no fields.
-    #[cfg(feature = "sqs")]
+    #[cfg(any(
+        feature = "sqs",
+        feature = "kinesis",
+        feature = "dynamodb-stream-events"
+    ))]
     pub(crate) fn fingerprint_of_canonical(
         &self,
         doc: Option<&crate::fingerprint::CanonicalJson>,

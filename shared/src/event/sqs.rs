@@ -6,6 +6,7 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::batch::pointer_key;
 use super::function::{EventError, IdempotentFunction, Key};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
@@ -166,7 +167,9 @@ impl SqsBatch {
                 let doc = CanonicalJson::parse(message.body.as_deref().unwrap_or_default());
                 let key = match &self.key {
                     SqsKey::MessageId => id.clone().map(Key::text),
-                    SqsKey::BodyPointer(pointer) => doc.as_ref().and_then(|d| body_key(d, pointer)),
+                    SqsKey::BodyPointer(pointer) => {
+                        doc.as_ref().and_then(|d| pointer_key(d, pointer))
+                    }
                     SqsKey::Attribute(name) => attribute_key(&message, name),
                     SqsKey::DeduplicationId => message
                         .attributes
@@ -203,17 +206,6 @@ impl SqsBatch {
             }
         }
         Ok(response)
-    }
-}
-
-/// The key at `pointer` of a message body: a string as it is, another value
-/// as its canonical JSON (kept apart from strings: `5` is not `"5"`; numbers
-/// exact), null, absent or a body that is not JSON as no key.
-fn body_key(body: &CanonicalJson, pointer: &str) -> Option<Key> {
-    match body.at(pointer)? {
-        b"null" => None,
-        value @ [b'"', ..] => serde_json::from_slice::<String>(value).ok().map(Key::text),
-        value => String::from_utf8(value.to_vec()).ok().map(Key::json),
     }
 }
 

@@ -398,7 +398,8 @@ async fn lambda_deadline_sets_the_lease(f: Fixture) {
     assert_eq!(slow.await.unwrap().unwrap(), "slow");
 }
 
-fn sample(name: &str) -> Value {
+/// The sample event `events/<name>`, as JSON.
+pub(crate) fn sample(name: &str) -> Value {
     let path = format!("{}/../events/{name}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }

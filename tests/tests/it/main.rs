@@ -14,6 +14,7 @@ mod orders;
 mod process;
 mod regressions;
 mod store_rules;
+mod stream_batches;
 mod sweeper;
 
 /// Sample events that are not HTTP requests, checked by their own tests.
