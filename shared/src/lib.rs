@@ -132,6 +132,13 @@ pub use crate::store::{
 pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};
 
 // The README's quickstart is compiled with the doc tests.
-#[cfg(all(doctest, feature = "dynamodb", feature = "sqs", feature = "sweeper"))]
+#[cfg(all(
+    doctest,
+    feature = "dynamodb",
+    feature = "sqs",
+    feature = "sweeper",
+    feature = "kinesis",
+    feature = "dynamodb-stream-events"
+))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
