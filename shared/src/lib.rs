@@ -64,7 +64,7 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `dynamodb` (default) | [`DynamoStore`], [`schema`], transactional completion |
+//! | `dynamodb` (default) | [`DynamoStore`], [`schema`], [`TableLayout`] (adopting an existing table), transactional completion |
 //! | `sqs` | `SqsBatch`: SQS batches with partial batch responses |
 //! | `sweeper` | `Sweeper`: resolves records stuck in progress |
 //! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
@@ -112,7 +112,7 @@ pub use crate::record::{
 };
 pub use crate::scope::{RecordScope, TenantSource};
 #[cfg(feature = "dynamodb")]
-pub use crate::store::dynamodb::{schema, DynamoStore};
+pub use crate::store::dynamodb::{schema, DynamoStore, KeyValue, TableLayout};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
