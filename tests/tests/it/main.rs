@@ -8,6 +8,7 @@ mod dynamo;
 mod events;
 mod fixture;
 mod fuzz;
+mod layout;
 mod model;
 mod orders;
 mod process;
