@@ -1268,6 +1268,19 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "the status and the owner attributes are both named `state`")]
+    fn an_invalid_layout_is_refused_when_the_store_is_built() {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        let layout = TableLayout::default()
+            .status_attr("state")
+            .owner_attr("state");
+        let _ = DynamoStore::new(Client::from_conf(config), "t").with_layout(layout);
+    }
+
+    #[test]
     fn a_completion_compresses_its_body_once() {
         let config = aws_sdk_dynamodb::Config::builder()
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
