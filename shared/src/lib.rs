@@ -51,6 +51,7 @@
 //! | the record and its states | [`Record`], [`StoredResponse`], [`Checkpoint`] | `record.rs` |
 //! | how a claim is made and answered | (internal, shared by the middleware and the event wrappers) | `claim.rs` |
 //! | claim, complete, release, list and resolve stuck records | [`Store`], [`DynamoStore`], [`MemoryStore`] | `store/` |
+//! | adopting an existing table: attribute names, composite keys | [`TableLayout`], [`KeyValue`] | `store/dynamodb/layout.rs` |
 //! | finding stuck records in the table's stream (feature `streams`) | `DynamoStore::with_stream`, [`Settlement`] | `store/dynamodb/stream.rs` |
 //! | the middleware, replay | [`IdempotencyLayer`], [`Idempotency`] | `http/` |
 //! | replay without a request | [`IdempotencyLayer::local_cache`] | `cache.rs` |
