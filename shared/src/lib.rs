@@ -51,6 +51,7 @@
 //! | the record and its states | [`Record`], [`StoredResponse`], [`Checkpoint`] | `record.rs` |
 //! | how a claim is made and answered | (internal, shared by the middleware and the event wrappers) | `claim.rs` |
 //! | claim, complete, release, list and resolve stuck records | [`Store`], [`DynamoStore`], [`MemoryStore`] | `store/` |
+//! | adopting an existing table: attribute names, composite keys | [`TableLayout`], [`KeyValue`] | `store/dynamodb/layout.rs` |
 //! | finding stuck records in the table's stream (feature `streams`) | `DynamoStore::with_stream`, [`Settlement`] | `store/dynamodb/stream.rs` |
 //! | options both paths share (store, expiry, leases, cache, metrics, off switch) | [`IdempotencyConfig`] | `config.rs` |
 //! | the middleware, replay | [`IdempotencyLayer`], [`Idempotency`] | `http/` |
@@ -65,7 +66,7 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `dynamodb` (default) | [`DynamoStore`], [`schema`], transactional completion |
+//! | `dynamodb` (default) | [`DynamoStore`], [`schema`], [`TableLayout`] (adopting an existing table), transactional completion |
 //! | `sqs` | `SqsBatch`: SQS batches with partial batch responses |
 //! | `kinesis` | `KinesisBatch`: Kinesis Data Streams batches, in shard order, with partial batch responses |
 //! | `dynamodb-stream-events` | `DynamoDbStreamBatch`: DynamoDB Streams batches (a table's changes as Lambda events), in shard order, with partial batch responses |
@@ -121,7 +122,7 @@ pub use crate::record::{
 };
 pub use crate::scope::{RecordScope, TenantSource};
 #[cfg(feature = "dynamodb")]
-pub use crate::store::dynamodb::{schema, DynamoStore};
+pub use crate::store::dynamodb::{schema, DynamoStore, KeyValue, TableLayout};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,

@@ -393,6 +393,75 @@ pub async fn create_table(client: &Client) -> String {
     name
 }
 
+/// The keys, index and TTL of a table made for another application (a
+/// single-table design) that adopts the idempotency records with a
+/// `TableLayout`: see [`create_custom_table`].
+#[derive(Debug, Clone)]
+pub struct CustomTable<'a> {
+    /// Partition key attribute (S).
+    pub partition: &'a str,
+    /// Sort key attribute (S), if any.
+    pub sort: Option<&'a str>,
+    /// A global secondary index: its name, its partition (S) and sort (N)
+    /// keys, and the other attributes it projects.
+    pub index: Option<(&'a str, &'a str, &'a str, &'a [&'a str])>,
+    /// The TTL attribute.
+    pub ttl: &'a str,
+}
+
+/// Create a fresh table laid out as `table` says, with a stream (view type
+/// `NEW_IMAGE`), on demand; its name.
+pub async fn create_custom_table(client: &Client, table: CustomTable<'_>) -> String {
+    let string = |name: &str| AttrDef {
+        attribute_name: name.to_owned(),
+        attribute_type: "S".to_owned(),
+    };
+    let key = |name: &str, kind: &str| KeyDef {
+        attribute_name: name.to_owned(),
+        key_type: kind.to_owned(),
+    };
+    let mut attribute_definitions = vec![string(table.partition)];
+    let mut key_schema = vec![key(table.partition, "HASH")];
+    if let Some(sort) = table.sort {
+        attribute_definitions.push(string(sort));
+        key_schema.push(key(sort, "RANGE"));
+    }
+    let mut global_secondary_indexes = Vec::new();
+    if let Some((name, shard, at, projected)) = table.index {
+        attribute_definitions.push(string(shard));
+        attribute_definitions.push(AttrDef {
+            attribute_name: at.to_owned(),
+            attribute_type: "N".to_owned(),
+        });
+        global_secondary_indexes.push(IndexDef {
+            index_name: name.to_owned(),
+            key_schema: vec![key(shard, "HASH"), key(at, "RANGE")],
+            projection: ProjectionDef {
+                projection_type: "INCLUDE".to_owned(),
+                non_key_attributes: projected.iter().map(|a| (*a).to_owned()).collect(),
+            },
+        });
+    }
+    let definition = TableDefinition {
+        attribute_definitions,
+        key_schema,
+        billing_mode: Some("PAY_PER_REQUEST".to_owned()),
+        global_secondary_indexes,
+        time_to_live_specification: Some(TtlDef {
+            attribute_name: table.ttl.to_owned(),
+            enabled: true,
+        }),
+        stream_specification: Some(StreamDef {
+            stream_view_type: "NEW_IMAGE".to_owned(),
+        }),
+    };
+    let name = unique_name("single-table");
+    create_table_from_definition(client, definition, &name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    name
+}
+
 /// A [`DynamoStore`] on a fresh table, and a counter of the requests it sends.
 pub async fn dynamo_store() -> (DynamoStore, RequestCounter) {
     let counter = RequestCounter::default();

@@ -9,6 +9,7 @@ mod event_options;
 mod events;
 mod fixture;
 mod fuzz;
+mod layout;
 mod model;
 mod orders;
 mod process;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::schema::*;
+use super::TableLayout;
 use crate::error::{Error, ErrorKind};
 use crate::record::{decode_body, Checkpoint, Record, Status, StoredBody, StoredResponse};
 
@@ -96,6 +96,7 @@ fn number_size(number: &str) -> u64 {
 }
 
 pub(super) fn decode(
+    layout: &TableLayout,
     record_id: &str,
     item: &HashMap<String, AttributeValue>,
 ) -> Result<Record, Error> {
@@ -111,54 +112,61 @@ pub(super) fn decode(
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| corrupt(record_id, &format!("number attribute `{name}` is missing")))
     };
-    let status_text = get_s(STATUS)?;
+    let status_text = get_s(&layout.status)?;
     let status = Status::parse(&status_text)
         .ok_or_else(|| corrupt(record_id, &format!("unknown status `{status_text}`")))?;
     let response = match status {
         Status::InProgress => None,
-        Status::Completed => Some(decode_response(record_id, item)?),
+        Status::Completed => Some(decode_response(layout, record_id, item)?),
     };
-    let checkpoint = item.get(CHECKPOINT).and_then(|v| v.as_m().ok()).map(|m| {
-        let text = |k: &str| {
-            m.get(k)
-                .and_then(|v| v.as_s().ok())
-                .cloned()
-                .unwrap_or_default()
-        };
-        Checkpoint {
-            name: text("name"),
-            data: serde_json::from_str(&text("data")).unwrap_or(serde_json::Value::Null),
-            attempt: m
-                .get("attempt")
-                .and_then(|v| v.as_n().ok())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-        }
-    });
+    let checkpoint = item
+        .get(&layout.checkpoint)
+        .and_then(|v| v.as_m().ok())
+        .map(|m| {
+            let text = |k: &str| {
+                m.get(k)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            Checkpoint {
+                name: text("name"),
+                data: serde_json::from_str(&text("data")).unwrap_or(serde_json::Value::Null),
+                attempt: m
+                    .get("attempt")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            }
+        });
     Ok(Record {
         id: record_id.to_owned(),
         status,
-        fingerprint: get_s(FINGERPRINT)?,
-        attempt: get_n(ATTEMPT)?,
-        owner: get_s(OWNER)?,
-        lease_expires_at_ms: get_n(LEASE_EXPIRES_AT)?,
-        expires_at_s: get_n(EXPIRES_AT)?,
+        fingerprint: get_s(&layout.fingerprint)?,
+        attempt: get_n(&layout.attempt)?,
+        owner: get_s(&layout.owner)?,
+        lease_expires_at_ms: get_n(&layout.lease_expires_at)?,
+        expires_at_s: get_n(&layout.expires_at)?,
         response,
         checkpoint,
     })
 }
 
 fn decode_response(
+    layout: &TableLayout,
     record_id: &str,
     item: &HashMap<String, AttributeValue>,
 ) -> Result<StoredResponse, Error> {
     let status = item
-        .get(RESPONSE_STATUS)
+        .get(&layout.response_status)
         .and_then(|v| v.as_n().ok())
         .and_then(|v| v.parse::<u16>().ok())
         .ok_or_else(|| corrupt(record_id, "the stored response has no status"))?;
     let mut headers = Vec::new();
-    if let Some(list) = item.get(RESPONSE_HEADERS).and_then(|v| v.as_l().ok()) {
+    if let Some(list) = item
+        .get(&layout.response_headers)
+        .and_then(|v| v.as_l().ok())
+    {
         for pair in list {
             match pair.as_l().ok().map(Vec::as_slice) {
                 Some([AttributeValue::S(name), AttributeValue::B(value)]) => {
@@ -174,17 +182,17 @@ fn decode_response(
         }
     }
     let kind = item
-        .get(RESPONSE_BODY_KIND)
+        .get(&layout.response_body_kind)
         .and_then(|v| v.as_s().ok())
         .map(String::as_str)
         .unwrap_or("empty");
     let gzip = item
-        .get(RESPONSE_ENCODING)
+        .get(&layout.response_encoding)
         .and_then(|v| v.as_s().ok())
         .map(String::as_str)
         == Some("gzip");
     let raw = item
-        .get(RESPONSE_BODY)
+        .get(&layout.response_body)
         .and_then(|v| v.as_b().ok())
         .map(|b| b.as_ref().to_vec())
         .unwrap_or_default();

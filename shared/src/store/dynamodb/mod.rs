@@ -1,11 +1,12 @@
 //! [`DynamoStore`]: records in a DynamoDB table.
 //!
-//! Table layout (see [`schema`](crate::schema)): partition key `id` (S), TTL
-//! attribute `expires_at` (epoch seconds), and a stream (view type
-//! `NEW_IMAGE`) in which the sweeper finds stuck records. Opted into instead
-//! (`with_sweep_index`): a sparse global secondary index `sweep`
+//! Table layout by default (see [`schema`](crate::schema)): partition key
+//! `id` (S), TTL attribute `expires_at` (epoch seconds), and a stream (view
+//! type `NEW_IMAGE`) in which the sweeper finds stuck records. Opted into
+//! instead (`with_sweep_index`): a sparse global secondary index `sweep`
 //! (`sweep_shard` S, `sweep_at` N) whose attributes exist only while a record
-//! is in progress.
+//! is in progress. Another table (other names, a composite key, other items
+//! beside the records) is adopted with a [`TableLayout`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +28,9 @@ use crate::store::{
     StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
-/// Attribute and index names of the idempotency table.
+/// Attribute and index names of the template's idempotency table: the
+/// names of [`TableLayout::default`], which a store uses unless given another
+/// layout ([`DynamoStore::with_layout`]).
 pub mod schema {
     /// Partition key (S): hash of the scope.
     pub const ID: &str = "id";
@@ -81,11 +84,13 @@ pub mod schema {
 }
 
 mod codec;
+mod layout;
 #[cfg(feature = "streams")]
 mod stream;
 
 use codec::{checkpoint_value, corrupt, decode, headers_value, item_size, n, number, s};
-use schema::*;
+pub use layout::{KeyValue, TableLayout};
+use schema::{sweep_shard, SWEEP_SHARDS};
 
 /// A [`Store`] on a DynamoDB table. Cheap to clone.
 ///
@@ -102,6 +107,8 @@ pub struct DynamoStore {
     client: Client,
     table: Arc<str>,
     max_response_bytes: usize,
+    /// Attribute names and the key of records' items.
+    layout: Arc<TableLayout>,
     /// Claims write the sparse index's keys, and listings read the index.
     sweep_index: bool,
     /// Listings read the table's stream.
@@ -116,6 +123,7 @@ impl DynamoStore {
             client,
             table: Arc::from(table.into()),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            layout: Arc::new(TableLayout::default()),
             sweep_index: false,
             #[cfg(feature = "streams")]
             stream: None,
@@ -140,6 +148,29 @@ impl DynamoStore {
     pub fn with_sweep_index(mut self) -> Self {
         self.sweep_index = true;
         self
+    }
+
+    /// Keep records in a table laid out as `layout` says (attribute names,
+    /// a composite key, the sweep index): to adopt an existing table, a
+    /// single-table design included. Every writer of the table and the
+    /// sweeper must use the same layout.
+    ///
+    /// # Panics
+    ///
+    /// When `layout` is invalid (see [`TableLayout::validate`], which returns
+    /// the same error): an empty or a repeated attribute name, or no key that
+    /// holds the record id. A configuration error, found at start-up.
+    pub fn with_layout(mut self, layout: TableLayout) -> Self {
+        if let Err(err) = layout.validate() {
+            panic!("{err}");
+        }
+        self.layout = Arc::new(layout);
+        self
+    }
+
+    /// The layout of the table's items.
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
     }
 
     /// Keep responses up to `bytes` (body after compression plus headers;
@@ -245,7 +276,7 @@ impl Store for DynamoStore {
             .client
             .update_item()
             .table_name(&*self.table)
-            .key(ID, s(&lease.record_id))
+            .set_key(Some(self.layout.key(&lease.record_id)))
             .condition_expression(Self::fence_condition())
             .update_expression(update.expression)
             .set_expression_attribute_names(Some(update.names))
@@ -260,7 +291,8 @@ impl Store for DynamoStore {
                 // (its response was lost): the record is completed under our
                 // own attempt and owner, which only our completion does.
                 Some(item)
-                    if decode(&lease.record_id, &item).is_ok_and(|r| completed_by(&r, lease)) =>
+                    if decode(&self.layout, &lease.record_id, &item)
+                        .is_ok_and(|r| completed_by(&r, lease)) =>
                 {
                     Ok(completion)
                 }
@@ -284,7 +316,7 @@ impl Store for DynamoStore {
         let (update, completion) = self.completion(lease, response, expires_at_s);
         let record_update = Update::builder()
             .table_name(&*self.table)
-            .key(ID, s(&lease.record_id))
+            .set_key(Some(self.layout.key(&lease.record_id)))
             .condition_expression(Self::fence_condition())
             .update_expression(update.expression)
             .set_expression_attribute_names(Some(update.names))
@@ -362,11 +394,11 @@ impl Store for DynamoStore {
             .client
             .delete_item()
             .table_name(&*self.table)
-            .key(ID, s(&lease.record_id))
+            .set_key(Some(self.layout.key(&lease.record_id)))
             .condition_expression(Self::fence_condition())
-            .expression_attribute_names("#status", STATUS)
-            .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#owner", OWNER);
+            .expression_attribute_names("#status", &self.layout.status)
+            .expression_attribute_names("#attempt", &self.layout.attempt)
+            .expression_attribute_names("#owner", &self.layout.owner);
         for (name, value) in Self::fence_values(lease) {
             request = request.expression_attribute_values(name, value);
         }
@@ -409,47 +441,98 @@ impl Store for DynamoStore {
             .client
             .get_item()
             .table_name(&*self.table)
-            .key(ID, s(record_id))
+            .set_key(Some(self.layout.key(record_id)))
             .consistent_read(true)
             .send()
             .await
             .map_err(|err| self.unavailable("GetItem", err))?;
         out.item()
-            .map(|item| sized(decode(record_id, item)?, item))
+            .map(|item| sized(decode(&self.layout, record_id, item)?, item))
             .transpose()
     }
 
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
-        let out = self
-            .client
-            .scan()
-            .table_name(&*self.table)
-            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
-            .set_exclusive_start_key(cursor.map(|c| HashMap::from([(ID.to_owned(), s(&c.0))])))
-            .send()
-            .await
-            .map_err(|err| self.unavailable("Scan", err))?;
+        let start = match cursor {
+            Some(cursor) => Some(self.layout.cursor_key(&cursor.0).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!(
+                        "scan cursor {:?} was not made by a scan of this table's layout; start \
+                         again without one",
+                        cursor.0
+                    ),
+                )
+            })?),
+            None => None,
+        };
+        let limit = i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000);
+        let condition = self.layout.listing_condition();
+        // A static partition holds every record: a Query reads it alone. A
+        // prefix filters a Scan (read, and billed, whole).
+        let (items, last_key) = match condition {
+            Some(condition) if condition.key_condition.is_some() => {
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&*self.table)
+                    .set_key_condition_expression(condition.key_condition)
+                    .set_filter_expression(condition.filter)
+                    .set_expression_attribute_names(Some(condition.names))
+                    .set_expression_attribute_values(Some(condition.values))
+                    .limit(limit)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|err| self.unavailable("Query (records)", err))?;
+                (out.items, out.last_evaluated_key)
+            }
+            condition => {
+                let (filter, names, values) = match condition {
+                    Some(c) => (c.filter, Some(c.names), Some(c.values)),
+                    None => (None, None, None),
+                };
+                let out = self
+                    .client
+                    .scan()
+                    .table_name(&*self.table)
+                    .set_filter_expression(filter)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .limit(limit)
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(|err| self.unavailable("Scan", err))?;
+                (out.items, out.last_evaluated_key)
+            }
+        };
         let mut page = RecordPage::default();
-        for item in out.items() {
-            let id = item.get(ID).and_then(|v| v.as_s().ok());
+        for item in items.unwrap_or_default() {
+            let Some(id) = self.layout.record_id_of(&item) else {
+                // Another application's item in a shared table.
+                page.skipped += 1;
+                continue;
+            };
             // The sweeper's places in the stream are not records.
-            if id.is_some_and(|id| id.starts_with(SWEEPER_ITEM_PREFIX)) {
+            if id.starts_with(SWEEPER_ITEM_PREFIX) {
                 continue;
             }
-            match id.map(|id| decode(id, item).and_then(|record| sized(record, item))) {
-                Some(Ok(record)) => page.records.push(record),
-                Some(Err(err)) => {
+            if !item.contains_key(&self.layout.status) {
+                page.skipped += 1;
+                tracing::debug!(key = %id, "an item of the table without a status is not an idempotency record; skipped");
+                continue;
+            }
+            match decode(&self.layout, &id, &item).and_then(|record| sized(record, &item)) {
+                Ok(record) => page.records.push(record),
+                Err(err) => {
                     page.skipped += 1;
                     tracing::warn!(error = %err, "an item of the table is not an idempotency record; skipped")
                 }
-                None => page.skipped += 1,
             }
         }
-        page.next = out
-            .last_evaluated_key()
-            .and_then(|key| key.get(ID))
-            .and_then(|id| id.as_s().ok())
-            .map(|id| SweepCursor(id.clone()));
+        page.next = last_key
+            .and_then(|key| self.layout.key_cursor(&key))
+            .map(SweepCursor);
         Ok(page)
     }
 
@@ -478,7 +561,7 @@ impl Store for DynamoStore {
             ));
         }
         let position = match cursor {
-            Some(cursor) => Position::decode(&cursor)?,
+            Some(cursor) => Position::decode(&self.layout, &cursor)?,
             None => Position {
                 first: first_shard(crate::clock::now_ms()),
                 i: 0,
@@ -490,10 +573,10 @@ impl Store for DynamoStore {
             .client
             .query()
             .table_name(&*self.table)
-            .index_name(SWEEP_INDEX)
+            .index_name(&self.layout.sweep_index)
             .key_condition_expression("#shard = :shard AND #at < :cutoff")
-            .expression_attribute_names("#shard", SWEEP_SHARD)
-            .expression_attribute_names("#at", SWEEP_AT)
+            .expression_attribute_names("#shard", &self.layout.sweep_shard)
+            .expression_attribute_names("#at", &self.layout.sweep_at)
             .expression_attribute_values(":shard", s(&shard))
             .expression_attribute_values(":cutoff", n(cutoff_ms))
             .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
@@ -511,7 +594,7 @@ impl Store for DynamoStore {
                     "reading a shard of the sweep index failed; the next sweep retries it"
                 );
                 return Ok(StuckPage {
-                    next: position.next_shard(),
+                    next: position.next_shard(&self.layout),
                     failed_reads: 1,
                     ..StuckPage::default()
                 });
@@ -519,20 +602,38 @@ impl Store for DynamoStore {
         };
         let mut records = Vec::new();
         for item in out.items() {
-            let id = item.get(ID).and_then(|v| v.as_s().ok());
-            let owner = item.get(OWNER).and_then(|v| v.as_s().ok());
-            match (id, number(item, ATTEMPT), owner, number(item, SWEEP_AT)) {
-                (Some(id), Some(attempt), Some(owner), Some(lease)) => records.push(StuckRecord {
-                    id: id.clone(),
+            // Only this layout's records: an item of another application
+            // that happens to carry the index's attributes is not listed.
+            let Some(id) = self
+                .layout
+                .record_id_of(item)
+                .filter(|id| !id.starts_with(SWEEPER_ITEM_PREFIX))
+            else {
+                tracing::debug!("a sweep index entry outside the table layout's records; skipped");
+                continue;
+            };
+            let status = item.get(&self.layout.status).and_then(|v| v.as_s().ok());
+            if status.is_some_and(|status| status != Status::InProgress.as_str()) {
+                continue;
+            }
+            let owner = item.get(&self.layout.owner).and_then(|v| v.as_s().ok());
+            match (
+                id,
+                number(item, &self.layout.attempt),
+                owner,
+                number(item, &self.layout.sweep_at),
+            ) {
+                (id, Some(attempt), Some(owner), Some(lease)) => records.push(StuckRecord {
+                    id,
                     attempt,
                     owner: owner.clone(),
                     lease_expires_at_ms: lease,
-                    has_checkpoint: item.contains_key(CHECKPOINT),
+                    has_checkpoint: item.contains_key(&self.layout.checkpoint),
                 }),
                 // An index entry without the fencing attributes cannot be
                 // resolved safely; it is logged and left alone.
-                _ => {
-                    tracing::warn!(record_id = ?id, "sweep index entry lacks attempt/owner; skipped")
+                (id, ..) => {
+                    tracing::warn!(record_id = %id, "sweep index entry lacks attempt/owner; skipped")
                 }
             }
         }
@@ -545,7 +646,7 @@ impl Store for DynamoStore {
         };
         Ok(StuckPage {
             records,
-            next: next.map(|p| p.encode()),
+            next: next.map(|p| p.encode(&self.layout)),
             reads: 1,
             ..StuckPage::default()
         })
@@ -578,8 +679,8 @@ impl Store for DynamoStore {
                     // Still the attempt seen, now with a recovery point (the
                     // index copy lags): kept for its retry to resume.
                     Some(item)
-                        if still_stuck(&item, record, cutoff_ms)
-                            && item.contains_key(CHECKPOINT) =>
+                        if still_stuck(&self.layout, &item, record, cutoff_ms)
+                            && item.contains_key(&self.layout.checkpoint) =>
                     {
                         Ok(Resolution::Resumable)
                     }
@@ -592,8 +693,8 @@ impl Store for DynamoStore {
             } => {
                 let (update, _) = self.completion(&lease, response, expires_at_s);
                 let mut names = update.names;
-                names.insert("#lease".into(), LEASE_EXPIRES_AT.into());
-                names.insert("#expires_at".into(), EXPIRES_AT.into());
+                names.insert("#lease".into(), self.layout.lease_expires_at.clone());
+                names.insert("#expires_at".into(), self.layout.expires_at.clone());
                 let mut values = update.values;
                 values.insert(":cutoff".into(), n(cutoff_ms));
                 values.insert(":now_s".into(), n(now_ms / 1000));
@@ -601,7 +702,7 @@ impl Store for DynamoStore {
                     .client
                     .update_item()
                     .table_name(&*self.table)
-                    .key(ID, s(&record.id))
+                    .set_key(Some(self.layout.key(&record.id)))
                     // Not expired: an expired record is absent, and failing
                     // it would bring it back with a fresh expiry.
                     .condition_expression(format!("{fence} AND #expires_at >= :now_s"))
@@ -617,8 +718,9 @@ impl Store for DynamoStore {
                     Ok(_) => Ok(Resolution::Failed),
                     Err(err) => match condition_failure_item(&err) {
                         Some(item)
-                            if still_stuck(&item, record, cutoff_ms)
-                                && number(&item, EXPIRES_AT).is_some_and(|e| e < now_ms / 1000) =>
+                            if still_stuck(&self.layout, &item, record, cutoff_ms)
+                                && number(&item, &self.layout.expires_at)
+                                    .is_some_and(|e| e < now_ms / 1000) =>
                         {
                             let condition = format!("{fence} AND #expires_at < :now_s");
                             match self
@@ -647,13 +749,13 @@ impl Store for DynamoStore {
             .client
             .update_item()
             .table_name(&*self.table)
-            .key(ID, s(&lease.record_id))
+            .set_key(Some(self.layout.key(&lease.record_id)))
             .condition_expression(Self::fence_condition())
             .update_expression("SET #checkpoint = :checkpoint")
-            .expression_attribute_names("#checkpoint", CHECKPOINT)
-            .expression_attribute_names("#status", STATUS)
-            .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#owner", OWNER)
+            .expression_attribute_names("#checkpoint", &self.layout.checkpoint)
+            .expression_attribute_names("#status", &self.layout.status)
+            .expression_attribute_names("#attempt", &self.layout.attempt)
+            .expression_attribute_names("#owner", &self.layout.owner)
             .expression_attribute_values(":checkpoint", value);
         for (name, value) in Self::fence_values(lease) {
             request = request.expression_attribute_values(name, value);
@@ -693,18 +795,18 @@ impl DynamoStore {
             completion,
         } = fit(response, self.max_response_bytes);
         let mut names: HashMap<String, String> = [
-            ("#status", STATUS),
-            ("#attempt", ATTEMPT),
-            ("#owner", OWNER),
-            ("#expires_at", EXPIRES_AT),
-            ("#rs", RESPONSE_STATUS),
-            ("#rh", RESPONSE_HEADERS),
-            ("#rk", RESPONSE_BODY_KIND),
-            ("#rb", RESPONSE_BODY),
-            ("#re", RESPONSE_ENCODING),
-            ("#sweep_shard", SWEEP_SHARD),
-            ("#sweep_at", SWEEP_AT),
-            ("#checkpoint", CHECKPOINT),
+            ("#status", &self.layout.status),
+            ("#attempt", &self.layout.attempt),
+            ("#owner", &self.layout.owner),
+            ("#expires_at", &self.layout.expires_at),
+            ("#rs", &self.layout.response_status),
+            ("#rh", &self.layout.response_headers),
+            ("#rk", &self.layout.response_body_kind),
+            ("#rb", &self.layout.response_body),
+            ("#re", &self.layout.response_encoding),
+            ("#sweep_shard", &self.layout.sweep_shard),
+            ("#sweep_at", &self.layout.sweep_at),
+            ("#checkpoint", &self.layout.checkpoint),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -764,20 +866,20 @@ impl DynamoStore {
             .client
             .delete_item()
             .table_name(&*self.table)
-            .key(ID, s(&lease.record_id))
+            .set_key(Some(self.layout.key(&lease.record_id)))
             .condition_expression(condition)
-            .expression_attribute_names("#status", STATUS)
-            .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
+            .expression_attribute_names("#status", &self.layout.status)
+            .expression_attribute_names("#attempt", &self.layout.attempt)
+            .expression_attribute_names("#owner", &self.layout.owner)
+            .expression_attribute_names("#lease", &self.layout.lease_expires_at)
             .expression_attribute_values(":cutoff", n(cutoff_ms))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if condition.contains("#checkpoint") {
-            request = request.expression_attribute_names("#checkpoint", CHECKPOINT);
+            request = request.expression_attribute_names("#checkpoint", &self.layout.checkpoint);
         }
         if condition.contains("#expires_at") {
             request = request
-                .expression_attribute_names("#expires_at", EXPIRES_AT)
+                .expression_attribute_names("#expires_at", &self.layout.expires_at)
                 .expression_attribute_values(":now_s", n(now_ms / 1000));
         }
         for (name, value) in Self::fence_values(lease) {
@@ -810,7 +912,7 @@ impl DynamoStore {
             .client
             .update_item()
             .table_name(&*self.table)
-            .key(ID, s(&request.record_id))
+            .set_key(Some(self.layout.key(&request.record_id)))
             .condition_expression("attribute_not_exists(#id) OR #expires_at < :now_s")
             .update_expression(format!(
                 "SET #status = :in_progress, #fingerprint = :fingerprint, #owner = :owner, \
@@ -818,19 +920,19 @@ impl DynamoStore {
                  #attempt = if_not_exists(#attempt, :zero) + :one{index_keys} \
                  REMOVE #rs, #rh, #rb, #rk, #re, #checkpoint"
             ))
-            .expression_attribute_names("#id", ID)
-            .expression_attribute_names("#status", STATUS)
-            .expression_attribute_names("#fingerprint", FINGERPRINT)
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
-            .expression_attribute_names("#expires_at", EXPIRES_AT)
-            .expression_attribute_names("#attempt", ATTEMPT)
-            .expression_attribute_names("#rs", RESPONSE_STATUS)
-            .expression_attribute_names("#rh", RESPONSE_HEADERS)
-            .expression_attribute_names("#rb", RESPONSE_BODY)
-            .expression_attribute_names("#rk", RESPONSE_BODY_KIND)
-            .expression_attribute_names("#re", RESPONSE_ENCODING)
-            .expression_attribute_names("#checkpoint", CHECKPOINT)
+            .expression_attribute_names("#id", self.layout.partition_key_name())
+            .expression_attribute_names("#status", &self.layout.status)
+            .expression_attribute_names("#fingerprint", &self.layout.fingerprint)
+            .expression_attribute_names("#owner", &self.layout.owner)
+            .expression_attribute_names("#lease", &self.layout.lease_expires_at)
+            .expression_attribute_names("#expires_at", &self.layout.expires_at)
+            .expression_attribute_names("#attempt", &self.layout.attempt)
+            .expression_attribute_names("#rs", &self.layout.response_status)
+            .expression_attribute_names("#rh", &self.layout.response_headers)
+            .expression_attribute_names("#rb", &self.layout.response_body)
+            .expression_attribute_names("#rk", &self.layout.response_body_kind)
+            .expression_attribute_names("#re", &self.layout.response_encoding)
+            .expression_attribute_names("#checkpoint", &self.layout.checkpoint)
             .expression_attribute_values(":now_s", n(request.now_ms / 1000))
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":fingerprint", s(&request.fingerprint))
@@ -846,8 +948,8 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if self.sweep_index {
             request_builder = request_builder
-                .expression_attribute_names("#sweep_shard", SWEEP_SHARD)
-                .expression_attribute_names("#sweep_at", SWEEP_AT)
+                .expression_attribute_names("#sweep_shard", &self.layout.sweep_shard)
+                .expression_attribute_names("#sweep_at", &self.layout.sweep_at)
                 .expression_attribute_values(
                     ":shard",
                     s(&sweep_shard(&request.record_id).to_string()),
@@ -858,7 +960,7 @@ impl DynamoStore {
             Ok(output) => {
                 let attempt = output
                     .attributes()
-                    .and_then(|item| item.get(ATTEMPT))
+                    .and_then(|item| item.get(&self.layout.attempt))
                     .and_then(|v| v.as_n().ok())
                     .and_then(|v| v.parse().ok())
                     .ok_or_else(|| {
@@ -873,7 +975,7 @@ impl DynamoStore {
                 }))
             }
             Err(err) => match condition_failure_item(&err) {
-                Some(item) => Ok(Err(decode(&request.record_id, &item)?)),
+                Some(item) => Ok(Err(decode(&self.layout, &request.record_id, &item)?)),
                 None => Err(self.unavailable("UpdateItem (claim)", err)),
             },
         }
@@ -899,7 +1001,7 @@ impl DynamoStore {
             .client
             .update_item()
             .table_name(&*self.table)
-            .key(ID, s(&request.record_id))
+            .set_key(Some(self.layout.key(&request.record_id)))
             .condition_expression(
                 "#status = :in_progress AND #attempt = :seen AND #lease < :now_ms \
                  AND #fingerprint = :fingerprint AND #expires_at >= :now_s",
@@ -908,12 +1010,12 @@ impl DynamoStore {
                 "SET #owner = :owner, #lease = :lease, #expires_at = :expires_at, \
                  #attempt = :next{index_key}"
             ))
-            .expression_attribute_names("#status", STATUS)
-            .expression_attribute_names("#fingerprint", FINGERPRINT)
-            .expression_attribute_names("#owner", OWNER)
-            .expression_attribute_names("#lease", LEASE_EXPIRES_AT)
-            .expression_attribute_names("#expires_at", EXPIRES_AT)
-            .expression_attribute_names("#attempt", ATTEMPT)
+            .expression_attribute_names("#status", &self.layout.status)
+            .expression_attribute_names("#fingerprint", &self.layout.fingerprint)
+            .expression_attribute_names("#owner", &self.layout.owner)
+            .expression_attribute_names("#lease", &self.layout.lease_expires_at)
+            .expression_attribute_names("#expires_at", &self.layout.expires_at)
+            .expression_attribute_names("#attempt", &self.layout.attempt)
             .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":seen", n(seen.attempt))
             .expression_attribute_values(":next", n(seen.attempt + 1))
@@ -928,12 +1030,14 @@ impl DynamoStore {
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         if self.sweep_index {
-            request_builder = request_builder.expression_attribute_names("#sweep_at", SWEEP_AT);
+            request_builder =
+                request_builder.expression_attribute_names("#sweep_at", &self.layout.sweep_at);
         }
         let result = request_builder.send().await;
         match result {
             Ok(output) => {
                 let record = decode(
+                    &self.layout,
                     &request.record_id,
                     output.attributes().unwrap_or(&HashMap::new()),
                 )?;
@@ -947,7 +1051,7 @@ impl DynamoStore {
             }
             Err(err) => match condition_failure_item(&err) {
                 Some(item) if item.is_empty() => Ok(Err(None)),
-                Some(item) => Ok(Err(Some(decode(&request.record_id, &item)?))),
+                Some(item) => Ok(Err(Some(decode(&self.layout, &request.record_id, &item)?))),
                 None => Err(self.unavailable("UpdateItem (takeover)", err)),
             },
         }
@@ -971,17 +1075,18 @@ fn sized(record: Record, item: &HashMap<String, AttributeValue>) -> Result<Store
 /// Is `item` still the stuck attempt `record` saw (in progress, same attempt
 /// and owner, lease over before `cutoff_ms`)?
 fn still_stuck(
+    layout: &TableLayout,
     item: &HashMap<String, AttributeValue>,
     record: &StuckRecord,
     cutoff_ms: u64,
 ) -> bool {
-    item.get(STATUS)
+    item.get(&layout.status)
         .and_then(|v| v.as_s().ok())
         .map(String::as_str)
         == Some(Status::InProgress.as_str())
-        && number(item, ATTEMPT) == Some(record.attempt)
-        && item.get(OWNER).and_then(|v| v.as_s().ok()) == Some(&record.owner)
-        && number(item, LEASE_EXPIRES_AT).is_some_and(|l| l < cutoff_ms)
+        && number(item, &layout.attempt) == Some(record.attempt)
+        && item.get(&layout.owner).and_then(|v| v.as_s().ok()) == Some(&record.owner)
+        && number(item, &layout.lease_expires_at).is_some_and(|l| l < cutoff_ms)
 }
 
 /// The shard a listing of stuck records starting at `now_ms` reads first:
@@ -1013,25 +1118,30 @@ impl Position {
         })
     }
 
-    fn next_shard(&self) -> Option<SweepCursor> {
-        self.next_shard_position().map(|p| p.encode())
+    fn next_shard(&self, layout: &TableLayout) -> Option<SweepCursor> {
+        self.next_shard_position().map(|p| p.encode(layout))
     }
 
-    /// As a cursor: JSON of the shard counters and the index key's three
-    /// attributes (all strings or numbers).
-    fn encode(&self) -> SweepCursor {
+    /// As a cursor: JSON of the shard counters and the index key's
+    /// attributes (all strings or numbers): the table key (`id`, and `sk`
+    /// where the layout has a sort key) and the index's own.
+    fn encode(&self, layout: &TableLayout) -> SweepCursor {
         let key = self.key.as_ref().map(|key| {
             let text = |name: &str| key.get(name).and_then(|v| v.as_s().ok()).cloned();
-            serde_json::json!({
-                "id": text(ID),
-                "shard": text(SWEEP_SHARD),
-                "at": key.get(SWEEP_AT).and_then(|v| v.as_n().ok()),
-            })
+            let mut json = serde_json::json!({
+                "id": text(layout.partition_key_name()),
+                "shard": text(&layout.sweep_shard),
+                "at": key.get(&layout.sweep_at).and_then(|v| v.as_n().ok()),
+            });
+            if let Some(sort) = layout.sort_key_name() {
+                json["sk"] = serde_json::json!(text(sort));
+            }
+            json
         });
         SweepCursor(serde_json::json!({"first": self.first, "i": self.i, "key": key}).to_string())
     }
 
-    fn decode(cursor: &SweepCursor) -> Result<Position, Error> {
+    fn decode(layout: &TableLayout, cursor: &SweepCursor) -> Result<Position, Error> {
         let invalid = || {
             Error::new(
                 ErrorKind::InvalidConfig,
@@ -1061,11 +1171,16 @@ impl Position {
                 ) else {
                     return Err(invalid());
                 };
-                Some(HashMap::from([
-                    (ID.to_owned(), s(id)),
-                    (SWEEP_SHARD.to_owned(), s(shard)),
-                    (SWEEP_AT.to_owned(), AttributeValue::N(at.to_owned())),
-                ]))
+                let mut map = HashMap::from([
+                    (layout.partition_key_name().to_owned(), s(id)),
+                    (layout.sweep_shard.clone(), s(shard)),
+                    (layout.sweep_at.clone(), AttributeValue::N(at.to_owned())),
+                ]);
+                if let Some(sort) = layout.sort_key_name() {
+                    let sk = key["sk"].as_str().ok_or_else(invalid)?;
+                    map.insert(sort.to_owned(), s(sk));
+                }
+                Some(map)
             }
         };
         Ok(Position { first, i, key })
@@ -1121,17 +1236,48 @@ mod tests {
             first: 3,
             i: 5,
             key: Some(HashMap::from([
-                (ID.to_owned(), s("abc")),
-                (SWEEP_SHARD.to_owned(), s("8")),
-                (SWEEP_AT.to_owned(), n(42)),
+                (schema::ID.to_owned(), s("abc")),
+                (schema::SWEEP_SHARD.to_owned(), s("8")),
+                (schema::SWEEP_AT.to_owned(), n(42)),
             ])),
         };
-        let back = Position::decode(&position.encode()).unwrap();
+        let layout = TableLayout::default();
+        let back = Position::decode(&layout, &position.encode(&layout)).unwrap();
         assert_eq!((back.first, back.i, back.key), (3, 5, position.key));
+        // With a composite key, the sort key goes along.
+        let composite = TableLayout::default()
+            .key_attr("pk")
+            .sort_key_attr("sk", "idempotency")
+            .sweep_index("gsi1", "gsi1pk", "gsi1sk");
+        let position = Position {
+            first: 0,
+            i: 1,
+            key: Some(HashMap::from([
+                ("pk".to_owned(), s("idempotency")),
+                ("sk".to_owned(), s("abc")),
+                ("gsi1pk".to_owned(), s("a")),
+                ("gsi1sk".to_owned(), n(7)),
+            ])),
+        };
+        let back = Position::decode(&composite, &position.encode(&composite)).unwrap();
+        assert_eq!(back.key, position.key);
         for foreign in ["", "{}", r#"{"first":3,"i":16,"key":null}"#, "last-id"] {
-            let err = Position::decode(&SweepCursor(foreign.into())).unwrap_err();
+            let err = Position::decode(&layout, &SweepCursor(foreign.into())).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{foreign}");
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "the status and the owner attributes are both named `state`")]
+    fn an_invalid_layout_is_refused_when_the_store_is_built() {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        let layout = TableLayout::default()
+            .status_attr("state")
+            .owner_attr("state");
+        let _ = DynamoStore::new(Client::from_conf(config), "t").with_layout(layout);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! starts: at the earliest record this listing saw in progress that the
 //! sweep did not resolve (still live, not reached, or failed), else after
 //! the last record read. Positions are small items in the table itself
-//! (`id` = `~sweeper/stream/<shard id>`, expiring through TTL after two days,
+//! (record id `~sweeper/stream/<shard id>`, keyed as the table layout keys a
+//! record with that id, expiring through TTL after two days,
 //! when the stream has long trimmed the shard). A stuck record holding a
 //! recovery point (left for its retry under `release`, perhaps for a day) does
 //! not pin the place: the item carries it to the next listing, until its
@@ -29,7 +30,6 @@ use aws_sdk_dynamodbstreams::types::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::schema::{ATTEMPT, CHECKPOINT, EXPIRES_AT, ID, LEASE_EXPIRES_AT, OWNER, STATUS};
 use super::{n, s, DynamoStore};
 use crate::error::{Error, ErrorKind};
 use crate::record::Status;
@@ -176,7 +176,7 @@ impl DynamoStore {
             .client
             .get_item()
             .table_name(&*self.table)
-            .key(ID, s(&format!("{POSITION_PREFIX}{shard}")))
+            .set_key(Some(self.layout.key(&format!("{POSITION_PREFIX}{shard}"))))
             .consistent_read(true)
             .send()
             .await
@@ -342,23 +342,24 @@ impl DynamoStore {
                     if let Some(last) = plan.shards.last_mut() {
                         last.end = Some(sequence.to_owned());
                     }
-                    let Some(id) = change.keys().and_then(|k| text(k, ID)) else {
+                    // Images of other items of a shared table are not records.
+                    let Some(id) = change.keys().and_then(|k| self.layout.record_id_of(k)) else {
                         continue;
                     };
                     if id.starts_with(POSITION_PREFIX) {
                         continue;
                     }
                     let image = change.new_image();
-                    let status = image.and_then(|i| text(i, STATUS));
+                    let status = image.and_then(|i| text(i, &self.layout.status));
                     match (record.event_name(), image, status.as_deref()) {
                         (Some(OperationType::Remove), _, _) => {
                             latest.remove(&id);
                         }
                         (_, Some(image), Some(status)) if status == Status::InProgress.as_str() => {
                             match (
-                                number(image, ATTEMPT),
-                                text(image, OWNER),
-                                number(image, LEASE_EXPIRES_AT),
+                                number(image, &self.layout.attempt),
+                                text(image, &self.layout.owner),
+                                number(image, &self.layout.lease_expires_at),
                             ) {
                                 (Some(attempt), Some(owner), Some(lease)) => {
                                     latest.insert(
@@ -367,7 +368,8 @@ impl DynamoStore {
                                             attempt,
                                             owner,
                                             lease_expires_at_ms: lease,
-                                            has_checkpoint: image.contains_key(CHECKPOINT),
+                                            has_checkpoint: image
+                                                .contains_key(&self.layout.checkpoint),
                                             shard: index,
                                             sequence: sequence.to_owned(),
                                         },
@@ -489,13 +491,17 @@ impl DynamoStore {
             positions.insert(shard.shard, (position, carry));
         }
         for (shard, (position, carry)) in positions {
+            let mut item = self.layout.key(&format!("{POSITION_PREFIX}{shard}"));
+            item.insert(POSITION.to_owned(), s(&position));
+            item.insert(CARRY.to_owned(), s(&carry));
+            item.insert(
+                self.layout.expires_at.clone(),
+                n(now_ms / 1000 + POSITION_TTL_S),
+            );
             self.client
                 .put_item()
                 .table_name(&*self.table)
-                .item(ID, s(&format!("{POSITION_PREFIX}{shard}")))
-                .item(POSITION, s(&position))
-                .item(CARRY, s(&carry))
-                .item(EXPIRES_AT, n(now_ms / 1000 + POSITION_TTL_S))
+                .set_item(Some(item))
                 .send()
                 .await
                 .map_err(|err| self.unavailable("PutItem (sweeper position)", err))?;
@@ -511,6 +517,8 @@ mod tests {
     #[test]
     fn position_items_are_the_sweeper_items_scans_skip() {
         assert!(POSITION_PREFIX.starts_with(super::super::SWEEPER_ITEM_PREFIX));
+        // The layout refuses key and expiry attributes of these names.
+        assert_eq!(super::super::layout::POSITION_ATTRS, [POSITION, CARRY]);
     }
 
     #[test]
