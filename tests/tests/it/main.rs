@@ -9,6 +9,7 @@ mod events;
 mod fixture;
 mod fuzz;
 mod model;
+mod offload;
 mod orders;
 mod process;
 mod regressions;
