@@ -404,3 +404,57 @@ on_both_stores!(
     a_tampered_object_is_refused_on_replay,
     small_responses_never_touch_s3,
 );
+
+/// The example consumer wraps its store in the offload when
+/// `IDEMPOTENCY_OFFLOAD_BUCKET` names a bucket: its (small) outputs still
+/// replay from the table without an S3 request, and the variable without an
+/// S3 client is refused rather than ignored.
+#[tokio::test]
+async fn the_example_consumer_offloads_when_a_bucket_is_named() {
+    let bucket = Bucket::new().await;
+    let client = integration_tests::client().await;
+    let idempotency = integration_tests::create_table(&client).await;
+    let orders = integration_tests::unique_name("orders");
+    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
+        .await
+        .expect("orders table");
+    let name = bucket.name.clone();
+    let env = move |var: &str| match var {
+        "IDEMPOTENCY_TABLE" => Some(idempotency.clone()),
+        "ORDERS_TABLE" => Some(orders.clone()),
+        "IDEMPOTENCY_OFFLOAD_BUCKET" => Some(name.clone()),
+        _ => None,
+    };
+    let err = order_events::Consumer::from_lookup(client.clone(), &env)
+        .expect_err("a bucket without an S3 client");
+    assert!(err.contains("from_env_with_s3"), "{err}");
+
+    let consumer = order_events::Consumer::from_lookup_with_s3(
+        client.clone(),
+        Some(bucket.client.clone()),
+        &env,
+    )
+    .expect("consumer");
+    let event: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/../events/async-invoke-order-event.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("sample event"),
+    )
+    .expect("JSON");
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = crate::fixture::now_ms() + 30_000;
+    let first = serde_json::to_value(
+        consumer
+            .handle(event.clone(), &context)
+            .await
+            .expect("handled"),
+    )
+    .expect("JSON");
+    let again = serde_json::to_value(consumer.handle(event, &context).await.expect("replayed"))
+        .expect("JSON");
+    assert_eq!(first, again);
+    assert_eq!(again["sent"], 1, "sent once");
+    assert_eq!(bucket.requests.get(), 0, "small outputs stay in the table");
+}
