@@ -301,6 +301,30 @@ async fn s3_down_fails_the_completion_and_leaves_the_key_uncompleted(fixture: Fi
     let record = only_record(fixture.store.as_ref()).await;
     assert_eq!(record.status, Status::InProgress, "not completed");
     assert_eq!(record.response, None);
+
+    // Through the middleware, the failed completion is what a failed store
+    // write is there: the client gets the handler's true response (its work
+    // is done), nothing replays it, and a retry while the lease holds gets a
+    // 409 rather than a response that was never recorded.
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(store).layer(large_handler(runs.clone(), large_body(9)));
+    let first = call(&mut svc, post("/exports", Some("k3"), "{}")).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let retry = call(&mut svc, post("/exports", Some("k3"), "{}")).await;
+    assert_eq!(retry.status(), StatusCode::CONFLICT);
+    assert!(retry.headers().get(REPLAYED_HEADER).is_none());
+    assert_eq!(runs.count(), 1);
+    let page = fixture.store.scan(None, 10).await.expect("scan");
+    assert!(
+        page.records
+            .iter()
+            .all(|r| r.record.status == Status::InProgress && r.record.response.is_none()),
+        "no key completed: {:?}",
+        page.records
+            .iter()
+            .map(|r| r.record.status)
+            .collect::<Vec<_>>()
+    );
 }
 
 /// An object altered (or removed) after the completion is refused on
