@@ -305,6 +305,16 @@ impl<S: Store> S3Offload<S> {
                 ),
             ));
         }
+        if pointer.bytes > MAX_OBJECT_BYTES {
+            return Err(corrupt(
+                record_id,
+                &format!(
+                    "its offloaded response {place} has {} bytes, more than any response \
+                     (at most {MAX_OBJECT_BYTES} are read)",
+                    pointer.bytes
+                ),
+            ));
+        }
         let output = match self
             .client
             .get_object()
@@ -334,12 +344,12 @@ impl<S: Store> S3Offload<S> {
             }
         };
         let length = output.content_length().and_then(|n| u64::try_from(n).ok());
-        if length.is_some_and(|n| n != pointer.bytes) || pointer.bytes > MAX_OBJECT_BYTES {
+        if let Some(length) = length.filter(|n| *n != pointer.bytes) {
             return Err(corrupt(
                 record_id,
                 &format!(
-                    "its offloaded response {place} has {length:?} bytes, the record says {} \
-                     (at most {MAX_OBJECT_BYTES} are read)",
+                    "its offloaded response {place} has {length} bytes, the record says {}: it \
+                     was altered or replaced",
                     pointer.bytes
                 ),
             ));
