@@ -182,19 +182,18 @@ impl<S: Store> S3Offload<S> {
         )
     }
 
-    /// Complete `lease` with `response`, through S3 when it does not fit.
+    /// Complete `lease` with `response` (and `writes`, when there are
+    /// some: the store's transactional completion), through S3 when it does
+    /// not fit; exactly the inner store's call when it does.
     async fn complete_via(
         &self,
         lease: &Lease,
         response: &StoredResponse,
         expires_at_s: u64,
-        writes: DeferredWrites,
+        writes: Option<DeferredWrites>,
     ) -> Result<Completion, Error> {
         if !self.offloads(response) {
-            return self
-                .inner
-                .complete_with_writes(lease, response, expires_at_s, writes)
-                .await;
+            return self.forward(lease, response, expires_at_s, writes).await;
         }
         let key = self.key_of(lease);
         let object = encode_object(response);
@@ -235,8 +234,7 @@ impl<S: Store> S3Offload<S> {
             "response too large for the store offloaded to S3"
         );
         let completed = self
-            .inner
-            .complete_with_writes(lease, &pointer.to_response(), expires_at_s, writes)
+            .forward(lease, &pointer.to_response(), expires_at_s, writes)
             .await;
         match &completed {
             Ok(Completion::Stored) => {}
@@ -254,6 +252,24 @@ impl<S: Store> S3Offload<S> {
             Err(_) => {}
         }
         completed
+    }
+
+    /// The inner store's completion of `lease` with `response`.
+    async fn forward(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+        writes: Option<DeferredWrites>,
+    ) -> Result<Completion, Error> {
+        match writes {
+            Some(writes) => {
+                self.inner
+                    .complete_with_writes(lease, response, expires_at_s, writes)
+                    .await
+            }
+            None => self.inner.complete(lease, response, expires_at_s).await,
+        }
     }
 
     /// Delete an object no record points to; a failure is logged (the
@@ -503,8 +519,7 @@ impl<S: Store> Store for S3Offload<S> {
         response: &StoredResponse,
         expires_at_s: u64,
     ) -> Result<Completion, Error> {
-        self.complete_via(lease, response, expires_at_s, DeferredWrites::new())
-            .await
+        self.complete_via(lease, response, expires_at_s, None).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
@@ -522,7 +537,7 @@ impl<S: Store> Store for S3Offload<S> {
         expires_at_s: u64,
         writes: DeferredWrites,
     ) -> Result<Completion, Error> {
-        self.complete_via(lease, response, expires_at_s, writes)
+        self.complete_via(lease, response, expires_at_s, Some(writes))
             .await
     }
 

@@ -482,3 +482,108 @@ async fn the_example_consumer_offloads_when_a_bucket_is_named() {
     assert_eq!(again["sent"], 1, "sent once");
     assert_eq!(bucket.requests.get(), 0, "small outputs stay in the table");
 }
+
+/// One conditional order put to hand to a completion.
+fn put_order(table: &str, id: &str) -> lambda_idempotency::DeferredWrites {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    let put = Put::builder()
+        .table_name(table)
+        .item("order_id", AttributeValue::S(id.into()))
+        .condition_expression("attribute_not_exists(order_id)")
+        .build()
+        .expect("a put with a table and an item");
+    let mut writes = lambda_idempotency::DeferredWrites::new();
+    writes.push(TransactWriteItem::builder().put(put).build());
+    writes
+}
+
+/// The transactional completion carries the pointer: the handler's write
+/// and the pointer commit together on DynamoDB, and a cancelled transaction
+/// (nothing written) deletes its object.
+#[tokio::test]
+async fn a_transactional_completion_commits_the_pointer_with_the_writes() {
+    let bucket = Bucket::new().await;
+    let (store, _) = integration_tests::dynamo_store().await;
+    let client = store.client().clone();
+    let orders = integration_tests::unique_name("orders");
+    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
+        .await
+        .expect("orders table");
+    let store = S3Offload::new(store, bucket.client.clone(), &bucket.name).key_prefix("it/");
+    let expires = crate::fixture::now_ms() / 1000 + 3600;
+    let large = StoredResponse::new(201, vec![], StoredBody::Binary(large_body(10)));
+
+    let lease = claimed(
+        store
+            .claim(&claim_request("t1", "me", 60_000))
+            .await
+            .expect("claim"),
+    );
+    store
+        .complete_with_writes(&lease, &large, expires, put_order(&orders, "o-1"))
+        .await
+        .expect("committed");
+    let order = client
+        .get_item()
+        .table_name(&orders)
+        .key(
+            "order_id",
+            aws_sdk_dynamodb::types::AttributeValue::S("o-1".into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get order");
+    assert!(order.item().is_some(), "the handler's write committed");
+    let replayed = store.get("t1").await.expect("get").expect("present");
+    assert_eq!(replayed.record.response, Some(large.clone()));
+    let committed_key = format!("it/t1/{}-me", lease.attempt);
+    assert_eq!(bucket.keys().await, std::slice::from_ref(&committed_key));
+
+    // o-1 exists: the transaction is cancelled, nothing of it is written.
+    let lease = claimed(
+        store
+            .claim(&claim_request("t2", "me", 60_000))
+            .await
+            .expect("claim"),
+    );
+    let err = store
+        .complete_with_writes(&lease, &large, expires, put_order(&orders, "o-1"))
+        .await
+        .expect_err("cancelled");
+    assert_eq!(err.kind(), ErrorKind::TransactionCancelled, "{err}");
+    assert_eq!(
+        bucket.keys().await,
+        [committed_key],
+        "the cancelled completion's object is deleted"
+    );
+    let record = store.get("t2").await.expect("get").expect("present");
+    assert_eq!(record.record.status, Status::InProgress);
+}
+
+/// A store without transactions refuses deferred writes before writing
+/// anything: the object written for that completion is deleted.
+#[tokio::test]
+async fn a_refused_transactional_completion_deletes_its_object_on_the_memory_store() {
+    let bucket = Bucket::new().await;
+    let store = bucket.offload(Arc::new(lambda_idempotency::MemoryStore::new()));
+    let lease = claimed(
+        store
+            .claim(&claim_request("t3", "me", 60_000))
+            .await
+            .expect("claim"),
+    );
+    let large = StoredResponse::new(201, vec![], StoredBody::Binary(large_body(11)));
+    let err = store
+        .complete_with_writes(
+            &lease,
+            &large,
+            crate::fixture::now_ms() / 1000 + 3600,
+            put_order("orders", "o-2"),
+        )
+        .await
+        .expect_err("no transactions in memory");
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert_eq!(bucket.keys().await, Vec::<String>::new());
+    assert!(bucket.requests.get() >= 2, "written, then deleted");
+}
