@@ -1,5 +1,6 @@
 .PHONY: test
-# Every test against DynamoDB Local (installed and started for the run), clippy, fmt.
+# Every test against DynamoDB Local and a local S3 server (installed and started
+# for the run), clippy, fmt.
 test:
 	scripts/test.sh
 

@@ -5,6 +5,9 @@ transform with chosen parameter values; this does. Then read the template as
 `sam local` reads it (SAM CLI's own providers): `sam local start-api` must find
 both routes without failing on the optional authorizer, and every function
 must declare the variables that `--env-vars` overrides for DynamoDB Local.
+Last, the settings CloudFormation cannot compare: queues keep messages no
+longer than their consumer's records, and the offload bucket keeps each
+function's objects no shorter (private, encrypted, each grant on its prefix).
 
     python scripts/check-template.py      # run by `make test` (tools venv)
 """
@@ -121,6 +124,89 @@ def check_sam_local(check):
         check(not missing, f"sam local: {name} declares {', '.join(variables)} for --env-vars ({missing or 'all'})")
 
 
+def offload_violations(template, seconds, params):
+    """Functions whose offloaded responses the bucket's lifecycle would expire
+    before their records: a retry within the record's life would find the
+    record but not its response (refused, never replayed wrongly, but not
+    the answer it is owed). S3 expires an object at least N whole days after
+    it was written, just before its record completed."""
+    found = []
+    for name, resource in template["Resources"].items():
+        props = resource.get("Properties", {})
+        variables = props.get("Environment", {}).get("Variables", {})
+        bucket_ref = variables.get("IDEMPOTENCY_OFFLOAD_BUCKET")
+        if bucket_ref is None:
+            continue
+        bucket = template["Resources"][bucket_ref["Ref"]]["Properties"]
+        prefix = variables.get("IDEMPOTENCY_OFFLOAD_PREFIX", "")
+        expiry_node = variables.get("IDEMPOTENCY_EXPIRES_AFTER_SECONDS")
+        life = seconds(expiry_node, params) if expiry_node is not None else 86400
+        rules = [
+            r
+            for r in bucket.get("LifecycleConfiguration", {}).get("Rules", [])
+            if r.get("Status") == "Enabled" and "ExpirationInDays" in r and prefix.startswith(r.get("Prefix", ""))
+        ]
+        if not rules:
+            found.append(f"{name}: no enabled lifecycle rule expires its objects under {prefix!r}")
+            continue
+        days = min(seconds(r["ExpirationInDays"], params) for r in rules)
+        if days * 86400 < life:
+            found.append(f"{name}: objects under {prefix!r} expire after {days} day(s), before its records ({life} s)")
+    return found
+
+
+def check_offload(template, seconds, check):
+    """The offload bucket: private, encrypted, each function's lifecycle at
+    least its records' life, its grant limited to its prefix."""
+    for params in (
+        {},
+        {"IdempotencyExpiresAfterSeconds": "172800", "OrdersApiOffloadExpirationDays": "2"},
+        {"OrderEventsRetentionSeconds": "1209600", "OrderEventsOffloadExpirationDays": "14"},
+    ):
+        bad = offload_violations(template, seconds, params)
+        check(not bad, f"offload: lifecycle expiry covers each function's records ({params or 'default parameters'}; {bad or 'ok'})")
+    # The check itself catches a lifecycle shorter than the records.
+    longer_records = {"IdempotencyExpiresAfterSeconds": "172800"}
+    caught = offload_violations(template, seconds, longer_records)
+    check(
+        any(v.startswith("OrdersApiFunction") for v in caught),
+        f"offload: a lifecycle shorter than the records is caught ({longer_records}: {caught})",
+    )
+    for name, resource in template["Resources"].items():
+        props = resource.get("Properties", {})
+        variables = props.get("Environment", {}).get("Variables", {})
+        bucket_ref = variables.get("IDEMPOTENCY_OFFLOAD_BUCKET")
+        if bucket_ref is None:
+            continue
+        bucket_name = bucket_ref["Ref"]
+        bucket = template["Resources"][bucket_name]["Properties"]
+        block = bucket.get("PublicAccessBlockConfiguration", {})
+        check(
+            all(block.get(k) is True for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")),
+            f"{name}: {bucket_name} blocks all public access",
+        )
+        check(
+            bool(bucket.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration")),
+            f"{name}: {bucket_name} encrypts objects at rest",
+        )
+        prefix = variables.get("IDEMPOTENCY_OFFLOAD_PREFIX", "")
+        grants = [
+            st
+            for st in props.get("Policies", [{}])[0].get("Statement", [])
+            if any(str(a).startswith("s3:") for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]]))
+        ]
+        scoped = (
+            len(grants) == 1
+            and sorted(grants[0]["Action"]) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
+            and grants[0]["Resource"] == {"Fn::Sub": f"${{{bucket_name}.Arn}}/{prefix}*"}
+        )
+        check(
+            scoped,
+            f"{name}: S3 access is Put/Get/DeleteObject on {bucket_name}/{prefix}* only"
+            + ("" if scoped else f" (found {[dict(g) for g in grants]})"),
+        )
+
+
 def operations(body):
     return [(path, method, op) for path, ops in body["paths"].items() for method, op in ops.items()]
 
@@ -235,6 +321,8 @@ def main():
                         f"{name}: {qname} keeps messages {retention} s, at most its records' life {expiry} s"
                         f" ({params or 'default parameters'})",
                     )
+
+    check_offload(template, seconds, check)
 
     if failures:
         sys.exit(f"template check: {len(failures)} failure(s)")

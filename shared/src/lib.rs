@@ -59,6 +59,7 @@
 //! | what the handler sees | [`IdempotencyContext`] | `context.rs` |
 //! | async functions, typed events, SQS batches (feature `sqs`), Kinesis and DynamoDB Streams batches (features `kinesis`, `dynamodb-stream-events`) | [`IdempotentFunction`], [`IdempotentEventLayer`] | `event/` |
 //! | stuck in-progress records (feature `sweeper`) | `Sweeper` | `sweep.rs` |
+//! | responses over the item limit in S3 (feature `s3-offload`) | `S3Offload` | `store/offload.rs` |
 //! | CloudWatch EMF metrics | [`metrics`] | `metrics.rs` |
 //! | errors | [`Error`], [`EventError`] | `error.rs` |
 //!
@@ -72,6 +73,7 @@
 //! | `dynamodb-stream-events` | `DynamoDbStreamBatch`: DynamoDB Streams batches (a table's changes as Lambda events), in shard order, with partial batch responses |
 //! | `sweeper` | `Sweeper`: resolves records stuck in progress |
 //! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
+//! | `s3-offload` | `S3Offload`: responses over the store's item limit kept in S3 and replayed byte for byte (any store) |
 //!
 //! # Testing your handler
 //!
@@ -124,6 +126,8 @@ pub use crate::scope::{RecordScope, TenantSource};
 #[cfg(feature = "dynamodb")]
 pub use crate::store::dynamodb::{schema, DynamoStore, KeyValue, TableLayout};
 pub use crate::store::memory::MemoryStore;
+#[cfg(feature = "s3-offload")]
+pub use crate::store::offload::S3Offload;
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
     Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,

@@ -13,11 +13,16 @@
 //! `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (how long an event's record lives,
 //! default 86400): it must cover how long a message can be delivered again,
 //! the queue's and the dead-letter queue's retention (the template sets all
-//! three from `OrderEventsRetentionSeconds`).
+//! three from `OrderEventsRetentionSeconds`). With `IDEMPOTENCY_OFFLOAD_BUCKET`
+//! set, outputs too large for the table are kept in that S3 bucket under
+//! `IDEMPOTENCY_OFFLOAD_PREFIX` (default `order-events/`) and replayed from
+//! there ([`S3Offload`]); unset, they complete with the too-large marker.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use lambda_idempotency::{DynamoStore, IdempotencyContext, IdempotentFunction, SqsBatch};
+use lambda_idempotency::{
+    DynamoStore, IdempotencyContext, IdempotentFunction, S3Offload, SqsBatch, Store,
+};
 use serde::{Deserialize, Serialize};
 
 /// An order event as producers publish it.
@@ -72,6 +77,16 @@ impl Consumer {
         orders_table: &str,
     ) -> Self {
         let store = DynamoStore::new(client.clone(), idempotency_table);
+        Self::with_store(client, store, orders_table)
+    }
+
+    /// A consumer whose idempotency records live in `store` (an
+    /// [`S3Offload`] around the table's store, say).
+    pub fn with_store(
+        client: aws_sdk_dynamodb::Client,
+        store: impl Store + 'static,
+        orders_table: &str,
+    ) -> Self {
         let function = IdempotentFunction::new(store, "order-confirmation")
             .key_pointers(["/event_id"])
             .validate(["/order_id"]);
@@ -90,8 +105,19 @@ impl Consumer {
 
     /// Read the tables from `IDEMPOTENCY_TABLE` and `ORDERS_TABLE`, and the
     /// record life from `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` when set.
+    /// `IDEMPOTENCY_OFFLOAD_BUCKET` needs an S3 client:
+    /// [`from_env_with_s3`](Self::from_env_with_s3).
     pub fn from_env(client: aws_sdk_dynamodb::Client) -> Result<Self, String> {
         Self::from_lookup(client, |name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env), and with `IDEMPOTENCY_OFFLOAD_BUCKET`
+    /// set, outputs too large for the table kept in that bucket through `s3`.
+    pub fn from_env_with_s3(
+        client: aws_sdk_dynamodb::Client,
+        s3: aws_sdk_s3::Client,
+    ) -> Result<Self, String> {
+        Self::from_lookup_with_s3(client, Some(s3), |name| std::env::var(name).ok())
     }
 
     /// [`from_env`](Self::from_env) with the variables from `lookup`.
@@ -99,12 +125,39 @@ impl Consumer {
         client: aws_sdk_dynamodb::Client,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
+        Self::from_lookup_with_s3(client, None, lookup)
+    }
+
+    /// [`from_env_with_s3`](Self::from_env_with_s3) with the variables from
+    /// `lookup`; `IDEMPOTENCY_OFFLOAD_BUCKET` without `s3` is refused.
+    pub fn from_lookup_with_s3(
+        client: aws_sdk_dynamodb::Client,
+        s3: Option<aws_sdk_s3::Client>,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
         let var = |name: &str| {
             lookup(name)
                 .filter(|v| !v.is_empty())
                 .ok_or_else(|| format!("{name} is not set: give it the DynamoDB table name"))
         };
-        let consumer = Self::new(client, &var("IDEMPOTENCY_TABLE")?, &var("ORDERS_TABLE")?);
+        let store = DynamoStore::new(client.clone(), var("IDEMPOTENCY_TABLE")?);
+        let orders_table = var("ORDERS_TABLE")?;
+        let consumer = match lookup("IDEMPOTENCY_OFFLOAD_BUCKET").filter(|b| !b.is_empty()) {
+            None => Self::with_store(client, store, &orders_table),
+            Some(bucket) => {
+                let s3 = s3.ok_or_else(|| {
+                    format!(
+                        "IDEMPOTENCY_OFFLOAD_BUCKET={bucket:?} is set but no S3 client was \
+                         given: build the consumer with from_env_with_s3"
+                    )
+                })?;
+                let prefix = lookup("IDEMPOTENCY_OFFLOAD_PREFIX")
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| "order-events/".to_owned());
+                let offload = S3Offload::new(store, s3, bucket).key_prefix(prefix);
+                Self::with_store(client, offload, &orders_table)
+            }
+        };
         match lookup("IDEMPOTENCY_EXPIRES_AFTER_SECONDS").filter(|v| !v.is_empty()) {
             None => Ok(consumer),
             Some(text) => match text.parse::<u64>() {

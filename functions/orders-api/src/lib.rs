@@ -24,7 +24,7 @@ use http::{header, StatusCode};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
-    DynamoStore, Idempotency, IdempotencyContext, IdempotencyLayer, TenantSource,
+    DynamoStore, Idempotency, IdempotencyContext, IdempotencyLayer, S3Offload, Store, TenantSource,
 };
 use serde::Deserialize;
 use tower::Layer;
@@ -54,6 +54,21 @@ pub struct Config {
     /// they are refused with a `401`, so no caller can replay another's
     /// response.
     pub allow_anonymous: bool,
+    /// `IDEMPOTENCY_OFFLOAD_BUCKET` (and `IDEMPOTENCY_OFFLOAD_PREFIX`, default
+    /// `orders-api/`): keep responses too large for the idempotency table in
+    /// this S3 bucket and replay them from there ([`app_with_s3`]). Unset:
+    /// such a response completes with the `response-too-large` problem.
+    pub offload: Option<Offload>,
+}
+
+/// Where responses too large for the idempotency table go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offload {
+    /// The S3 bucket.
+    pub bucket: String,
+    /// The prefix of this function's objects (its IAM policy and the
+    /// bucket's lifecycle rule are scoped to it).
+    pub prefix: String,
 }
 
 impl Config {
@@ -99,12 +114,20 @@ impl Config {
                     ))
                 }
             },
+            offload: lookup("IDEMPOTENCY_OFFLOAD_BUCKET")
+                .filter(|b| !b.is_empty())
+                .map(|bucket| Offload {
+                    bucket,
+                    prefix: lookup("IDEMPOTENCY_OFFLOAD_PREFIX")
+                        .filter(|p| !p.is_empty())
+                        .unwrap_or_else(|| "orders-api/".to_owned()),
+                }),
         })
     }
 }
 
 /// The idempotency settings of this API, for callers that build their own store.
-pub fn idempotency_layer(store: DynamoStore, config: &Config) -> IdempotencyLayer {
+pub fn idempotency_layer(store: impl Store + 'static, config: &Config) -> IdempotencyLayer {
     // `from_env`: LAMBDA_IDEMPOTENCY_DISABLED=true switches it off for local tests.
     let layer = IdempotencyLayer::from_env(store)
         .require_key(true)
@@ -129,10 +152,26 @@ fn tenant_source(config: &Config) -> TenantSource {
     }
 }
 
-/// The whole function: the router behind the idempotency middleware.
+/// The whole function: the router behind the idempotency middleware, its
+/// records in the idempotency table alone (`config.offload` needs an S3
+/// client: [`app_with_s3`]).
 pub fn app(client: Client, config: &Config) -> Idempotency<Orders> {
     let store = DynamoStore::new(client.clone(), config.idempotency_table.clone());
     idempotency_layer(store, config).layer(Orders::new(client, config))
+}
+
+/// The whole function as deployed: [`app`], with responses too large for the
+/// table kept in `config.offload`'s bucket through `s3` when it is set.
+pub fn app_with_s3(client: Client, s3: aws_sdk_s3::Client, config: &Config) -> Idempotency<Orders> {
+    let store = DynamoStore::new(client.clone(), config.idempotency_table.clone());
+    let layer = match &config.offload {
+        Some(offload) => idempotency_layer(
+            S3Offload::new(store, s3, &offload.bucket).key_prefix(&offload.prefix),
+            config,
+        ),
+        None => idempotency_layer(store, config),
+    };
+    layer.layer(Orders::new(client, config))
 }
 
 /// The router and handlers.
@@ -730,5 +769,19 @@ mod tests {
         .unwrap();
         assert_eq!(ok.provider_latency, Duration::from_millis(25));
         assert_eq!(ok.expires_after, Duration::from_secs(86_400));
+        assert_eq!(ok.offload, None, "no offload unless a bucket is named");
+        let offloaded = Config::from_lookup(env(&[
+            ("IDEMPOTENCY_TABLE", "i"),
+            ("ORDERS_TABLE", "o"),
+            ("IDEMPOTENCY_OFFLOAD_BUCKET", "large-responses"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            offloaded.offload,
+            Some(Offload {
+                bucket: "large-responses".into(),
+                prefix: "orders-api/".into()
+            })
+        );
     }
 }

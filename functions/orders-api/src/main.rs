@@ -11,5 +11,6 @@ async fn main() -> Result<(), Error> {
     let client = aws_sdk_dynamodb::Client::new(&aws);
     // Concurrent when the platform asks for it (AWS_LAMBDA_MAX_CONCURRENCY),
     // sequential otherwise: the idempotent service is Clone + Send.
-    lambda_http::run_concurrent(orders_api::app(client, &config)).await
+    let s3 = aws_sdk_s3::Client::new(&aws);
+    lambda_http::run_concurrent(orders_api::app_with_s3(client, s3, &config)).await
 }

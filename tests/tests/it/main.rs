@@ -11,6 +11,7 @@ mod fixture;
 mod fuzz;
 mod layout;
 mod model;
+mod offload;
 mod orders;
 mod process;
 mod regressions;

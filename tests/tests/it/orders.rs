@@ -41,6 +41,7 @@ impl App {
             // scope, as the template sets it without a JWT authorizer. The
             // fail-closed default has its own test.
             allow_anonymous: true,
+            offload: None,
         };
         App { client, config }
     }
