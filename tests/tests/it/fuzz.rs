@@ -220,8 +220,11 @@ fn mutate(node: &mut Value, path: &[usize], replacement: Value) {
 /// URI `http` refuses (`expect("failed to build request")`). lambda_runtime's
 /// `CatchPanicService` turns those into invocation errors. They are upstream
 /// findings, tolerated only when the panic is raised inside these crates:
-/// the middleware, which runs after decoding, must never panic.
-const UPSTREAM_DECODER_CRATES: &[&str] = &["lambda_http-", "aws_lambda_events-"];
+/// the middleware, which runs after decoding, must never panic. query_map
+/// 0.7.0 is the query-string type those two decode into: a
+/// `multiValueQueryStringParameters` entry with an empty list of values
+/// (`{"": []}`) indexes past its end while the request is built.
+const UPSTREAM_DECODER_CRATES: &[&str] = &["lambda_http-", "aws_lambda_events-", "query_map-"];
 
 thread_local! {
     /// Where the last panic on this thread was raised (file and line).
