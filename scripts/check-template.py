@@ -327,7 +327,11 @@ def check_engine_template(path, spec, base, check):
         # The functions use the same settings: a renamed or dropped one here
         # would silently change the example's contract on this engine.
         kept = {k: v for k, v in env.items() if k not in spec["extra_env"]}
-        labelled(kept == base_env, f"{name}: every setting of template.yaml but the DynamoDB store's, with the same value")
+        differ = sorted(k for k in set(kept) | set(base_env) if kept.get(k) != base_env.get(k))
+        labelled(
+            not differ,
+            f"{name}: every setting of template.yaml but the DynamoDB store's, with the same value ({differ or 'all'})",
+        )
         missing = sorted(spec["extra_env"] - set(env))
         labelled(not missing, f"{name}: sets {', '.join(sorted(spec['extra_env']))} ({missing or 'all'})")
         url = sub_text(env.get("IDEMPOTENCY_STORE_URL")) or ""

@@ -20,8 +20,7 @@ AWS_DEFAULT_REGION=us-east-1 sam validate --lint
 # The second templates: the Valkey and PostgreSQL engines (deploy/README.md).
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/valkey.yaml
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/postgres.yaml
-# The SAM transform itself, with and without the optional JWT authorizer;
-# the second templates mirror template.yaml's functions.
+# The SAM transform itself, with and without the optional JWT authorizer.
 AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
 # Every sample event through `sam local invoke` and the HTTP API through
 # `sam local start-api` + curl, offline (Docker daemon in a private network
