@@ -8,6 +8,10 @@ must declare the variables that `--env-vars` overrides for DynamoDB Local.
 Last, the settings CloudFormation cannot compare: queues keep messages no
 longer than their consumer's records, and the offload bucket keeps each
 function's objects no shorter (private, encrypted, each grant on its prefix).
+The second templates (deploy/valkey.yaml, deploy/postgres.yaml) get the same
+bounds, and must mirror template.yaml's functions but for the store: same
+build, code, timeouts, events, settings and grants, in the VPC, with an
+IDEMPOTENCY_STORE_URL of their engine that holds no password.
 
     python scripts/check-template.py      # run by `make test` (tools venv)
 """
@@ -343,6 +347,10 @@ def check_engine_template(path, spec, base, check):
             if st.get("Resource") in ({"Fn::GetAtt": ["IdempotencyTable", "Arn"]}, {"Fn::GetAtt": ["IdempotencyTable", "StreamArn"]})
         ]
         labelled(not idempotency_grants, f"{name}: no grant on an idempotency table")
+        # The example's own data and the offload bucket: the same grants.
+        own = [st for st in statements(props) if not any(a.startswith("secretsmanager:") for a in actions(st))]
+        base_own = [st for st in statements(base_props) if "IdempotencyTable" not in str(st.get("Resource"))]
+        labelled(own == base_own, f"{name}: the grants of template.yaml but the idempotency table's, and no other")
         if "IDEMPOTENCY_STORE_SECRET_ARN" in spec["extra_env"]:
             secret = env.get("IDEMPOTENCY_STORE_SECRET_ARN")
             grants = [st for st in statements(props) if any(a.startswith("secretsmanager:") for a in actions(st))]
