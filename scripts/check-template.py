@@ -8,6 +8,10 @@ must declare the variables that `--env-vars` overrides for DynamoDB Local.
 Last, the settings CloudFormation cannot compare: queues keep messages no
 longer than their consumer's records, and the offload bucket keeps each
 function's objects no shorter (private, encrypted, each grant on its prefix).
+The second templates (deploy/valkey.yaml, deploy/postgres.yaml) get the same
+bounds, and must mirror template.yaml's functions but for the store: same
+build, code, timeouts, events, settings and grants, in the VPC, with an
+IDEMPOTENCY_STORE_URL of their engine that holds no password.
 
     python scripts/check-template.py      # run by `make test` (tools venv)
 """
@@ -51,8 +55,8 @@ def resolve(node, conditions, params):
 NO_VALUE = object()
 
 
-def transformed(params):
-    template = yaml_parse((ROOT / "template.yaml").read_text())
+def transformed(params, path="template.yaml"):
+    template = yaml_parse((ROOT / path).read_text())
     # The SAM CLI uploads the built code and rewrites CodeUri to S3 first.
     for resource in template["Resources"].values():
         if resource["Type"] == "AWS::Serverless::Function":
@@ -207,6 +211,186 @@ def check_offload(template, seconds, check):
         )
 
 
+def check_bounds(template, check):
+    """The bounds CloudFormation cannot compare: the lease cap against the
+    functions' timeouts, queue retention against record life, offload
+    lifecycle against record life."""
+    # A lease shorter than the invocation lets a retry run the handler twice.
+    lease_margin_s = 2
+    min_lease = template["Parameters"]["IdempotencyMaxLeaseSeconds"]["MinValue"]
+    for name, resource in template["Resources"].items():
+        props = resource.get("Properties", {})
+        variables = props.get("Environment", {}).get("Variables", {})
+        if "IDEMPOTENCY_MAX_LEASE_SECONDS" in variables:
+            timeout = props.get("Timeout", template["Globals"]["Function"]["Timeout"])
+            check(
+                min_lease >= timeout + lease_margin_s,
+                f"{name}: IdempotencyMaxLeaseSeconds MinValue {min_lease} covers its Timeout {timeout} + {lease_margin_s} s margin",
+            )
+
+    # Retention: a message must never outlive the idempotency record of its
+    # consumer, or a redelivery (a retry, a redrive from the dead-letter queue)
+    # after the record expired runs the handler again. CloudFormation rules
+    # cannot compare numbers, so the check resolves both, with the default
+    # parameters and with others.
+    def seconds(node, params):
+        value = resolve(node, {}, params)
+        if isinstance(value, dict) and list(value) == ["Ref"]:
+            value = template["Parameters"][value["Ref"]]["Default"]
+        return int(value)
+
+    sqs_default = 345600  # SQS keeps a message 4 days unless told otherwise
+    for params in ({}, {"OrderEventsRetentionSeconds": "1209600"}, {"OrderEventsRetentionSeconds": "3600"}):
+        for name, resource in template["Resources"].items():
+            props = resource.get("Properties", {})
+            for event in props.get("Events", {}).values():
+                if event.get("Type") != "SQS":
+                    continue
+                queue_name = event["Properties"]["Queue"]["Fn::GetAtt"][0]
+                queue = template["Resources"][queue_name]["Properties"]
+                queues = [(queue_name, queue)]
+                redrive = queue.get("RedrivePolicy", {}).get("deadLetterTargetArn")
+                if redrive:
+                    dlq = redrive["Fn::GetAtt"][0]
+                    queues.append((dlq, template["Resources"][dlq]["Properties"]))
+                variables = props.get("Environment", {}).get("Variables", {})
+                expiry_node = variables.get("IDEMPOTENCY_EXPIRES_AFTER_SECONDS")
+                expiry = seconds(expiry_node, params) if expiry_node is not None else 86400
+                for qname, qprops in queues:
+                    retention = seconds(qprops.get("MessageRetentionPeriod", sqs_default), params)
+                    check(
+                        retention <= expiry,
+                        f"{name}: {qname} keeps messages {retention} s, at most its records' life {expiry} s"
+                        f" ({params or 'default parameters'})",
+                    )
+
+    check_offload(template, seconds, check)
+
+
+# The second templates (deploy/README.md): the same functions with their
+# idempotency records in another engine, chosen by IDEMPOTENCY_STORE_URL.
+ENGINE_TEMPLATES = {
+    "deploy/valkey.yaml": {"scheme": "rediss://", "extra_env": {"IDEMPOTENCY_STORE_URL"}},
+    "deploy/postgres.yaml": {
+        "scheme": "postgres://",
+        "extra_env": {"IDEMPOTENCY_STORE_URL", "IDEMPOTENCY_STORE_SECRET_ARN", "IDEMPOTENCY_CREATE_SCHEMA"},
+    },
+}
+# What only the DynamoDB store (and `sam local` against DynamoDB Local) reads.
+DYNAMODB_ONLY_ENV = {"IDEMPOTENCY_TABLE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS"}
+
+
+def sub_text(node):
+    """The text of an Fn::Sub (either form), or None."""
+    if isinstance(node, dict) and list(node) == ["Fn::Sub"]:
+        value = node["Fn::Sub"]
+        return value if isinstance(value, str) else value[0]
+    return None
+
+
+def statements(props):
+    return [st for policy in props.get("Policies", []) if isinstance(policy, dict) for st in policy.get("Statement", [])]
+
+
+def actions(statement):
+    action = statement["Action"]
+    return action if isinstance(action, list) else [action]
+
+
+def check_engine_template(path, spec, base, check):
+    """One second template: its functions mirror template.yaml's (build,
+    code, timeouts, events, every setting but the store's), each in the VPC
+    with an IDEMPOTENCY_STORE_URL of its engine, and the bounds hold."""
+    template = yaml_parse((ROOT / path).read_text())
+    base_dir = ROOT
+    engine_dir = (ROOT / path).parent
+
+    def labelled(ok, what):
+        check(ok, f"{path}: {what}")
+
+    base_globals, globals_ = base["Globals"]["Function"], template["Globals"]["Function"]
+    same_globals = all(globals_.get(k) == base_globals.get(k) for k in ("Runtime", "Architectures", "Handler", "MemorySize", "Timeout"))
+    labelled(same_globals, "Runtime, Architectures, Handler, MemorySize and Timeout as in template.yaml")
+    labelled(bool(globals_.get("VpcConfig", {}).get("SubnetIds")), "every function is in the VPC (Globals VpcConfig)")
+
+    base_functions = {n: r for n, r in base["Resources"].items() if r["Type"] == "AWS::Serverless::Function"}
+    functions = {n: r for n, r in template["Resources"].items() if r["Type"] == "AWS::Serverless::Function"}
+    labelled(sorted(functions) == sorted(base_functions), f"the functions of template.yaml ({sorted(functions)})")
+    for name, base_fn in base_functions.items():
+        fn = functions.get(name)
+        if fn is None:
+            continue
+        props, base_props = fn["Properties"], base_fn["Properties"]
+        labelled(fn.get("Metadata") == base_fn.get("Metadata"), f"{name}: built as in template.yaml (Metadata)")
+        same_code = (engine_dir / props["CodeUri"]).resolve() == (base_dir / base_props["CodeUri"]).resolve()
+        labelled(same_code, f"{name}: CodeUri {props['CodeUri']!r} is template.yaml's code directory")
+        for key in ("Timeout", "Events", "EventInvokeConfig", "Description"):
+            labelled(props.get(key) == base_props.get(key), f"{name}: {key} as in template.yaml")
+        env = props.get("Environment", {}).get("Variables", {})
+        base_env = {k: v for k, v in base_props.get("Environment", {}).get("Variables", {}).items() if k not in DYNAMODB_ONLY_ENV}
+        # The functions use the same settings: a renamed or dropped one here
+        # would silently change the example's contract on this engine.
+        kept = {k: v for k, v in env.items() if k not in spec["extra_env"]}
+        differ = sorted(k for k in set(kept) | set(base_env) if kept.get(k) != base_env.get(k))
+        labelled(
+            not differ,
+            f"{name}: every setting of template.yaml but the DynamoDB store's, with the same value ({differ or 'all'})",
+        )
+        missing = sorted(spec["extra_env"] - set(env))
+        labelled(not missing, f"{name}: sets {', '.join(sorted(spec['extra_env']))} ({missing or 'all'})")
+        url = sub_text(env.get("IDEMPOTENCY_STORE_URL")) or ""
+        labelled(url.startswith(spec["scheme"]), f"{name}: IDEMPOTENCY_STORE_URL is a {spec['scheme']} URL ({url!r})")
+        userinfo = url.split("://", 1)[-1].split("@", 1)[0] if "@" in url else ""
+        labelled(":" not in userinfo, f"{name}: IDEMPOTENCY_STORE_URL holds no password")
+        idempotency_grants = [
+            st for st in statements(props)
+            if st.get("Resource") in ({"Fn::GetAtt": ["IdempotencyTable", "Arn"]}, {"Fn::GetAtt": ["IdempotencyTable", "StreamArn"]})
+        ]
+        labelled(not idempotency_grants, f"{name}: no grant on an idempotency table")
+        # The example's own data and the offload bucket: the same grants.
+        own = [st for st in statements(props) if not any(a.startswith("secretsmanager:") for a in actions(st))]
+        base_own = [st for st in statements(base_props) if "IdempotencyTable" not in str(st.get("Resource"))]
+        labelled(own == base_own, f"{name}: the grants of template.yaml but the idempotency table's, and no other")
+        if "IDEMPOTENCY_STORE_SECRET_ARN" in spec["extra_env"]:
+            secret = env.get("IDEMPOTENCY_STORE_SECRET_ARN")
+            grants = [st for st in statements(props) if any(a.startswith("secretsmanager:") for a in actions(st))]
+            scoped = len(grants) == 1 and actions(grants[0]) == ["secretsmanager:GetSecretValue"] and grants[0]["Resource"] == secret
+            labelled(scoped, f"{name}: may read IDEMPOTENCY_STORE_SECRET_ARN's secret, and only it")
+            labelled("sslmode=" in url, f"{name}: IDEMPOTENCY_STORE_URL sets sslmode ({url!r})")
+
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::RDS::DBProxy":
+            labelled(resource["Properties"].get("RequireTLS") is True, "RDS Proxy requires TLS")
+        if resource["Type"] == "AWS::ElastiCache::ServerlessCache":
+            # At a data storage maximum ElastiCache evicts keys with a TTL,
+            # which every record has: an evicted record runs its key again.
+            labelled("CacheUsageLimits" not in resource["Properties"], "the cache has no usage limit that could evict records")
+    ingress = [
+        r["Properties"] for r in template["Resources"].values()
+        if r["Type"] == "AWS::EC2::SecurityGroupIngress"
+    ] + [
+        rule for r in template["Resources"].values() if r["Type"] == "AWS::EC2::SecurityGroup"
+        for rule in r["Properties"].get("SecurityGroupIngress", [])
+    ]
+    labelled(
+        all("CidrIp" not in rule and "CidrIpv6" not in rule for rule in ingress),
+        "every ingress rule admits a security group of the stack, never an address range",
+    )
+
+    for params in ({}, {"JwtIssuer": "https://issuer.example.com/pool", "JwtAudience": "client-a"}, {"RouteTableIds": "rtb-1,rtb-2", "CreateSqsEndpoint": "true"}):
+        out = transformed(params, path)
+        bad = malformed_intrinsics(out)
+        labelled(not bad, f"the SAM transform succeeds and every intrinsic stands alone ({params or 'default parameters'}; {bad or 'ok'})")
+
+    check_bounds(template, labelled)
+
+
+def check_engine_templates(check):
+    base = yaml_parse((ROOT / "template.yaml").read_text())
+    for path, spec in ENGINE_TEMPLATES.items():
+        check_engine_template(path, spec, base, check)
+
+
 def operations(body):
     return [(path, method, op) for path, ops in body["paths"].items() for method, op in ops.items()]
 
@@ -272,57 +456,9 @@ def main():
 
     check_sam_local(check)
 
-    # A lease shorter than the invocation lets a retry run the handler twice.
     template = yaml_parse((ROOT / "template.yaml").read_text())
-    lease_margin_s = 2
-    min_lease = template["Parameters"]["IdempotencyMaxLeaseSeconds"]["MinValue"]
-    for name, resource in template["Resources"].items():
-        props = resource.get("Properties", {})
-        variables = props.get("Environment", {}).get("Variables", {})
-        if "IDEMPOTENCY_MAX_LEASE_SECONDS" in variables:
-            timeout = props.get("Timeout", template["Globals"]["Function"]["Timeout"])
-            check(
-                min_lease >= timeout + lease_margin_s,
-                f"{name}: IdempotencyMaxLeaseSeconds MinValue {min_lease} covers its Timeout {timeout} + {lease_margin_s} s margin",
-            )
-
-    # Retention: a message must never outlive the idempotency record of its
-    # consumer, or a redelivery (a retry, a redrive from the dead-letter queue)
-    # after the record expired runs the handler again. CloudFormation rules
-    # cannot compare numbers, so the check resolves both, with the default
-    # parameters and with others.
-    def seconds(node, params):
-        value = resolve(node, {}, params)
-        if isinstance(value, dict) and list(value) == ["Ref"]:
-            value = template["Parameters"][value["Ref"]]["Default"]
-        return int(value)
-
-    sqs_default = 345600  # SQS keeps a message 4 days unless told otherwise
-    for params in ({}, {"OrderEventsRetentionSeconds": "1209600"}, {"OrderEventsRetentionSeconds": "3600"}):
-        for name, resource in template["Resources"].items():
-            props = resource.get("Properties", {})
-            for event in props.get("Events", {}).values():
-                if event.get("Type") != "SQS":
-                    continue
-                queue_name = event["Properties"]["Queue"]["Fn::GetAtt"][0]
-                queue = template["Resources"][queue_name]["Properties"]
-                queues = [(queue_name, queue)]
-                redrive = queue.get("RedrivePolicy", {}).get("deadLetterTargetArn")
-                if redrive:
-                    dlq = redrive["Fn::GetAtt"][0]
-                    queues.append((dlq, template["Resources"][dlq]["Properties"]))
-                variables = props.get("Environment", {}).get("Variables", {})
-                expiry_node = variables.get("IDEMPOTENCY_EXPIRES_AFTER_SECONDS")
-                expiry = seconds(expiry_node, params) if expiry_node is not None else 86400
-                for qname, qprops in queues:
-                    retention = seconds(qprops.get("MessageRetentionPeriod", sqs_default), params)
-                    check(
-                        retention <= expiry,
-                        f"{name}: {qname} keeps messages {retention} s, at most its records' life {expiry} s"
-                        f" ({params or 'default parameters'})",
-                    )
-
-    check_offload(template, seconds, check)
+    check_bounds(template, check)
+    check_engine_templates(check)
 
     if failures:
         sys.exit(f"template check: {len(failures)} failure(s)")

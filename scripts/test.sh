@@ -17,6 +17,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo fmt --all --check
 # The SAM template, offline (cfn-lint rules included).
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint
+# The second templates: the Valkey and PostgreSQL engines (deploy/README.md).
+AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/valkey.yaml
+AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/postgres.yaml
 # The SAM transform itself, with and without the optional JWT authorizer.
 AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
 # Every sample event through `sam local invoke` and the HTTP API through
