@@ -69,6 +69,7 @@
 //! | `sqs` | `SqsBatch`: SQS batches with partial batch responses |
 //! | `sweeper` | `Sweeper`: resolves records stuck in progress |
 //! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
+//! | `redis` | `RedisStore`: records in Redis or Valkey (TLS and AUTH through the URL) |
 //!
 //! # Testing your handler
 //!
@@ -117,6 +118,8 @@ pub use crate::scope::{RecordScope, TenantSource};
 #[cfg(feature = "dynamodb")]
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use crate::store::redis::{RedisStore, RedisStoreBuilder};
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
     Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
