@@ -244,7 +244,10 @@ mod tests {
     fn hashes_read_from_resp2_arrays_and_resp3_maps() {
         let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let flat = Value::Array(vec![b("status"), b("IN_PROGRESS"), b("attempt"), b("2")]);
-        let map = Value::Map(vec![(b("status"), b("IN_PROGRESS")), (b("attempt"), b("2"))]);
+        let map = Value::Map(vec![
+            (b("status"), b("IN_PROGRESS")),
+            (b("attempt"), b("2")),
+        ]);
         let expected = HashMap::from([
             ("status".to_owned(), b"IN_PROGRESS".to_vec()),
             ("attempt".to_owned(), b"2".to_vec()),

@@ -30,9 +30,8 @@ use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, ScriptInvocation, 
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, StoredResponse};
 use crate::store::{
-    fit, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Fitted, Lease, RecordPage,
-    Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
-    DEFAULT_MAX_RESPONSE_BYTES,
+    fit, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Fitted, Lease, RecordPage, Resolution,
+    Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 mod codec;
@@ -753,19 +752,19 @@ impl Store for RedisStore {
         // The cursor is SCAN's, plus how many keys of its batch were listed
         // already (SCAN's COUNT is a hint; pages hold at most `limit`).
         let (mut scan_cursor, mut skip) = match &cursor {
-            Some(c) => c
-                .0
-                .split_once(':')
-                .and_then(|(c, s)| Some((c.parse::<u64>().ok()?, s.parse::<usize>().ok()?)))
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidConfig,
-                        format!(
-                            "`{}` is not a cursor of a Redis store's scan; start over",
-                            c.0
-                        ),
-                    )
-                })?,
+            Some(c) => {
+                c.0.split_once(':')
+                    .and_then(|(c, s)| Some((c.parse::<u64>().ok()?, s.parse::<usize>().ok()?)))
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::InvalidConfig,
+                            format!(
+                                "`{}` is not a cursor of a Redis store's scan; start over",
+                                c.0
+                            ),
+                        )
+                    })?
+            }
             None => (0, 0),
         };
         let pattern = format!("{}{{?}}r:*", glob_literal(&self.prefix));
@@ -888,14 +887,7 @@ mod tests {
     fn every_script_touches_one_hash_slot() {
         let store = store("app:");
         for id in [
-            "0f3a9c",
-            "ffff",
-            "a1",
-            "not-hex",
-            "ABC",
-            "",
-            "{brace}",
-            "x}y{z",
+            "0f3a9c", "ffff", "a1", "not-hex", "ABC", "", "{brace}", "x}y{z",
         ] {
             let shard = shard_of(id);
             let record = store.record_key(id);
