@@ -117,8 +117,8 @@ on_every_discovery!(
 );
 
 // The sweeper function and the DynamoDB client's failures: DynamoDB alone
-// (the function reads IDEMPOTENCY_TABLE; a hanging Redis server has its own
-// test in `redis`).
+// (the function reads IDEMPOTENCY_TABLE; a silent Redis server has its own
+// test in `redis_store`).
 mod dynamodb_only {
     use super::*;
     on_both_discoveries!(

@@ -322,12 +322,27 @@ impl RedisStore {
                 err,
             );
         }
+        if err.kind() == ::redis::ErrorKind::InvalidClientConfig {
+            return Error::with_source(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "the Redis URL for {} asks for what this build cannot do ({op}): {err}; \
+                     fix the URL",
+                    self.server
+                ),
+                err,
+            );
+        }
         let what = if err.is_connection_refusal() {
             "refused the connection"
         } else if err.is_timeout() {
             "did not answer in time"
-        } else if err.is_io_error() || err.is_connection_dropped() {
+        } else if err.is_connection_dropped() {
+            "dropped the connection"
+        } else if err.is_io_error() {
             "could not be reached"
+        } else if err.kind() == ::redis::ErrorKind::AuthenticationFailed {
+            "refused the credentials"
         } else {
             "answered with an error"
         };
@@ -801,6 +816,8 @@ impl Store for RedisStore {
             return Ok(page);
         }
         let mut pipeline = ::redis::pipe();
+        // A key of another type under the prefix is skipped, not the page.
+        pipeline.ignore_errors();
         for key in &keys {
             pipeline.cmd("HGETALL").arg(key);
         }
