@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lambda_idempotency::{
     problem, ClaimOutcome, Completion, ErrorKind, IdempotencyLayer, RedisStore, Status, Store,
-    StoredBody, StoredResponse, REPLAYED_HEADER,
+    StoredBody, StoredResponse, Sweeper, REPLAYED_HEADER,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::Layer;
@@ -103,6 +103,20 @@ async fn a_closed_port_answers_503_the_handler_never_runs_and_the_password_never
     assert_eq!(err.kind(), ErrorKind::StoreUnavailable);
     assert!(err.to_string().contains(&format!("127.0.0.1:{port}")));
     assert!(!err.to_string().contains("hunter2"));
+}
+
+#[tokio::test]
+async fn a_sweep_of_an_unreachable_server_counts_every_shard_it_could_not_read() {
+    let store = RedisStore::builder(format!("redis://127.0.0.1:{}", closed_port()))
+        .open()
+        .unwrap();
+    let summary = Sweeper::new(store)
+        .grace(Duration::ZERO)
+        .sweep(Some(now_ms() + 60_000))
+        .await;
+    assert_eq!(summary.errors, 16, "one failed read per shard: {summary:?}");
+    assert_eq!((summary.pages, summary.found), (0, 0));
+    assert!(summary.remaining, "shards left unread");
 }
 
 #[tokio::test]

@@ -94,6 +94,13 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// - stuck records: a sorted set by lease end per hash slot, kept by the
 ///   same scripts.
 ///
+/// What the server must be: `maxmemory-policy noeviction` (every key has a
+/// TTL, so the `volatile-*` policies may evict records too, and an evicted
+/// record lets its key run again), and a primary that does not lose
+/// acknowledged writes. Replication to replicas is asynchronous: a failover
+/// can lose the last writes, a claim included, so a retry right then may run
+/// the handler again; DynamoDB's writes are durable when acknowledged.
+///
 /// ```no_run
 /// use lambda_idempotency::{IdempotencyLayer, RedisStore};
 ///
@@ -246,7 +253,9 @@ impl RedisStoreBuilder {
 
     /// The store, connected: the server answered and holds the store's
     /// scripts. Fails with [`ErrorKind::StoreUnavailable`] naming the server
-    /// when it cannot be reached, so a function can fail at start.
+    /// when it cannot be reached, so a function can fail at start. Logs a
+    /// warning when the server may evict keys (any `maxmemory-policy` but
+    /// `noeviction`).
     pub async fn connect(self) -> Result<RedisStore, Error> {
         let store = self.open()?;
         let mut pipeline = ::redis::pipe();
@@ -256,10 +265,22 @@ impl RedisStoreBuilder {
         // Through the connection itself: loading is not an operation of
         // the store, so it is not counted in `round_trips`.
         let mut manager = store.connection.manager.clone();
-        let _: Vec<String> = pipeline
+        pipeline.cmd("INFO").arg("memory");
+        let mut replies: Vec<Value> = pipeline
             .query_async(&mut manager)
             .await
             .map_err(|e| store.unavailable("loading its scripts", e))?;
+        let info = replies.pop().as_ref().and_then(text).unwrap_or_default();
+        match eviction_policy(&info) {
+            Some("noeviction") | None => {}
+            Some(policy) => tracing::warn!(
+                server = %store.server,
+                policy,
+                "the Redis server may evict keys when its memory is full (maxmemory-policy \
+                 {policy}); an evicted idempotency record lets its key run again: set \
+                 maxmemory-policy to noeviction"
+            ),
+        }
         Ok(store)
     }
 }
@@ -494,6 +515,14 @@ fn shard_of(record_id: &str) -> u8 {
     }
 }
 
+/// The `maxmemory_policy` of an `INFO memory` answer. Every key of the store
+/// has a TTL, so any policy but `noeviction` may evict records.
+fn eviction_policy(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+        .map(str::trim)
+}
+
 /// Where a stuck listing goes on: a shard, and within it the (lease, id)
 /// of the last record listed.
 fn encode_cursor(shard: u8, after: Option<(u64, &str)>) -> SweepCursor {
@@ -690,13 +719,19 @@ impl Store for RedisStore {
                     }
                 }
                 Err(err) => {
-                    // One unreadable shard costs that shard, not the sweep.
+                    // One unreadable shard costs that shard, not the sweep:
+                    // the page ends here (a server that does not answer
+                    // costs one timeout per page, and the sweeper minds its
+                    // deadline between pages) and the listing goes on with
+                    // the next shard.
                     page.failed_reads += 1;
                     tracing::error!(
                         shard,
                         error = %err,
                         "reading a shard of the stuck index failed; the next sweep retries it"
                     );
+                    page.next = (shard + 1 < SHARDS).then(|| encode_cursor(shard + 1, None));
+                    return Ok(page);
                 }
             }
             shard += 1;
@@ -975,6 +1010,13 @@ mod tests {
     fn opening_outside_a_runtime_is_a_config_error_not_a_panic() {
         let err = RedisStore::builder("redis://localhost").open().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    }
+
+    #[test]
+    fn the_eviction_policy_is_read_from_info() {
+        let info = "# Memory\r\nused_memory:100\r\nmaxmemory_policy:volatile-lru\r\nother:1\r\n";
+        assert_eq!(eviction_policy(info), Some("volatile-lru"));
+        assert_eq!(eviction_policy("# Memory\r\n"), None);
     }
 
     #[test]
