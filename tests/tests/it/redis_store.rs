@@ -231,6 +231,41 @@ async fn a_tls_url_connects_over_tls_and_checks_the_certificate() {
 }
 
 #[tokio::test]
+async fn a_resp3_connection_reads_records_as_resp2_does() {
+    let store = RedisStore::builder(format!("redis://{}/?protocol=resp3", server()))
+        .key_prefix(integration_tests::unique_redis_prefix())
+        .connect()
+        .await
+        .unwrap();
+    let lease = claimed(
+        store
+            .claim(&claim_request("3a", "o", 60_000))
+            .await
+            .unwrap(),
+    );
+    let stored = StoredResponse::new(
+        201,
+        vec![("x-raw".into(), vec![0, 0xff])],
+        StoredBody::Binary(vec![1, 2, 3]),
+    );
+    store
+        .complete(&lease, &stored, now_ms() / 1000 + 60)
+        .await
+        .unwrap();
+    let record = store.get("3a").await.unwrap().unwrap().record;
+    assert_eq!(record.response, Some(stored.clone()));
+    match store
+        .claim(&claim_request("3a", "other", 60_000))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Exists(found) => assert_eq!(found.response, Some(stored)),
+        other => panic!("expected the completed record, found {other:?}"),
+    }
+    assert_eq!(store.scan(None, 10).await.unwrap().records.len(), 1);
+}
+
+#[tokio::test]
 async fn the_database_number_in_the_url_is_used() {
     let prefix = integration_tests::unique_redis_prefix();
     let store = RedisStore::builder(format!("redis://{}/5", server()))

@@ -115,8 +115,12 @@ pub(super) fn number(value: &Value) -> Option<u64> {
     }
 }
 
+/// A string reply as text (RESP3 answers `INFO` with a verbatim string).
 pub(super) fn text(value: &Value) -> Option<String> {
-    String::from_utf8(bytes(value)?.to_vec()).ok()
+    match value {
+        Value::VerbatimString { text, .. } => Some(text.clone()),
+        other => String::from_utf8(bytes(other)?.to_vec()).ok(),
+    }
 }
 
 /// A hash as `HGETALL` answers it (a flat array in RESP2, a map in RESP3).
