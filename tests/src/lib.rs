@@ -439,3 +439,20 @@ pub async fn redis_store() -> lambda_idempotency::RedisStore {
         .await
         .expect("the harness's Redis server answers")
 }
+
+/// A connected store with a key prefix of its own on the harness's Redis
+/// Cluster (three primaries).
+pub async fn redis_cluster_store() -> lambda_idempotency::RedisStore {
+    let url = std::env::var("IDEMPOTENCY_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
+        panic!(
+            "IDEMPOTENCY_TEST_REDIS_CLUSTER_URL is not set: these tests run against a Redis \
+             Cluster. Run them with `make test` (or `scripts/redis-local.sh cargo test`)."
+        )
+    });
+    lambda_idempotency::RedisStore::builder(url)
+        .cluster()
+        .key_prefix(unique_redis_prefix())
+        .connect()
+        .await
+        .expect("the harness's Redis Cluster answers")
+}

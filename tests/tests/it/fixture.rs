@@ -50,6 +50,15 @@ pub async fn redis() -> Fixture {
     }
 }
 
+pub async fn redis_cluster() -> Fixture {
+    let store = integration_tests::redis_cluster_store().await;
+    let counter = store.clone();
+    Fixture {
+        store: Arc::new(store),
+        requests: Box::new(move || counter.round_trips()),
+    }
+}
+
 /// Generate one `#[tokio::test]` per backend for each named async fn taking a `Fixture`.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
@@ -74,6 +83,14 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name(crate::fixture::redis().await).await
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::redis_cluster().await).await
                 }
             )*
         }

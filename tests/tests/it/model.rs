@@ -400,12 +400,27 @@ fn dynamodb_local_matches_the_model() {
 
 #[test]
 fn redis_server_matches_the_model() {
+    redis_matches_the_model(integration_tests::redis_store(), "model::redis_server");
+}
+
+#[test]
+fn redis_cluster_matches_the_model() {
+    redis_matches_the_model(
+        integration_tests::redis_cluster_store(),
+        "model::redis_cluster",
+    );
+}
+
+fn redis_matches_the_model(
+    store: impl std::future::Future<Output = lambda_idempotency::RedisStore>,
+    name: &str,
+) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let store = rt.block_on(integration_tests::redis_store());
+    let store = rt.block_on(store);
     let sweeper = Sweeper::new(store.clone()).grace(std::time::Duration::ZERO);
     let store: Arc<dyn Store> = Arc::new(store);
     let counter = std::sync::atomic::AtomicU64::new(0);
@@ -438,5 +453,5 @@ fn redis_server_matches_the_model() {
     if let Err(e) = result {
         panic!("{e}");
     }
-    tally.report("model::redis_server");
+    tally.report(name);
 }

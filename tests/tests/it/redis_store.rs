@@ -11,6 +11,7 @@ use lambda_idempotency::{
     problem, ClaimOutcome, Completion, ErrorKind, IdempotencyLayer, RedisStore, Status, Store,
     StoredBody, StoredResponse, Sweeper, REPLAYED_HEADER,
 };
+use redis::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::Layer;
 
@@ -562,4 +563,59 @@ async fn lost_answers_are_recognised_as_our_own_writes_on_the_retry() {
     let replay = call(&mut svc, post("/orders", Some("k1"), "{}")).await;
     assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
     assert_eq!(runs.count(), 1);
+}
+
+#[tokio::test]
+async fn on_a_cluster_records_spread_over_its_primaries() {
+    let store = integration_tests::redis_cluster_store().await;
+    assert!(
+        store.describe().starts_with("Redis Cluster at "),
+        "{}",
+        store.describe()
+    );
+    let ids: Vec<String> = (0..16).map(|shard| format!("{shard:x}0")).collect();
+    for id in &ids {
+        claimed(store.claim(&claim_request(id, "o", 60_000)).await.unwrap());
+    }
+    // Which primary holds each record, from the cluster's own slot map.
+    let url = std::env::var("IDEMPOTENCY_TEST_REDIS_CLUSTER_URL").unwrap();
+    let mut node = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let slots: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut node)
+        .await
+        .unwrap();
+    let Value::Array(ranges) = slots else {
+        panic!("CLUSTER SLOTS: {slots:?}")
+    };
+    let owner_of = |slot: i64| {
+        ranges.iter().find_map(|range| match range {
+            Value::Array(parts) => match (&parts[0], &parts[1], &parts[2]) {
+                (Value::Int(start), Value::Int(end), Value::Array(primary))
+                    if (*start..=*end).contains(&slot) =>
+                {
+                    Some(format!("{:?}", primary[1]))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+    };
+    let mut owners = std::collections::BTreeSet::new();
+    for id in &ids {
+        let key = format!("{}{{{}}}r:{id}", store.key_prefix(), &id[..1]);
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&key)
+            .query_async(&mut node)
+            .await
+            .unwrap();
+        owners.insert(owner_of(slot).expect("every slot has a primary"));
+        assert!(store.get(id).await.unwrap().is_some(), "{id}");
+    }
+    assert_eq!(owners.len(), 3, "records on every primary: {owners:?}");
 }

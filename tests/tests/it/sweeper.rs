@@ -17,12 +17,13 @@ use crate::fixture::{claim_request, claimed, counting_handler, json, now_ms, pos
 
 /// Where stuck records are and how the sweeper finds them: the DynamoDB
 /// table's stream (the product's way), its opt-in sparse index, or a Redis
-/// store's index (a sorted set per hash slot).
+/// store's index (a sorted set per hash slot), on one server or a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Discovery {
     Stream,
     Index,
     Redis,
+    RedisCluster,
 }
 
 impl Discovery {
@@ -31,7 +32,9 @@ impl Discovery {
     async fn on(self, store: DynamoStore) -> DynamoStore {
         match self {
             Discovery::Stream => store.with_stream(integration_tests::streams_client().await),
-            Discovery::Index | Discovery::Redis => store.with_sweep_index(),
+            Discovery::Index | Discovery::Redis | Discovery::RedisCluster => {
+                store.with_sweep_index()
+            }
         }
     }
 }
@@ -74,6 +77,14 @@ macro_rules! on_every_discovery {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name(super::Discovery::Redis).await
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Discovery::RedisCluster).await
                 }
             )*
         }
@@ -132,6 +143,10 @@ async fn store(mode: Discovery) -> Subject {
     match mode {
         Discovery::Redis => Subject {
             store: Arc::new(integration_tests::redis_store().await),
+            dynamo: None,
+        },
+        Discovery::RedisCluster => Subject {
+            store: Arc::new(integration_tests::redis_cluster_store().await),
             dynamo: None,
         },
         Discovery::Stream | Discovery::Index => {
@@ -283,7 +298,9 @@ async fn untouched_neighbours(store: &Subject, mode: Discovery) {
             assert!(!live.contains_key(schema::SWEEP_SHARD))
         }
         // Still in the index, for a sweep once its lease is over.
-        Discovery::Redis => assert!(listed_in_progress(store, &live_id()).await),
+        Discovery::Redis | Discovery::RedisCluster => {
+            assert!(listed_in_progress(store, &live_id()).await)
+        }
     }
 }
 
@@ -310,7 +327,7 @@ async fn release_policy_deletes_stuck_records_only(mode: Discovery) {
             shards.len() >= 10,
             "stuck records spread over shards: {shards:?}"
         );
-    } else if mode == Discovery::Redis {
+    } else if matches!(mode, Discovery::Redis | Discovery::RedisCluster) {
         assert!(
             summary.pages >= 16,
             "one read per shard (hash slot) at least"
@@ -500,7 +517,10 @@ async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes(mode: Disco
     // Enough records that one sweep cannot resolve them all in 40 ms: a
     // local Redis answers in tens of microseconds, DynamoDB Local in
     // milliseconds.
-    let n = if mode == Discovery::Redis { 2_000 } else { 100 };
+    let n = match mode {
+        Discovery::Redis | Discovery::RedisCluster => 2_000,
+        Discovery::Stream | Discovery::Index => 100,
+    };
     let ids = populate(&store, n).await;
     let sweeper = Sweeper::new(store.shared())
         .grace(Duration::ZERO)
@@ -540,7 +560,7 @@ async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) 
     let failed_reads = match mode {
         Discovery::Index => 16, // one failed query per shard
         Discovery::Stream => 1, // the table's stream cannot be found
-        Discovery::Redis => unreachable!("a test of DynamoDB alone"),
+        Discovery::Redis | Discovery::RedisCluster => unreachable!("a test of DynamoDB alone"),
     };
     assert_eq!(summary.errors, failed_reads, "{summary:?}");
     assert_eq!(summary.pages, 0);

@@ -14,7 +14,8 @@
 //! `<shard>` is the first hex digit of the record id (16 shards, as the
 //! DynamoDB sweep index has): it is the Redis Cluster hash tag, so a record
 //! and its shard's index live in one hash slot and every script touches one
-//! slot. Records spread over 16 slots.
+//! slot. Records spread over 16 slots, hence over up to 16 primaries of a
+//! cluster ([`RedisStoreBuilder::cluster`]).
 //!
 //! Every write is one Lua script (so one round trip), evaluated atomically
 //! by the server with the same rules as [`MemoryStore`](crate::MemoryStore)
@@ -25,6 +26,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, ScriptInvocation, Value};
 
 use crate::error::{Error, ErrorKind};
@@ -92,7 +94,9 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// - expiry: the key's TTL, and every script treats a record past its
 ///   expiry as absent (the caller's clock decides, as on DynamoDB);
 /// - stuck records: a sorted set by lease end per hash slot, kept by the
-///   same scripts.
+///   same scripts;
+/// - one server (with its replicas), or a Redis Cluster
+///   ([`RedisStoreBuilder::cluster`]): every script touches one hash slot.
 ///
 /// What the server must be: `maxmemory-policy noeviction` (every key has a
 /// TTL, so the `volatile-*` policies may evict records too, and an evicted
@@ -120,12 +124,15 @@ pub struct RedisStore {
     /// `host:port`, for messages (never the URL: it may hold a password).
     server: Arc<str>,
     max_response_bytes: usize,
+    /// The server is a Redis Cluster.
+    cluster: bool,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("server", &self.server)
+            .field("cluster", &self.cluster)
             .field("prefix", &self.prefix)
             .field("max_response_bytes", &self.max_response_bytes)
             .finish()
@@ -140,6 +147,7 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     max_response_bytes: usize,
+    cluster: bool,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -150,6 +158,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("cluster", &self.cluster)
             .finish_non_exhaustive()
     }
 }
@@ -180,6 +189,17 @@ impl RedisStoreBuilder {
     /// complete with a problem marker instead.
     pub fn max_response_bytes(mut self, bytes: usize) -> Self {
         self.max_response_bytes = bytes;
+        self
+    }
+
+    /// The URL names one node of a Redis Cluster (cluster mode enabled:
+    /// ElastiCache, MemoryDB, ElastiCache Serverless): the store learns the
+    /// cluster's slots from it and sends each script to the node of its
+    /// keys' slot. Every script touches one slot, so no script spans nodes.
+    /// A cluster has database 0 only; [`Store::scan`] is not available (it
+    /// would read one node).
+    pub fn cluster(mut self) -> Self {
+        self.cluster = true;
         self
     }
 
@@ -224,30 +244,53 @@ impl RedisStoreBuilder {
                  task); open it in `main` after `#[tokio::main]`",
             ));
         }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-            // An unreachable server fails the request soon (503, fail
-            // closed) rather than after seconds of reconnection attempts;
-            // the next request tries again.
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(200));
-        let manager = ConnectionManager::new_lazy_with_config(client, config).map_err(|e| {
+        let cannot = |e: RedisError| {
             Error::with_source(
                 ErrorKind::InvalidConfig,
                 format!("cannot set up the connection to Redis at {server}: {e}"),
                 e,
             )
-        })?;
+        };
+        let connection = if self.cluster {
+            let cluster = ::redis::cluster::ClusterClient::builder([self.url.as_str()])
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.response_timeout)
+                // As below: an unreachable cluster fails the request soon.
+                .retries(1)
+                .min_retry_wait(20)
+                .max_retry_wait(200)
+                .build()
+                .map_err(cannot)?;
+            Connection::Cluster(
+                cluster.get_pending_async_connection_with_config(
+                    ::redis::cluster::ClusterConfig::new()
+                        .set_connection_timeout(self.connect_timeout)
+                        .set_response_timeout(self.response_timeout),
+                ),
+            )
+        } else {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.response_timeout))
+                // An unreachable server fails the request soon (503, fail
+                // closed) rather than after seconds of reconnection
+                // attempts; the next request tries again.
+                .set_number_of_retries(1)
+                .set_min_delay(Duration::from_millis(20))
+                .set_max_delay(Duration::from_millis(200));
+            Connection::Single(
+                ConnectionManager::new_lazy_with_config(client, config).map_err(cannot)?,
+            )
+        };
         Ok(RedisStore {
             connection: CountedConnection {
-                manager,
+                inner: connection,
                 round_trips: Arc::new(AtomicU64::new(0)),
             },
             prefix: Arc::from(self.prefix),
             server,
             max_response_bytes: self.max_response_bytes,
+            cluster: self.cluster,
         })
     }
 
@@ -258,19 +301,28 @@ impl RedisStoreBuilder {
     /// `noeviction`).
     pub async fn connect(self) -> Result<RedisStore, Error> {
         let store = self.open()?;
-        let mut pipeline = ::redis::pipe();
-        for source in SOURCES {
-            pipeline.cmd("SCRIPT").arg("LOAD").arg(source);
-        }
         // Through the connection itself: loading is not an operation of
-        // the store, so it is not counted in `round_trips`.
-        let mut manager = store.connection.manager.clone();
-        pipeline.cmd("INFO").arg("memory");
-        let mut replies: Vec<Value> = pipeline
-            .query_async(&mut manager)
+        // the store, so it is not counted in `round_trips`. One command at
+        // a time: a cluster sends `SCRIPT LOAD` to every primary.
+        let mut connection = store.connection.inner.clone();
+        for source in SOURCES {
+            let _: Value = ::redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query_async(&mut connection)
+                .await
+                .map_err(|e| store.unavailable("loading its scripts", e))?;
+        }
+        let info: Value = ::redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut connection)
             .await
-            .map_err(|e| store.unavailable("loading its scripts", e))?;
-        let info = replies.pop().as_ref().and_then(text).unwrap_or_default();
+            .map_err(|e| store.unavailable("reading its memory settings", e))?;
+        // A cluster answers per node; each node's policy is its own.
+        let info = match &info {
+            Value::Map(nodes) => nodes.iter().filter_map(|(_, v)| text(v)).collect(),
+            other => text(other).unwrap_or_default(),
+        };
         match eviction_policy(&info) {
             Some("noeviction") | None => {}
             Some(policy) => tracing::warn!(
@@ -296,6 +348,7 @@ impl RedisStore {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            cluster: false,
         }
     }
 
@@ -442,6 +495,48 @@ impl RedisStore {
             .transpose()
     }
 
+    /// One `SCAN` batch of record keys: of the whole server (`None`), or of
+    /// one shard, read on the cluster node that holds its slot (each
+    /// shard's keys matched alone, so a node holding several shards' slots
+    /// lists each key once).
+    async fn scan_batch(
+        &self,
+        shard: Option<u8>,
+        cursor: u64,
+        count: usize,
+    ) -> Result<(u64, Vec<String>), Error> {
+        let tag = match shard {
+            Some(shard) => format!("{{{shard:x}}}"),
+            None => "{?}".to_owned(),
+        };
+        let mut command = ::redis::cmd("SCAN");
+        command
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{}{tag}r:*", glob_literal(&self.prefix)))
+            .arg("COUNT")
+            .arg(count);
+        let reply = match (&self.connection.inner, shard) {
+            (Connection::Cluster(cluster), Some(shard)) => {
+                use ::redis::cluster_routing::{
+                    Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+                };
+                self.connection.round_trips.fetch_add(1, Ordering::Relaxed);
+                let node = Route::with_key(self.index_key(shard), SlotAddr::Master);
+                cluster
+                    .clone()
+                    .route_command(
+                        command,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node)),
+                    )
+                    .await
+            }
+            _ => command.query_async(&mut self.connection.clone()).await,
+        }
+        .map_err(|e| self.unavailable("scan", e))?;
+        ::redis::from_redis_value(reply).map_err(|e| self.unavailable("scan", e.into()))
+    }
+
     /// One shard's page of stuck records after `after` (lease, id).
     async fn stuck_in_shard(
         &self,
@@ -556,6 +651,29 @@ fn decode_cursor(cursor: &SweepCursor) -> Result<(u8, Option<(u64, String)>), Er
         )),
         (Some(_), None) => Err(invalid()),
     }
+}
+
+/// Where a scan goes on: `*` (the whole server) or the shard being read on
+/// a cluster, SCAN's cursor, and the keys of its batch already listed.
+fn encode_scan_cursor(shard: Option<u8>, cursor: u64, listed: usize) -> String {
+    match shard {
+        Some(shard) => format!("{shard:x}:{cursor}:{listed}"),
+        None => format!("*:{cursor}:{listed}"),
+    }
+}
+
+fn decode_scan_cursor(text: &str, cluster: bool) -> Option<(Option<u8>, u64, usize)> {
+    let mut parts = text.split(':');
+    let (what, cursor, listed) = (parts.next()?, parts.next()?, parts.next()?);
+    let shard = match (what, cluster) {
+        ("*", false) => None,
+        (hex, true) => Some(u8::from_str_radix(hex, 16).ok().filter(|s| *s < SHARDS)?),
+        _ => return None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((shard, cursor.parse().ok()?, listed.parse().ok()?))
 }
 
 /// `text` as a literal in a `SCAN ... MATCH` pattern.
@@ -799,50 +917,53 @@ impl Store for RedisStore {
 
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         let limit = limit.clamp(1, 1000);
-        // The cursor is SCAN's, plus how many keys of its batch were listed
-        // already (SCAN's COUNT is a hint; pages hold at most `limit`).
-        let (mut scan_cursor, mut skip) = match &cursor {
-            Some(c) => {
-                c.0.split_once(':')
-                    .and_then(|(c, s)| Some((c.parse::<u64>().ok()?, s.parse::<usize>().ok()?)))
-                    .ok_or_else(|| {
-                        Error::new(
-                            ErrorKind::InvalidConfig,
-                            format!(
-                                "`{}` is not a cursor of a Redis store's scan; start over",
-                                c.0
-                            ),
-                        )
-                    })?
-            }
-            None => (0, 0),
+        // The cursor: what is scanned (`*`: the server; a shard: its node
+        // of a cluster), SCAN's cursor, and how many keys of its batch were
+        // listed already (SCAN's COUNT is a hint; pages hold at most
+        // `limit`).
+        let first = if self.cluster { Some(0) } else { None };
+        let (mut shard, mut scan_cursor, mut skip) = match &cursor {
+            Some(c) => decode_scan_cursor(&c.0, self.cluster).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!(
+                        "`{}` is not a cursor of this Redis store's scan; start over",
+                        c.0
+                    ),
+                )
+            })?,
+            None => (first, 0, 0),
         };
-        let pattern = format!("{}{{?}}r:*", glob_literal(&self.prefix));
-        let mut connection = self.connection.clone();
         let (keys, next) = loop {
-            let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
-                .arg(scan_cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(limit)
-                .query_async(&mut connection)
-                .await
-                .map_err(|e| self.unavailable("scan", e))?;
+            let (next, keys) = self.scan_batch(shard, scan_cursor, limit).await?;
             let remaining: Vec<String> = keys.into_iter().skip(skip).collect();
             if remaining.len() > limit {
                 let listed = skip + limit;
                 break (
                     remaining.into_iter().take(limit).collect(),
-                    Some(format!("{scan_cursor}:{listed}")),
+                    Some(encode_scan_cursor(shard, scan_cursor, listed)),
                 );
             }
-            if !remaining.is_empty() || next == 0 {
-                break (remaining, (next != 0).then(|| format!("{next}:0")));
+            // Where the scan goes on once this batch is listed.
+            let after = match (next, shard) {
+                (0, Some(s)) if s + 1 < SHARDS => Some((Some(s + 1), 0)),
+                (0, _) => None,
+                (next, shard) => Some((shard, next)),
+            };
+            match after {
+                // An empty batch of a scan that goes on: read the next one.
+                Some((next_shard, next_cursor)) if remaining.is_empty() => {
+                    (shard, scan_cursor, skip) = (next_shard, next_cursor, 0);
+                }
+                after => {
+                    break (
+                        remaining,
+                        after.map(|(shard, next)| encode_scan_cursor(shard, next, 0)),
+                    )
+                }
             }
-            // An empty batch of a scan that goes on: read the next one.
-            (scan_cursor, skip) = (next, 0);
         };
+        let mut connection = self.connection.clone();
         let mut page = RecordPage {
             next: next.map(SweepCursor),
             ..RecordPage::default()
@@ -877,7 +998,12 @@ impl Store for RedisStore {
     }
 
     fn describe(&self) -> String {
-        format!("Redis at {} (key prefix `{}`)", self.server, self.prefix)
+        let what = if self.cluster {
+            "Redis Cluster"
+        } else {
+            "Redis"
+        };
+        format!("{what} at {} (key prefix `{}`)", self.server, self.prefix)
     }
 }
 
@@ -890,17 +1016,52 @@ fn unsized_record(record: Record) -> StoredRecord {
     }
 }
 
+/// The connection to a server or to a cluster.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// The connection, counting the round trips made through it.
 #[derive(Clone)]
 struct CountedConnection {
-    manager: ConnectionManager,
+    inner: Connection,
     round_trips: Arc<AtomicU64>,
 }
 
 impl ConnectionLike for CountedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.manager.req_packed_command(cmd)
+        self.inner.req_packed_command(cmd)
     }
 
     fn req_packed_commands<'a>(
@@ -910,11 +1071,11 @@ impl ConnectionLike for CountedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        self.manager.req_packed_commands(pipeline, offset, count)
+        self.inner.req_packed_commands(pipeline, offset, count)
     }
 
     fn get_db(&self) -> i64 {
-        self.manager.get_db()
+        self.inner.get_db()
     }
 }
 
@@ -1017,6 +1178,22 @@ mod tests {
         let info = "# Memory\r\nused_memory:100\r\nmaxmemory_policy:volatile-lru\r\nother:1\r\n";
         assert_eq!(eviction_policy(info), Some("volatile-lru"));
         assert_eq!(eviction_policy("# Memory\r\n"), None);
+    }
+
+    #[test]
+    fn scan_cursors_round_trip_and_belong_to_their_kind_of_store() {
+        for (shard, cursor, listed, cluster) in [(None, 0, 0, false), (Some(15), 123, 7, true)] {
+            let text = encode_scan_cursor(shard, cursor, listed);
+            assert_eq!(
+                decode_scan_cursor(&text, cluster),
+                Some((shard, cursor, listed))
+            );
+            assert_eq!(decode_scan_cursor(&text, !cluster), None);
+        }
+        for bad in ["", "*:1", "*:x:0", "10:0:0", "*:1:2:3"] {
+            assert_eq!(decode_scan_cursor(bad, false), None, "{bad}");
+            assert_eq!(decode_scan_cursor(bad, true), None, "{bad}");
+        }
     }
 
     #[test]
