@@ -96,7 +96,7 @@ PY
 "$bench" cold-command 10 "$py" scripts/bench/powertools_cold.py >"$out/powertools-cold.json"
 echo "bench: duplicate storm on orders-api (10,000 requests, 1,000 keys, 10 racing duplicates each, concurrency 32, 4 processes)" >&2
 "$bench" storm "$target_dir/release/orders-api" 10000 1000 32 4 >"$out/storm.json"
-echo "bench: engines, DynamoDB Local and Redis through the same middleware ($n samples per kind)" >&2
+echo "bench: engines, DynamoDB Local, Redis and a Redis Cluster through the same middleware ($n samples per kind)" >&2
 "$bench" engines "$n" >"$out/engines.json"
 
 "$py" - "$out" <<'PY'

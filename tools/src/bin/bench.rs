@@ -20,7 +20,8 @@
 //!   per invocation kind by a separate probe (first, replay, in progress,
 //!   cached replay);
 //! - `engines N`: the same middleware on each engine in turn, DynamoDB
-//!   Local and a Redis server (`IDEMPOTENCY_TEST_REDIS_URL`, from
+//!   Local, a Redis server and a Redis Cluster (`IDEMPOTENCY_TEST_REDIS_URL`
+//!   and `IDEMPOTENCY_TEST_REDIS_CLUSTER_URL`, from
 //!   `scripts/redis-local.sh`): N first executions and N replays, then 20
 //!   conflicts with a first execution still running, after a warm-up;
 //!   requests (round trips) per invocation as each engine's counter saw
@@ -1055,6 +1056,8 @@ async fn engines(n: usize) -> Result<Value> {
     let (dynamo, dynamo_counter) = integration_tests::dynamo_store().await;
     let redis = integration_tests::redis_store().await;
     let redis_counter = redis.clone();
+    let cluster = integration_tests::redis_cluster_store().await;
+    let cluster_counter = cluster.clone();
     let rows = vec![
         engine(
             "DynamoDB Local",
@@ -1067,6 +1070,13 @@ async fn engines(n: usize) -> Result<Value> {
             "Redis",
             Arc::new(redis),
             &move || redis_counter.round_trips(),
+            n,
+        )
+        .await?,
+        engine(
+            "Redis Cluster (3 primaries)",
+            Arc::new(cluster),
+            &move || cluster_counter.round_trips(),
             n,
         )
         .await?,

@@ -370,7 +370,7 @@ impl RedisStore {
         self.connection.round_trips.load(Ordering::Relaxed)
     }
 
-    /// The hash tag of `record_id`'s shard, with the prefix before it.
+    /// The key prefix and hash tag of a shard's keys.
     fn slot_prefix(&self, shard: u8) -> String {
         format!("{}{{{shard:x}}}", self.prefix)
     }
