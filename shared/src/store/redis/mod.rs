@@ -196,8 +196,8 @@ impl RedisStoreBuilder {
     /// ElastiCache, MemoryDB, ElastiCache Serverless): the store learns the
     /// cluster's slots from it and sends each script to the node of its
     /// keys' slot. Every script touches one slot, so no script spans nodes.
-    /// A cluster has database 0 only; [`Store::scan`] is not available (it
-    /// would read one node).
+    /// A cluster has database 0 only. [`Store::scan`] reads each shard on
+    /// the node that holds it.
     pub fn cluster(mut self) -> Self {
         self.cluster = true;
         self
