@@ -74,6 +74,7 @@
 //! | `sweeper` | `Sweeper`: resolves records stuck in progress |
 //! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
 //! | `s3-offload` | `S3Offload`: responses over the store's item limit kept in S3 and replayed byte for byte (any store) |
+//! | `redis` | `RedisStore`: records in Redis or Valkey (TLS and AUTH through the URL) |
 //!
 //! # Testing your handler
 //!
@@ -128,6 +129,8 @@ pub use crate::store::dynamodb::{schema, DynamoStore, KeyValue, TableLayout};
 pub use crate::store::memory::MemoryStore;
 #[cfg(feature = "s3-offload")]
 pub use crate::store::offload::S3Offload;
+#[cfg(feature = "redis")]
+pub use crate::store::redis::{RedisStore, RedisStoreBuilder};
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
     Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,

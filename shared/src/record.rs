@@ -248,7 +248,7 @@ pub const MAX_BODY_BYTES: usize = 6 * 1024 * 1024;
 
 /// Undo [`encode_body`]; `None` when the bytes are not valid gzip or inflate
 /// beyond [`MAX_BODY_BYTES`].
-#[cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "dynamodb", feature = "redis")), allow(dead_code))]
 pub(crate) fn decode_body(bytes: Vec<u8>, gzip: bool) -> Option<Vec<u8>> {
     use std::io::Read;
     if !gzip {

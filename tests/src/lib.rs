@@ -473,3 +473,55 @@ pub async fn dynamo_store() -> (DynamoStore, RequestCounter) {
     .await;
     (DynamoStore::new(client, table), counter)
 }
+
+/// The Redis server of the harness; panics with instructions when it is not
+/// running (a missing engine must fail tests, not skip them).
+pub fn redis_url() -> String {
+    std::env::var("IDEMPOTENCY_TEST_REDIS_URL").unwrap_or_else(|_| {
+        panic!(
+            "IDEMPOTENCY_TEST_REDIS_URL is not set: these tests run against a Redis server. \
+             Run them with `make test` (or `scripts/redis-local.sh cargo test`)."
+        )
+    })
+}
+
+/// A key prefix no other test uses, so every test has a store of its own on
+/// the one server.
+pub fn unique_redis_prefix() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "t{}-{nanos}-{}:",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// A connected Redis store with a key prefix of its own on the harness's
+/// server; its `round_trips()` count only its own operations.
+pub async fn redis_store() -> lambda_idempotency::RedisStore {
+    lambda_idempotency::RedisStore::builder(redis_url())
+        .key_prefix(unique_redis_prefix())
+        .connect()
+        .await
+        .expect("the harness's Redis server answers")
+}
+
+/// A connected store with a key prefix of its own on the harness's Redis
+/// Cluster (three primaries).
+pub async fn redis_cluster_store() -> lambda_idempotency::RedisStore {
+    let url = std::env::var("IDEMPOTENCY_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
+        panic!(
+            "IDEMPOTENCY_TEST_REDIS_CLUSTER_URL is not set: these tests run against a Redis \
+             Cluster. Run them with `make test` (or `scripts/redis-local.sh cargo test`)."
+        )
+    });
+    lambda_idempotency::RedisStore::builder(url)
+        .cluster()
+        .key_prefix(unique_redis_prefix())
+        .connect()
+        .await
+        .expect("the harness's Redis Cluster answers")
+}

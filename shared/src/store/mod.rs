@@ -1,10 +1,12 @@
-//! Where records live: the [`Store`] trait and its two implementations.
+//! Where records live: the [`Store`] trait and its implementations.
 
 #[cfg(feature = "dynamodb")]
 pub(crate) mod dynamodb;
 pub(crate) mod memory;
 #[cfg(feature = "s3-offload")]
 pub(crate) mod offload;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 
 use crate::error::Error;
 pub(crate) use crate::record::Checkpoint;
@@ -446,7 +448,7 @@ pub(crate) fn completed_by(record: &Record, lease: &Lease) -> bool {
 
 /// A response as it will be stored within a store's limit: the response (the
 /// original, or the too-large marker) with its body encoded once.
-#[cfg_attr(not(feature = "dynamodb"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "dynamodb", feature = "redis")), allow(dead_code))]
 pub(crate) struct Fitted<'a> {
     /// What is stored.
     pub(crate) response: std::borrow::Cow<'a, StoredResponse>,

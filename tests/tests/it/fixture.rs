@@ -17,7 +17,8 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    /// Store requests made so far (DynamoDB HTTP requests, or in-memory operations).
+    /// Store requests made so far (DynamoDB HTTP requests, Redis round
+    /// trips, or in-memory operations).
     pub fn requests(&self) -> u64 {
         (self.requests)()
     }
@@ -40,6 +41,24 @@ pub async fn dynamodb() -> Fixture {
     }
 }
 
+pub async fn redis() -> Fixture {
+    let store = integration_tests::redis_store().await;
+    let counter = store.clone();
+    Fixture {
+        store: Arc::new(store),
+        requests: Box::new(move || counter.round_trips()),
+    }
+}
+
+pub async fn redis_cluster() -> Fixture {
+    let store = integration_tests::redis_cluster_store().await;
+    let counter = store.clone();
+    Fixture {
+        store: Arc::new(store),
+        requests: Box::new(move || counter.round_trips()),
+    }
+}
+
 /// Generate one `#[tokio::test]` per backend for each named async fn taking a `Fixture`.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
@@ -56,6 +75,22 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name(crate::fixture::dynamodb().await).await
+                }
+            )*
+        }
+        mod redis_server {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::redis().await).await
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::redis_cluster().await).await
                 }
             )*
         }

@@ -1,6 +1,6 @@
 //! One integration-test binary (fast to link): every behaviour runs on
 //! DynamoDB Local and, where the store is what is under test, also on the
-//! in-memory store.
+//! in-memory store and on Redis.
 
 mod beyond;
 mod contract;
@@ -14,6 +14,7 @@ mod model;
 mod offload;
 mod orders;
 mod process;
+mod redis_store;
 mod regressions;
 mod store_rules;
 mod stream_batches;

@@ -397,3 +397,61 @@ fn dynamodb_local_matches_the_model() {
     }
     tally.report("model::dynamodb_local");
 }
+
+#[test]
+fn redis_server_matches_the_model() {
+    redis_matches_the_model(integration_tests::redis_store(), "model::redis_server");
+}
+
+#[test]
+fn redis_cluster_matches_the_model() {
+    redis_matches_the_model(
+        integration_tests::redis_cluster_store(),
+        "model::redis_cluster",
+    );
+}
+
+fn redis_matches_the_model(
+    store: impl std::future::Future<Output = lambda_idempotency::RedisStore>,
+    name: &str,
+) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = rt.block_on(store);
+    let sweeper = Sweeper::new(store.clone()).grace(std::time::Duration::ZERO);
+    let store: Arc<dyn Store> = Arc::new(store);
+    let counter = std::sync::atomic::AtomicU64::new(0);
+    let tally = Tally::new();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 400,
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
+        // A fresh record per case, under the store's own prefix; ids spread
+        // over the shards (hash slots).
+        let id = format!(
+            "{:064x}",
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+        )
+        .chars()
+        .rev()
+        .collect::<String>();
+        let outcome = rt.block_on(check(
+            store.clone(),
+            Some(&sweeper),
+            &id,
+            base_ms(),
+            &ops,
+            &tally,
+        ));
+        prop_assert!(outcome.is_ok(), "{}", outcome.unwrap_err());
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    tally.report(name);
+}

@@ -1,23 +1,29 @@
-//! The sweeper on DynamoDB Local. Stuck records are made by real claims with
-//! short leases, through the store and through the middleware.
+//! The sweeper on DynamoDB Local (its two ways of finding stuck records)
+//! and on Redis. Stuck records are made by real claims with short leases,
+//! through the store and through the middleware.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::{
-    problem, schema, Checkpoint, ClaimOutcome, DynamoStore, IdempotencyLayer, Lease, Resolution,
-    Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper, REPLAYED_HEADER,
+    problem, schema, Checkpoint, ClaimOutcome, DynamoStore, IdempotencyLayer, Lease, Record,
+    Resolution, Status, Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper,
+    REPLAYED_HEADER,
 };
 use tower::{Layer, ServiceExt};
 
 use crate::fixture::{claim_request, claimed, counting_handler, json, now_ms, post, Handler, Runs};
 
-/// How the sweeper finds stuck records: the table's stream (the product's
-/// way) or the opt-in sparse index.
+/// Where stuck records are and how the sweeper finds them: the DynamoDB
+/// table's stream (the product's way), its opt-in sparse index, or a Redis
+/// store's index (a sorted set per hash slot), on one server or a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Discovery {
     Stream,
     Index,
+    Redis,
+    RedisCluster,
 }
 
 impl Discovery {
@@ -26,12 +32,66 @@ impl Discovery {
     async fn on(self, store: DynamoStore) -> DynamoStore {
         match self {
             Discovery::Stream => store.with_stream(integration_tests::streams_client().await),
-            Discovery::Index => store.with_sweep_index(),
+            Discovery::Index | Discovery::Redis | Discovery::RedisCluster => {
+                store.with_sweep_index()
+            }
         }
     }
 }
 
-/// Each sweeper test once per discovery.
+/// The store under test, and the DynamoDB store behind it where there is
+/// one (for checks of the item itself).
+#[derive(Debug, Clone)]
+struct Subject {
+    store: Arc<dyn Store>,
+    dynamo: Option<DynamoStore>,
+}
+
+impl std::ops::Deref for Subject {
+    type Target = dyn Store;
+    fn deref(&self) -> &Self::Target {
+        &*self.store
+    }
+}
+
+impl Subject {
+    /// The store, to hand to a sweeper or a middleware.
+    fn shared(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    /// The DynamoDB store, for the tests that are about DynamoDB alone.
+    fn dynamo(&self) -> &DynamoStore {
+        self.dynamo
+            .as_ref()
+            .expect("a test of DynamoDB alone runs on DynamoDB")
+    }
+}
+
+/// Each sweeper test once per discovery, Redis included.
+macro_rules! on_every_discovery {
+    ($($name:ident),* $(,)?) => {
+        on_both_discoveries!($($name),*);
+        mod redis_server {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Discovery::Redis).await
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Discovery::RedisCluster).await
+                }
+            )*
+        }
+    };
+}
+
+/// Each sweeper test about DynamoDB alone once per DynamoDB discovery.
 macro_rules! on_both_discoveries {
     ($($name:ident),* $(,)?) => {
         mod stream {
@@ -53,7 +113,7 @@ macro_rules! on_both_discoveries {
     };
 }
 
-on_both_discoveries!(
+on_every_discovery!(
     a_record_left_resumable_is_failed_by_a_later_fail_sweep,
     release_policy_deletes_stuck_records_only,
     grace_period_keeps_recently_expired_leases,
@@ -63,25 +123,50 @@ on_both_discoveries!(
     two_sweepers_at_once_resolve_each_record_once,
     records_with_a_recovery_point_are_resumable_unless_failing,
     sweep_stops_before_the_deadline_and_the_next_sweep_finishes,
-    an_unreadable_index_is_counted_and_fails_the_function,
-    the_sweeper_function_handles_the_sample_event,
     the_fail_policy_never_resurrects_an_expired_record,
     a_recovery_point_committed_after_the_index_was_read_keeps_the_record,
-    a_hanging_store_does_not_keep_the_sweep_past_its_deadline,
 );
 
-async fn store(mode: Discovery) -> DynamoStore {
-    mode.on(integration_tests::dynamo_store().await.0).await
+// The sweeper function and the DynamoDB client's failures: DynamoDB alone
+// (the function reads IDEMPOTENCY_TABLE; a silent Redis server has its own
+// test in `redis_store`).
+mod dynamodb_only {
+    use super::*;
+    on_both_discoveries!(
+        an_unreadable_index_is_counted_and_fails_the_function,
+        the_sweeper_function_handles_the_sample_event,
+        a_hanging_store_does_not_keep_the_sweep_past_its_deadline,
+    );
+}
+
+async fn store(mode: Discovery) -> Subject {
+    match mode {
+        Discovery::Redis => Subject {
+            store: Arc::new(integration_tests::redis_store().await),
+            dynamo: None,
+        },
+        Discovery::RedisCluster => Subject {
+            store: Arc::new(integration_tests::redis_cluster_store().await),
+            dynamo: None,
+        },
+        Discovery::Stream | Discovery::Index => {
+            let store = mode.on(integration_tests::dynamo_store().await.0).await;
+            Subject {
+                store: Arc::new(store.clone()),
+                dynamo: Some(store),
+            }
+        }
+    }
 }
 
 /// A real claim whose lease ends after `lease_ms`.
-async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> Lease {
+async fn claim(store: &Subject, id: &str, lease_ms: u64) -> Lease {
     let request = claim_request(id, &format!("owner-{id}"), lease_ms);
     claimed(store.claim(&request).await.unwrap())
 }
 
 /// A record of `id` claimed and completed at once.
-async fn complete_now(store: &DynamoStore, id: &str) {
+async fn complete_now(store: &Subject, id: &str) {
     let done = claim(store, id, 1).await;
     let response = StoredResponse::new(200, vec![], StoredBody::Empty);
     store
@@ -91,8 +176,8 @@ async fn complete_now(store: &DynamoStore, id: &str) {
 }
 
 /// A sweep now (no grace) under `policy`.
-async fn sweep_now(store: &DynamoStore, policy: SweepPolicy) -> SweepSummary {
-    Sweeper::new(store.clone())
+async fn sweep_now(store: &Subject, policy: SweepPolicy) -> SweepSummary {
+    Sweeper::new(store.shared())
         .policy(policy)
         .grace(Duration::ZERO)
         .sweep(None)
@@ -100,7 +185,7 @@ async fn sweep_now(store: &DynamoStore, policy: SweepPolicy) -> SweepSummary {
 }
 
 /// The handler commits the recovery point "charged" under `lease`.
-async fn commit_charged(store: &DynamoStore, lease: &Lease) {
+async fn commit_charged(store: &Subject, lease: &Lease) {
     let point = Checkpoint {
         name: "charged".into(),
         data: serde_json::json!({ "charge_id": "ch_1" }),
@@ -125,7 +210,7 @@ fn live_id() -> String {
 
 /// `n` stuck records (lease 1 ms), plus one completed and one live record in
 /// the same index shards as some stuck ones.
-async fn populate(store: &DynamoStore, n: usize) -> Vec<String> {
+async fn populate(store: &Subject, n: usize) -> Vec<String> {
     let ids: Vec<String> = (0..n).map(|i| hashed_id(&format!("stuck-{i}"))).collect();
     for id in &ids {
         claim(store, id, 1).await;
@@ -137,7 +222,7 @@ async fn populate(store: &DynamoStore, n: usize) -> Vec<String> {
 }
 
 /// Every stuck record the store lists (lease over now), all pages.
-async fn stuck(store: &DynamoStore) -> Vec<lambda_idempotency::StuckRecord> {
+async fn stuck(store: &Subject) -> Vec<lambda_idempotency::StuckRecord> {
     let mut found = Vec::new();
     let mut cursor = None;
     loop {
@@ -151,7 +236,13 @@ async fn stuck(store: &DynamoStore) -> Vec<lambda_idempotency::StuckRecord> {
     }
 }
 
-async fn item(
+/// The record `id` as stored now (a consistent read), `None` when gone.
+async fn item(store: &Subject, id: &str) -> Option<Record> {
+    store.get(id).await.unwrap().map(|stored| stored.record)
+}
+
+/// The DynamoDB item `id` itself, attributes the record does not show included.
+async fn dynamo_item(
     store: &DynamoStore,
     id: &str,
 ) -> Option<std::collections::HashMap<String, AttributeValue>> {
@@ -168,32 +259,55 @@ async fn item(
         .cloned()
 }
 
-async fn untouched_neighbours(store: &DynamoStore, mode: Discovery) {
+/// Is `id` in the store's listing of records in progress, whenever its
+/// lease ends?
+async fn listed_in_progress(store: &Subject, id: &str) -> bool {
+    let mut cursor = None;
+    loop {
+        let page = store.stuck(u64::MAX, cursor, 100).await.unwrap();
+        if page.records.iter().any(|r| r.id == id) {
+            return true;
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return false,
+        }
+    }
+}
+
+async fn untouched_neighbours(store: &Subject, mode: Discovery) {
     let done = item(store, &completed_id())
         .await
         .expect("completed record kept");
-    assert_eq!(done[schema::STATUS].as_s().unwrap(), "COMPLETED");
+    assert_eq!(done.status, Status::Completed);
     let live = item(store, &live_id()).await.expect("live record kept");
-    assert_eq!(live[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
-    assert_eq!(
-        live[schema::OWNER].as_s().unwrap(),
-        &format!("owner-{}", live_id())
-    );
+    assert_eq!(live.status, Status::InProgress);
+    assert_eq!(live.owner, format!("owner-{}", live_id()));
     match mode {
         // The live record is in the index, in a shard the sweep read.
-        Discovery::Index => assert_eq!(
-            live[schema::SWEEP_SHARD].as_s().unwrap(),
-            &schema::sweep_shard(&live_id()).to_string()
-        ),
+        Discovery::Index => {
+            let live = dynamo_item(store.dynamo(), &live_id()).await.unwrap();
+            assert_eq!(
+                live[schema::SWEEP_SHARD].as_s().unwrap(),
+                &schema::sweep_shard(&live_id()).to_string()
+            )
+        }
         // Nothing of the sweeper's is written on the hot path.
-        Discovery::Stream => assert!(!live.contains_key(schema::SWEEP_SHARD)),
+        Discovery::Stream => {
+            let live = dynamo_item(store.dynamo(), &live_id()).await.unwrap();
+            assert!(!live.contains_key(schema::SWEEP_SHARD))
+        }
+        // Still in the index, for a sweep once its lease is over.
+        Discovery::Redis | Discovery::RedisCluster => {
+            assert!(listed_in_progress(store, &live_id()).await)
+        }
     }
 }
 
 async fn release_policy_deletes_stuck_records_only(mode: Discovery) {
     let store = store(mode).await;
     let ids = populate(&store, 37).await;
-    let summary = Sweeper::new(store.clone())
+    let summary = Sweeper::new(store.shared())
         .grace(Duration::ZERO)
         .page_size(5)
         .sweep(None)
@@ -213,6 +327,11 @@ async fn release_policy_deletes_stuck_records_only(mode: Discovery) {
             shards.len() >= 10,
             "stuck records spread over shards: {shards:?}"
         );
+    } else if matches!(mode, Discovery::Redis | Discovery::RedisCluster) {
+        assert!(
+            summary.pages >= 16,
+            "one read per shard (hash slot) at least"
+        );
     } else {
         assert!(summary.pages >= 1, "the stream was read");
     }
@@ -222,30 +341,33 @@ async fn release_policy_deletes_stuck_records_only(mode: Discovery) {
     }
     untouched_neighbours(&store, mode).await;
     // A second sweep finds nothing.
-    let again = Sweeper::new(store).grace(Duration::ZERO).sweep(None).await;
+    let again = Sweeper::new(store.shared())
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await;
     assert_eq!(again.found, 0);
 }
 
 async fn grace_period_keeps_recently_expired_leases(mode: Discovery) {
     let store = store(mode).await;
     populate(&store, 3).await;
-    let summary = Sweeper::new(store)
+    let summary = Sweeper::new(store.shared())
         .grace(Duration::from_secs(60))
         .sweep(None)
         .await;
     assert_eq!(summary.found, 0);
 }
 
-fn crash_prone_service(store: &DynamoStore, runs: &Runs) -> impl Handler {
-    IdempotencyLayer::new(store.clone())
+fn crash_prone_service(store: &Subject, runs: &Runs) -> impl Handler {
+    IdempotencyLayer::new(store.shared())
         .max_lease(Duration::from_millis(50))
         .layer(counting_handler(runs.clone(), Duration::ZERO))
 }
 
 /// A request whose invocation dies mid-handler, leaving its record in
 /// progress past a 50 ms lease.
-async fn crash_midway(store: &DynamoStore, key: &str) {
-    integration_tests::crash_midway(store.clone(), post("/orders", Some(key), "{}")).await;
+async fn crash_midway(store: &Subject, key: &str) {
+    integration_tests::crash_midway(store.shared(), post("/orders", Some(key), "{}")).await;
 }
 
 async fn released_key_runs_again_on_the_next_retry(mode: Discovery) {
@@ -289,10 +411,20 @@ async fn fail_policy_stores_a_problem_that_replays(mode: Discovery) {
     )
     .await
     .unwrap();
-    assert!(
-        !record.contains_key(schema::SWEEP_SHARD),
-        "failed records leave the sweep index"
-    );
+    assert_eq!(record.status, Status::Completed);
+    match &store.dynamo {
+        Some(dynamo) => {
+            let item = dynamo_item(dynamo, &record.id).await.unwrap();
+            assert!(
+                !item.contains_key(schema::SWEEP_SHARD),
+                "failed records leave the sweep index"
+            );
+        }
+        None => assert!(
+            !listed_in_progress(&store, &record.id).await,
+            "failed records leave the stuck index"
+        ),
+    }
 }
 
 async fn record_reclaimed_between_query_and_write_is_fenced(mode: Discovery) {
@@ -300,7 +432,7 @@ async fn record_reclaimed_between_query_and_write_is_fenced(mode: Discovery) {
     let id = hashed_id("reclaimed");
     claim(&store, &id, 1).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
+    let sweeper = Sweeper::new(store.shared()).grace(Duration::ZERO);
     let found = stuck(&store).await;
     assert_eq!(found.len(), 1);
 
@@ -321,14 +453,14 @@ async fn record_reclaimed_between_query_and_write_is_fenced(mode: Discovery) {
         assert_eq!(resolution, Resolution::Fenced, "{policy:?}");
     }
     let record = item(&store, &id).await.unwrap();
-    assert_eq!(record[schema::OWNER].as_s().unwrap(), "retry");
-    assert_eq!(record[schema::STATUS].as_s().unwrap(), "IN_PROGRESS");
+    assert_eq!(record.owner, "retry");
+    assert_eq!(record.status, Status::InProgress);
 }
 
 async fn two_sweepers_at_once_resolve_each_record_once(mode: Discovery) {
     let store = store(mode).await;
     let ids = populate(&store, 60).await;
-    let sweeper = Sweeper::new(store.clone())
+    let sweeper = Sweeper::new(store.shared())
         .grace(Duration::ZERO)
         .page_size(3);
     let (first, second) = (sweeper.clone(), sweeper.clone());
@@ -361,7 +493,7 @@ async fn records_with_a_recovery_point_are_resumable_unless_failing(mode: Discov
         (1, 1, 0)
     );
     let kept = item(&store, &id).await.expect("resumable record kept");
-    assert!(kept.contains_key(schema::CHECKPOINT));
+    assert!(kept.checkpoint.is_some());
     // The next retry takes over and resumes from the recovery point.
     let retry = claim_request(&id, "retry", 1);
     match store.claim(&retry).await.unwrap() {
@@ -376,14 +508,21 @@ async fn records_with_a_recovery_point_are_resumable_unless_failing(mode: Discov
     let summary = sweep_now(&store, SweepPolicy::Fail).await;
     assert_eq!((summary.found, summary.failed), (1, 1));
     let failed = item(&store, &id).await.expect("failed record kept");
-    assert_eq!(failed[schema::STATUS].as_s().unwrap(), "COMPLETED");
-    assert!(!failed.contains_key(schema::CHECKPOINT));
+    assert_eq!(failed.status, Status::Completed);
+    assert!(failed.checkpoint.is_none());
 }
 
 async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes(mode: Discovery) {
     let store = store(mode).await;
-    let ids = populate(&store, 100).await;
-    let sweeper = Sweeper::new(store.clone())
+    // Enough records that one sweep cannot resolve them all in 40 ms: a
+    // local Redis answers in tens of microseconds, DynamoDB Local in
+    // milliseconds.
+    let n = match mode {
+        Discovery::Redis | Discovery::RedisCluster => 2_000,
+        Discovery::Stream | Discovery::Index => 100,
+    };
+    let ids = populate(&store, n).await;
+    let sweeper = Sweeper::new(store.shared())
         .grace(Duration::ZERO)
         .page_size(1)
         .stop_before(Duration::from_secs(2));
@@ -391,15 +530,15 @@ async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes(mode: Disco
     let summary = sweeper.sweep(Some(now_ms() + 1000)).await;
     assert!(summary.remaining);
     assert_eq!((summary.found, summary.pages), (0, 0));
-    // 40 ms of room for 100+ single-record pages: it stops partway.
+    // 40 ms of room for n+ single-record pages: it stops partway.
     let first = sweeper.sweep(Some(now_ms() + 2040)).await;
     assert!(first.remaining, "{first:?}");
-    assert!(first.released < 100, "{first:?}");
+    assert!(first.released < n as u64, "{first:?}");
     let second = sweeper.sweep(Some(now_ms() + 60_000)).await;
     assert!(!second.remaining, "{second:?}");
     assert_eq!(
         first.released + second.released,
-        100,
+        n as u64,
         "{first:?} {second:?}"
     );
     assert_eq!(first.errors + second.errors, 0);
@@ -412,12 +551,16 @@ async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes(mode: Disco
 async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) {
     let store = store(mode).await;
     let missing = mode
-        .on(DynamoStore::new(store.client().clone(), "no-such-table"))
+        .on(DynamoStore::new(
+            store.dynamo().client().clone(),
+            "no-such-table",
+        ))
         .await;
     let summary = Sweeper::new(missing.clone()).sweep(None).await;
     let failed_reads = match mode {
         Discovery::Index => 16, // one failed query per shard
         Discovery::Stream => 1, // the table's stream cannot be found
+        Discovery::Redis | Discovery::RedisCluster => unreachable!("a test of DynamoDB alone"),
     };
     assert_eq!(summary.errors, failed_reads, "{summary:?}");
     assert_eq!(summary.pages, 0);
@@ -432,7 +575,7 @@ async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) 
     };
     let err = sweeper::handle(
         &config.sweeper(
-            store.client().clone(),
+            store.dynamo().client().clone(),
             integration_tests::streams_client().await,
         ),
         lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
@@ -458,14 +601,14 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
     let mut context = lambda_runtime::Context::default();
     context.deadline = now_ms() + 60_000;
     let config = sweeper::Config {
-        table: store.table().to_owned(),
+        table: store.dynamo().table().to_owned(),
         policy: SweepPolicy::Release,
         grace: Duration::ZERO,
         index: mode == Discovery::Index,
     };
     let summary: SweepSummary = sweeper::handle(
         &config.sweeper(
-            store.client().clone(),
+            store.dynamo().client().clone(),
             integration_tests::streams_client().await,
         ),
         lambda_runtime::LambdaEvent::new(payload, context),
@@ -521,7 +664,7 @@ async fn a_recovery_point_committed_after_the_index_was_read_keeps_the_record(mo
     let id = hashed_id("late-checkpoint");
     let lease = claim(&store, &id, 1).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
+    let sweeper = Sweeper::new(store.shared()).grace(Duration::ZERO);
     let found = stuck(&store).await;
     assert_eq!(found.len(), 1);
     assert!(!found[0].has_checkpoint);
@@ -533,7 +676,7 @@ async fn a_recovery_point_committed_after_the_index_was_read_keeps_the_record(mo
     let kept = item(&store, &id)
         .await
         .expect("the record stays for its retry");
-    assert!(kept.contains_key(schema::CHECKPOINT));
+    assert!(kept.checkpoint.is_some());
 }
 
 async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline(mode: Discovery) {
@@ -578,7 +721,7 @@ async fn a_record_live_at_one_sweep_is_found_by_a_later_one() {
     complete_now(&store, &hashed_id("done-early")).await;
     let id = hashed_id("live-then-stuck");
     claim(&store, &id, 400).await;
-    let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
+    let sweeper = Sweeper::new(store.shared()).grace(Duration::ZERO);
     let first = sweeper.sweep(None).await;
     assert_eq!((first.found, first.errors), (0, 0), "{first:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -609,7 +752,7 @@ async fn ten_thousand_stuck_records_two_sweepers_completed_ones_untouched() {
         .await;
     populate(&store, 0).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let sweeper = Sweeper::new(store.clone())
+    let sweeper = Sweeper::new(store.shared())
         .grace(Duration::ZERO)
         .concurrency(32);
     let (first, second) = (sweeper.clone(), sweeper.clone());
@@ -623,7 +766,7 @@ async fn ten_thousand_stuck_records_two_sweepers_completed_ones_untouched() {
         a.found + b.found - 10_000,
         "every other sighting was fenced"
     );
-    let left = Sweeper::new(store.clone())
+    let left = Sweeper::new(store.shared())
         .grace(Duration::ZERO)
         .sweep(None)
         .await;
@@ -652,5 +795,5 @@ async fn a_record_left_resumable_is_failed_by_a_later_fail_sweep(mode: Discovery
     let failed = sweep_now(&store, SweepPolicy::Fail).await;
     assert_eq!((failed.found, failed.failed), (1, 1), "{failed:?}");
     let record = item(&store, &id).await.expect("failed record kept");
-    assert_eq!(record[schema::STATUS].as_s().unwrap(), "COMPLETED");
+    assert_eq!(record.status, Status::Completed);
 }

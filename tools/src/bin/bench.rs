@@ -19,6 +19,13 @@
 //!   Requests are counted by an SDK interceptor around every timed call, and
 //!   per invocation kind by a separate probe (first, replay, in progress,
 //!   cached replay);
+//! - `engines N`: the same middleware on each engine in turn, DynamoDB
+//!   Local, a Redis server and a Redis Cluster (`IDEMPOTENCY_TEST_REDIS_URL`
+//!   and `IDEMPOTENCY_TEST_REDIS_CLUSTER_URL`, from
+//!   `scripts/redis-local.sh`): N first executions and N replays, then 20
+//!   conflicts with a first execution still running, after a warm-up;
+//!   requests (round trips) per invocation as each engine's counter saw
+//!   them, and p50 / p99 latency per kind;
 //! - `cpu N`: thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) per request on a
 //!   current-thread runtime and `MemoryStore`, requests built and responses
 //!   dropped in batches of 64 outside the timing, wrapped handler minus the
@@ -85,6 +92,7 @@ fn main() {
     let result = runtime.block_on(async {
         match arg(0).as_str() {
             "latency" => latency(num(1, 2000) as usize, num(2, 3) as usize).await,
+            "engines" => engines(num(1, 2000) as usize).await,
             "cpu" => cpu(num(1, 20_000) as usize).await,
             "cpu-probe" => cpu_probe(&arg(1), num(2, 1000) as usize).await,
             "cold" => cold(num(1, 10) as usize, &arg(2)).await,
@@ -1039,6 +1047,113 @@ async fn cpu_probe(kind: &str, n: usize) -> Result<Value> {
     };
     let mean = cost.cpu.iter().sum::<f64>() / cost.cpu.len().max(1) as f64;
     Ok(json!({"requests": n, "cpu_ns_per_request": mean}))
+}
+
+/// Conflicts timed per engine: each waits on one first execution still running.
+const CONFLICTS: usize = 20;
+
+async fn engines(n: usize) -> Result<Value> {
+    let (dynamo, dynamo_counter) = integration_tests::dynamo_store().await;
+    let redis = integration_tests::redis_store().await;
+    let redis_counter = redis.clone();
+    let cluster = integration_tests::redis_cluster_store().await;
+    let cluster_counter = cluster.clone();
+    let rows = vec![
+        engine(
+            "DynamoDB Local",
+            Arc::new(dynamo),
+            &move || dynamo_counter.get(),
+            n,
+        )
+        .await?,
+        engine(
+            "Redis",
+            Arc::new(redis),
+            &move || redis_counter.round_trips(),
+            n,
+        )
+        .await?,
+        engine(
+            "Redis Cluster (3 primaries)",
+            Arc::new(cluster),
+            &move || cluster_counter.round_trips(),
+            n,
+        )
+        .await?,
+    ];
+    Ok(
+        json!({"iterations": n, "conflicts": CONFLICTS, "body_bytes": body().len(), "engines": rows}),
+    )
+}
+
+/// One engine's row: requests per invocation kind and latency percentiles.
+async fn engine(
+    name: &str,
+    store: Arc<dyn Store>,
+    requests: &(dyn Fn() -> u64 + Sync),
+    n: usize,
+) -> Result<Value> {
+    let svc = IdempotencyLayer::new(store.clone()).layer(handler(Duration::ZERO));
+    let mut fresh = Fresh::default();
+    let mut kinds: BTreeMap<&str, (Vec<f64>, u64)> = BTreeMap::new();
+    // Round 0 warms connections and the engine, and is not recorded.
+    for round in 0..2 {
+        let calls = if round == 0 { n.min(300) } else { n };
+        for _ in 0..calls {
+            let key = fresh.key("engine");
+            for (kind, ok) in [
+                (
+                    "first",
+                    (|res: &Response<Body>| res.status() == 201) as fn(&_) -> bool,
+                ),
+                ("replay", is_replayed),
+            ] {
+                let before = requests();
+                let (us, res) = timed_call(&svc, request(&key)).await?;
+                if !ok(&res) {
+                    return Err(format!("{name}: {kind} answered {}", res.status()));
+                }
+                if round == 1 {
+                    let entry = kinds.entry(kind).or_default();
+                    entry.0.push(us);
+                    entry.1 += requests() - before;
+                }
+            }
+        }
+    }
+    let slow = IdempotencyLayer::new(store).layer(handler(Duration::from_secs(2)));
+    let busy = fresh.key("busy");
+    let running = tokio::spawn(slow.oneshot(request(&busy)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..CONFLICTS {
+        let before = requests();
+        let (us, res) = timed_call(&svc, request(&busy)).await?;
+        if res.status() != 409 {
+            return Err(format!("{name}: in progress answered {}", res.status()));
+        }
+        let entry = kinds.entry("in_progress").or_default();
+        entry.0.push(us);
+        entry.1 += requests() - before;
+    }
+    running
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let mut per_call = serde_json::Map::new();
+    let mut latency = serde_json::Map::new();
+    for (kind, (mut us, counted)) in kinds {
+        per_call.insert(kind.into(), json!(counted as f64 / us.len().max(1) as f64));
+        us.sort_by(|a, b| a.total_cmp(b));
+        let at = |q: f64| {
+            us.get(((us.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+        };
+        latency.insert(
+            kind.into(),
+            json!({"p50": at(0.5), "p99": at(0.99), "calls": us.len()}),
+        );
+    }
+    Ok(json!({"engine": name, "requests": per_call, "latency_us": latency}))
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -1,0 +1,34 @@
+-- Complete a record, fenced on status, attempt and owner (rules 2 and 4).
+-- KEYS[1]: the record, KEYS[2]: the stuck index of its hash slot.
+-- ARGV: id, attempt, owner, expires_at_s, response status, headers,
+-- body kind, body ('' for none), encoding ('' or 'gzip'), and when the key
+-- itself goes (epoch seconds, a grace after expires_at_s).
+-- Returns 1 when completed, 2 when it already is by this same lease (our own
+-- write coming back), 0 when fenced (nothing written).
+local record, index = KEYS[1], KEYS[2]
+local f = redis.call('HMGET', record, 'status', 'attempt', 'owner')
+if f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
+  return 0
+end
+if f[1] == 'COMPLETED' then
+  return 2
+end
+if f[1] ~= 'IN_PROGRESS' then
+  return 0
+end
+redis.call('HSET', record, 'status', 'COMPLETED', 'expires', ARGV[4],
+  'response_status', ARGV[5], 'response_headers', ARGV[6], 'response_body_kind', ARGV[7])
+if ARGV[8] == '' then
+  redis.call('HDEL', record, 'response_body')
+else
+  redis.call('HSET', record, 'response_body', ARGV[8])
+end
+if ARGV[9] == '' then
+  redis.call('HDEL', record, 'response_encoding')
+else
+  redis.call('HSET', record, 'response_encoding', ARGV[9])
+end
+redis.call('HDEL', record, 'checkpoint')
+redis.call('EXPIREAT', record, ARGV[10])
+redis.call('ZREM', index, ARGV[1])
+return 1

@@ -1,0 +1,1203 @@
+//! [`RedisStore`]: records in Redis or Valkey.
+//!
+//! Layout, under a key prefix (default `idempotency:`):
+//!
+//! - one hash per record, `<prefix>{<shard>}r:<id>`, with a field per
+//!   [`Record`] field (responses binary-safe, bodies gzip-compressed where
+//!   the DynamoDB store would compress them) and a key TTL five minutes
+//!   past the record's expiry (the scripts treat it as absent from its
+//!   expiry on);
+//! - one sorted set per shard, `<prefix>{<shard>}stuck`: the ids of the
+//!   records in progress, scored by lease end, where the sweeper finds stuck
+//!   records without `KEYS` or `SCAN`.
+//!
+//! `<shard>` is the first hex digit of the record id (16 shards, as the
+//! DynamoDB sweep index has): it is the Redis Cluster hash tag, so a record
+//! and its shard's index live in one hash slot and every script touches one
+//! slot. Records spread over 16 slots, hence over up to 16 primaries of a
+//! cluster ([`RedisStoreBuilder::cluster`]).
+//!
+//! Every write is one Lua script (so one round trip), evaluated atomically
+//! by the server with the same rules as [`MemoryStore`](crate::MemoryStore)
+//! (docs/DESIGN.md section 4).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, ScriptInvocation, Value};
+
+use crate::error::{Error, ErrorKind};
+use crate::record::{Record, StoredResponse};
+use crate::store::{
+    fit, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Fitted, Lease, RecordPage, Resolution,
+    Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+};
+
+mod codec;
+
+use codec::{bytes, checkpoint_json, corrupt, decode, encode_headers, hash_fields, number, text};
+
+/// The key prefix when none is given.
+const DEFAULT_PREFIX: &str = "idempotency:";
+/// Shards of the stuck index, hence hash slots the records spread over.
+const SHARDS: u8 = 16;
+/// How long a key outlives its record's expiry, in seconds. The scripts
+/// treat an expired record as absent right away; the key stays a little
+/// (as a DynamoDB item stays until its TTL deletion runs) so a new life of
+/// the key goes on counting attempts from the last one, and operators and
+/// the sweeper still see what expired.
+const EXPIRY_GRACE_S: u64 = 300;
+
+/// The scripts' sources: claim, complete, release, checkpoint, resolve, stuck.
+const SOURCES: [&str; 6] = [
+    include_str!("claim.lua"),
+    include_str!("complete.lua"),
+    include_str!("release.lua"),
+    include_str!("checkpoint.lua"),
+    include_str!("resolve.lua"),
+    include_str!("stuck.lua"),
+];
+
+/// The scripts, hashed once per process.
+struct Scripts {
+    claim: Script,
+    complete: Script,
+    release: Script,
+    checkpoint: Script,
+    resolve: Script,
+    stuck: Script,
+}
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let [claim, complete, release, checkpoint, resolve, stuck] = SOURCES.map(Script::new);
+    Scripts {
+        claim,
+        complete,
+        release,
+        checkpoint,
+        resolve,
+        stuck,
+    }
+});
+
+/// A [`Store`] on Redis or Valkey (feature `redis`). Cheap to clone: clones
+/// share one multiplexed connection, re-established when it drops.
+///
+/// - claim: one script, one round trip (a new life, a takeover of an
+///   abandoned attempt of the same request, our own claim after a lost
+///   response, or the record as it is);
+/// - complete, release, checkpoint, and the sweeper's resolution: one
+///   script each, fenced on status, attempt and owner;
+/// - expiry: the key's TTL, and every script treats a record past its
+///   expiry as absent (the caller's clock decides, as on DynamoDB);
+/// - stuck records: a sorted set by lease end per hash slot, kept by the
+///   same scripts;
+/// - one server (with its replicas), or a Redis Cluster
+///   ([`RedisStoreBuilder::cluster`]): every script touches one hash slot.
+///
+/// What the server must be: `maxmemory-policy noeviction` (every key has a
+/// TTL, so the `volatile-*` policies may evict records too, and an evicted
+/// record lets its key run again), and a primary that does not lose
+/// acknowledged writes. Replication to replicas is asynchronous: a failover
+/// can lose the last writes, a claim included, so a retry right then may run
+/// the handler again; DynamoDB's writes are durable when acknowledged.
+///
+/// ```no_run
+/// use lambda_idempotency::{IdempotencyLayer, RedisStore};
+///
+/// # async fn f() -> Result<(), lambda_idempotency::Error> {
+/// // AUTH, TLS (`rediss://`) and the database number come from the URL.
+/// let store = RedisStore::builder("rediss://default:secret@cache.example.com:6379/0")
+///     .key_prefix("orders:")
+///     .connect()
+///     .await?;
+/// let layer = IdempotencyLayer::new(store);
+/// # let _ = layer; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: CountedConnection,
+    prefix: Arc<str>,
+    /// `host:port`, for messages (never the URL: it may hold a password).
+    server: Arc<str>,
+    max_response_bytes: usize,
+    /// The server is a Redis Cluster.
+    cluster: bool,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("server", &self.server)
+            .field("cluster", &self.cluster)
+            .field("prefix", &self.prefix)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish()
+    }
+}
+
+/// Options of a [`RedisStore`]: see [`RedisStore::builder`].
+#[derive(Clone)]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    max_response_bytes: usize,
+    cluster: bool,
+}
+
+impl std::fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: not printed.
+        f.debug_struct("RedisStoreBuilder")
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStoreBuilder {
+    /// Prefix of every key the store writes (default `idempotency:`), so
+    /// several applications or environments can share one database. It
+    /// cannot contain `{` or `}`: the store's own hash tag follows it.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long one connection attempt may take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long the server may take to answer one command (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Keep responses up to `bytes` (body after compression plus headers;
+    /// default [`DEFAULT_MAX_RESPONSE_BYTES`], as on DynamoDB). Larger ones
+    /// complete with a problem marker instead.
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// The URL names one node of a Redis Cluster (cluster mode enabled:
+    /// ElastiCache, MemoryDB, ElastiCache Serverless): the store learns the
+    /// cluster's slots from it and sends each script to the node of its
+    /// keys' slot. Every script touches one slot, so no script spans nodes.
+    /// A cluster has database 0 only. [`Store::scan`] reads each shard on
+    /// the node that holds it.
+    pub fn cluster(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+
+    /// The store, connecting on first use: nothing is sent yet, so an
+    /// unreachable server shows up as [`ErrorKind::StoreUnavailable`] on the
+    /// first operation. Must be called inside a Tokio runtime.
+    ///
+    /// Fails with [`ErrorKind::InvalidConfig`] when the URL is not a Redis
+    /// URL, the prefix holds a brace, or there is no Tokio runtime.
+    pub fn open(self) -> Result<RedisStore, Error> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "the Redis key prefix `{}` contains a brace; braces mark the hash tag the \
+                     store adds itself, so use a prefix without `{{` or `}}`",
+                    self.prefix
+                ),
+            ));
+        }
+        let client = ::redis::Client::open(self.url.as_str()).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "not a Redis URL ({}); write it as redis://[user:password@]host[:port][/db] \
+                     or rediss:// for TLS",
+                    e.detail().unwrap_or("it does not parse")
+                ),
+            )
+        })?;
+        let addr = client.get_connection_info().addr();
+        let server: Arc<str> = Arc::from(addr.to_string());
+        if matches!(addr, ::redis::ConnectionAddr::TcpTls { .. }) {
+            // rustls needs a process-wide crypto provider; another part of
+            // the program may have installed one already, which is as good.
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "a RedisStore must be opened inside a Tokio runtime (its connection runs as a \
+                 task); open it in `main` after `#[tokio::main]`",
+            ));
+        }
+        let cannot = |e: RedisError| {
+            Error::with_source(
+                ErrorKind::InvalidConfig,
+                format!("cannot set up the connection to Redis at {server}: {e}"),
+                e,
+            )
+        };
+        let connection = if self.cluster {
+            let cluster = ::redis::cluster::ClusterClient::builder([self.url.as_str()])
+                .connection_timeout(self.connect_timeout)
+                .response_timeout(self.response_timeout)
+                // As below: an unreachable cluster fails the request soon.
+                .retries(1)
+                .min_retry_wait(20)
+                .max_retry_wait(200)
+                .build()
+                .map_err(cannot)?;
+            Connection::Cluster(
+                cluster.get_pending_async_connection_with_config(
+                    ::redis::cluster::ClusterConfig::new()
+                        .set_connection_timeout(self.connect_timeout)
+                        .set_response_timeout(self.response_timeout),
+                ),
+            )
+        } else {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(self.connect_timeout))
+                .set_response_timeout(Some(self.response_timeout))
+                // An unreachable server fails the request soon (503, fail
+                // closed) rather than after seconds of reconnection
+                // attempts; the next request tries again.
+                .set_number_of_retries(1)
+                .set_min_delay(Duration::from_millis(20))
+                .set_max_delay(Duration::from_millis(200));
+            Connection::Single(
+                ConnectionManager::new_lazy_with_config(client, config).map_err(cannot)?,
+            )
+        };
+        Ok(RedisStore {
+            connection: CountedConnection {
+                inner: connection,
+                round_trips: Arc::new(AtomicU64::new(0)),
+            },
+            prefix: Arc::from(self.prefix),
+            server,
+            max_response_bytes: self.max_response_bytes,
+            cluster: self.cluster,
+        })
+    }
+
+    /// The store, connected: the server answered and holds the store's
+    /// scripts. Fails with [`ErrorKind::StoreUnavailable`] naming the server
+    /// when it cannot be reached, so a function can fail at start. Logs a
+    /// warning when the server may evict keys (any `maxmemory-policy` but
+    /// `noeviction`).
+    pub async fn connect(self) -> Result<RedisStore, Error> {
+        let store = self.open()?;
+        // Through the connection itself: loading is not an operation of
+        // the store, so it is not counted in `round_trips`. One command at
+        // a time: a cluster sends `SCRIPT LOAD` to every primary.
+        let mut connection = store.connection.inner.clone();
+        for source in SOURCES {
+            let _: Value = ::redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(source)
+                .query_async(&mut connection)
+                .await
+                .map_err(|e| store.unavailable("loading its scripts", e))?;
+        }
+        let info: Value = ::redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| store.unavailable("reading its memory settings", e))?;
+        // A cluster answers per node; each node's policy is its own.
+        let info = match &info {
+            Value::Map(nodes) => nodes.iter().filter_map(|(_, v)| text(v)).collect(),
+            other => text(other).unwrap_or_default(),
+        };
+        match eviction_policy(&info) {
+            Some("noeviction") | None => {}
+            Some(policy) => tracing::warn!(
+                server = %store.server,
+                policy,
+                "the Redis server may evict keys when its memory is full (maxmemory-policy \
+                 {policy}); an evicted idempotency record lets its key run again: set \
+                 maxmemory-policy to noeviction"
+            ),
+        }
+        Ok(store)
+    }
+}
+
+impl RedisStore {
+    /// Options for a store on the server at `url`
+    /// (`redis://[user:password@]host[:port][/db]`, or `rediss://` for TLS;
+    /// the database number and the credentials are used as written).
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            cluster: false,
+        }
+    }
+
+    /// A store on `url` with the default options, connected and checked
+    /// (see [`RedisStoreBuilder::connect`]).
+    pub async fn connect(url: impl Into<String>) -> Result<RedisStore, Error> {
+        Self::builder(url).connect().await
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Round trips to the server made by this store's operations so far (a
+    /// script is one; a script the server had not cached yet costs two
+    /// more, once; a retry after a dropped connection counts).
+    pub fn round_trips(&self) -> u64 {
+        self.connection.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// The key prefix and hash tag of a shard's keys.
+    fn slot_prefix(&self, shard: u8) -> String {
+        format!("{}{{{shard:x}}}", self.prefix)
+    }
+
+    fn record_key(&self, record_id: &str) -> String {
+        format!("{}r:{record_id}", self.slot_prefix(shard_of(record_id)))
+    }
+
+    fn index_key(&self, shard: u8) -> String {
+        format!("{}stuck", self.slot_prefix(shard))
+    }
+
+    fn unavailable(&self, op: &str, err: RedisError) -> Error {
+        if err.code() == Some("WRONGTYPE") {
+            return Error::with_source(
+                ErrorKind::CorruptRecord,
+                format!(
+                    "a key of the idempotency store at {} (prefix `{}`) holds another type \
+                     ({op}): another application writes under this prefix; give the store a \
+                     prefix of its own",
+                    self.server, self.prefix
+                ),
+                err,
+            );
+        }
+        if err.kind() == ::redis::ErrorKind::InvalidClientConfig {
+            return Error::with_source(
+                ErrorKind::InvalidConfig,
+                format!(
+                    "the Redis URL for {} asks for what this build cannot do ({op}): {err}; \
+                     fix the URL",
+                    self.server
+                ),
+                err,
+            );
+        }
+        let what = if err.is_connection_refusal() {
+            "refused the connection"
+        } else if err.is_timeout() {
+            "did not answer in time"
+        } else if err.is_connection_dropped() {
+            "dropped the connection"
+        } else if err.is_io_error() {
+            "could not be reached"
+        } else if err.kind() == ::redis::ErrorKind::AuthenticationFailed {
+            "refused the credentials"
+        } else {
+            "answered with an error"
+        };
+        Error::with_source(
+            ErrorKind::StoreUnavailable,
+            format!(
+                "Redis at {} {what} ({op}): {err}; check that the server is up and reachable \
+                 from here (host, port, TLS, credentials, network rules), then retry",
+                self.server
+            ),
+            err,
+        )
+    }
+
+    /// Run a script; a command that failed because the connection dropped
+    /// or could not be made is sent once more (every script is safe to
+    /// repeat: rules 3 and 4 of docs/DESIGN.md section 4).
+    async fn eval(&self, op: &str, invocation: &ScriptInvocation<'_>) -> Result<Value, Error> {
+        let mut connection = self.connection.clone();
+        let mut retried = false;
+        loop {
+            match invocation.invoke_async::<Value>(&mut connection).await {
+                Ok(value) => return Ok(value),
+                Err(err)
+                    if !retried
+                        && (err.is_connection_dropped()
+                            || err.is_connection_refusal()
+                            || (err.is_io_error() && !err.is_timeout())) =>
+                {
+                    retried = true;
+                }
+                Err(err) => return Err(self.unavailable(op, err)),
+            }
+        }
+    }
+
+    /// A reply the scripts never give.
+    fn unexpected(&self, op: &str, reply: &Value) -> Error {
+        Error::new(
+            ErrorKind::StoreUnavailable,
+            format!(
+                "Redis at {} answered {op} with {reply:?}, which the store's script never \
+                 returns; is another program loading scripts under the same hash?",
+                self.server
+            ),
+        )
+    }
+
+    /// The fenced completion's arguments after id, attempt and owner.
+    fn completion_args(
+        &self,
+        invocation: &mut ScriptInvocation<'_>,
+        response: &StoredResponse,
+        expires_at_s: u64,
+    ) -> Completion {
+        let Fitted {
+            response: stored,
+            body,
+            gzip,
+            completion,
+        } = fit(response, self.max_response_bytes);
+        invocation
+            .arg(expires_at_s)
+            .arg(stored.status)
+            .arg(encode_headers(&stored.headers))
+            .arg(stored.body.kind())
+            .arg(body.as_ref())
+            .arg(if gzip { "gzip" } else { "" })
+            .arg(expires_at_s.saturating_add(EXPIRY_GRACE_S));
+        completion
+    }
+
+    fn checkpoint_of(&self, record_id: &str, value: &Value) -> Result<Option<Checkpoint>, Error> {
+        bytes(value)
+            .map(|b| codec::parse_checkpoint(record_id, b))
+            .transpose()
+    }
+
+    /// One `SCAN` batch of record keys: of the whole server (`None`), or of
+    /// one shard, read on the cluster node that holds its slot (each
+    /// shard's keys matched alone, so a node holding several shards' slots
+    /// lists each key once).
+    async fn scan_batch(
+        &self,
+        shard: Option<u8>,
+        cursor: u64,
+        count: usize,
+    ) -> Result<(u64, Vec<String>), Error> {
+        let tag = match shard {
+            Some(shard) => format!("{{{shard:x}}}"),
+            None => "{?}".to_owned(),
+        };
+        let mut command = ::redis::cmd("SCAN");
+        command
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{}{tag}r:*", glob_literal(&self.prefix)))
+            .arg("COUNT")
+            .arg(count);
+        let reply = match (&self.connection.inner, shard) {
+            (Connection::Cluster(cluster), Some(shard)) => {
+                use ::redis::cluster_routing::{
+                    Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+                };
+                self.connection.round_trips.fetch_add(1, Ordering::Relaxed);
+                let node = Route::with_key(self.index_key(shard), SlotAddr::Master);
+                cluster
+                    .clone()
+                    .route_command(
+                        command,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(node)),
+                    )
+                    .await
+            }
+            _ => command.query_async(&mut self.connection.clone()).await,
+        }
+        .map_err(|e| self.unavailable("scan", e))?;
+        ::redis::from_redis_value(reply).map_err(|e| self.unavailable("scan", e.into()))
+    }
+
+    /// One shard's page of stuck records after `after` (lease, id).
+    async fn stuck_in_shard(
+        &self,
+        shard: u8,
+        cutoff_ms: u64,
+        after: Option<(u64, String)>,
+        limit: usize,
+    ) -> Result<(Vec<StuckRecord>, bool), Error> {
+        let (after_lease, after_id) = match after {
+            Some((lease, id)) => (lease.to_string(), id),
+            None => (String::new(), String::new()),
+        };
+        let reply = self
+            .eval(
+                "listing stuck records",
+                SCRIPTS
+                    .stuck
+                    .key(self.index_key(shard))
+                    .arg(format!("{}r:", self.slot_prefix(shard)))
+                    .arg(cutoff_ms)
+                    .arg(after_lease)
+                    .arg(after_id)
+                    .arg(limit),
+            )
+            .await?;
+        let Value::Array(parts) = &reply else {
+            return Err(self.unexpected("the stuck listing", &reply));
+        };
+        let (Some(more), Some(Value::Array(flat))) = (parts.first().and_then(number), parts.get(1))
+        else {
+            return Err(self.unexpected("the stuck listing", &reply));
+        };
+        let mut records = Vec::with_capacity(flat.len() / 5);
+        for entry in flat.chunks(5) {
+            match entry {
+                [id, attempt, owner, lease, has_checkpoint] => {
+                    match (text(id), number(attempt), text(owner), number(lease)) {
+                        (Some(id), Some(attempt), Some(owner), Some(lease)) => {
+                            records.push(StuckRecord {
+                                id,
+                                attempt,
+                                owner,
+                                lease_expires_at_ms: lease,
+                                has_checkpoint: number(has_checkpoint) == Some(1),
+                            })
+                        }
+                        // Cannot be resolved safely without its fence: logged, left.
+                        _ => tracing::warn!(
+                            shard,
+                            "a stuck record's attempt, owner or lease is not readable; skipped"
+                        ),
+                    }
+                }
+                _ => return Err(self.unexpected("the stuck listing", &reply)),
+            }
+        }
+        Ok((records, more == 1))
+    }
+}
+
+/// The shard of a record: the first hex digit of its id when the id is a
+/// hex hash (as every id this crate makes is), else the first hex digit of
+/// the id's SHA-256, so any id spreads evenly.
+fn shard_of(record_id: &str) -> u8 {
+    match record_id.chars().next() {
+        Some(c @ ('0'..='9' | 'a'..='f')) => c.to_digit(16).map_or(0, |d| d as u8),
+        _ => {
+            use sha2::{Digest, Sha256};
+            Sha256::digest(record_id.as_bytes())[0] >> 4
+        }
+    }
+}
+
+/// The `maxmemory_policy` of an `INFO memory` answer. Every key of the store
+/// has a TTL, so any policy but `noeviction` may evict records.
+fn eviction_policy(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+        .map(str::trim)
+}
+
+/// Where a stuck listing goes on: a shard, and within it the (lease, id)
+/// of the last record listed.
+fn encode_cursor(shard: u8, after: Option<(u64, &str)>) -> SweepCursor {
+    SweepCursor(match after {
+        Some((lease, id)) => format!("{shard:x}:{lease}:{id}"),
+        None => format!("{shard:x}"),
+    })
+}
+
+fn decode_cursor(cursor: &SweepCursor) -> Result<(u8, Option<(u64, String)>), Error> {
+    let invalid = || {
+        Error::new(
+            ErrorKind::InvalidConfig,
+            format!(
+                "`{}` is not a cursor of a Redis store's stuck listing; start the listing over",
+                cursor.0
+            ),
+        )
+    };
+    let mut parts = cursor.0.splitn(3, ':');
+    let shard = parts
+        .next()
+        .and_then(|s| u8::from_str_radix(s, 16).ok())
+        .filter(|s| *s < SHARDS)
+        .ok_or_else(invalid)?;
+    match (parts.next(), parts.next()) {
+        (None, _) => Ok((shard, None)),
+        (Some(lease), Some(id)) => Ok((
+            shard,
+            Some((lease.parse().map_err(|_| invalid())?, id.to_owned())),
+        )),
+        (Some(_), None) => Err(invalid()),
+    }
+}
+
+/// Where a scan goes on: `*` (the whole server) or the shard being read on
+/// a cluster, SCAN's cursor, and the keys of its batch already listed.
+fn encode_scan_cursor(shard: Option<u8>, cursor: u64, listed: usize) -> String {
+    match shard {
+        Some(shard) => format!("{shard:x}:{cursor}:{listed}"),
+        None => format!("*:{cursor}:{listed}"),
+    }
+}
+
+fn decode_scan_cursor(text: &str, cluster: bool) -> Option<(Option<u8>, u64, usize)> {
+    let mut parts = text.split(':');
+    let (what, cursor, listed) = (parts.next()?, parts.next()?, parts.next()?);
+    let shard = match (what, cluster) {
+        ("*", false) => None,
+        (hex, true) => Some(u8::from_str_radix(hex, 16).ok().filter(|s| *s < SHARDS)?),
+        _ => return None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((shard, cursor.parse().ok()?, listed.parse().ok()?))
+}
+
+/// `text` as a literal in a `SCAN ... MATCH` pattern.
+fn glob_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
+        let shard = shard_of(&request.record_id);
+        let reply = self
+            .eval(
+                "claim",
+                SCRIPTS
+                    .claim
+                    .key(self.record_key(&request.record_id))
+                    .key(self.index_key(shard))
+                    .arg(&request.record_id)
+                    .arg(&request.fingerprint)
+                    .arg(&request.owner)
+                    .arg(request.now_ms)
+                    .arg(request.lease_expires_at_ms)
+                    .arg(request.expires_at_s)
+                    .arg(request.expires_at_s.saturating_add(EXPIRY_GRACE_S)),
+            )
+            .await?;
+        let parts = match &reply {
+            Value::Array(parts) => parts.as_slice(),
+            _ => return Err(self.unexpected("claim", &reply)),
+        };
+        let id = &request.record_id;
+        match parts {
+            [tag, attempt, checkpoint] if number(tag) == Some(1) => {
+                let attempt = number(attempt).ok_or_else(|| self.unexpected("claim", &reply))?;
+                Ok(ClaimOutcome::Claimed(Lease {
+                    record_id: id.clone(),
+                    owner: request.owner.clone(),
+                    fingerprint: request.fingerprint.clone(),
+                    attempt,
+                    recovered: self.checkpoint_of(id, checkpoint)?,
+                }))
+            }
+            // Rule 3: our own earlier try of this claim went through.
+            [tag, attempt, fingerprint, checkpoint] if number(tag) == Some(2) => {
+                match (number(attempt), text(fingerprint)) {
+                    (Some(attempt), Some(fingerprint)) => Ok(ClaimOutcome::Claimed(Lease {
+                        record_id: id.clone(),
+                        owner: request.owner.clone(),
+                        fingerprint,
+                        attempt,
+                        recovered: self.checkpoint_of(id, checkpoint)?,
+                    })),
+                    _ => Err(corrupt(id, "its attempt or fingerprint is not readable")),
+                }
+            }
+            [tag, record] if number(tag) == Some(0) => {
+                let fields = hash_fields(record.clone())
+                    .ok_or_else(|| corrupt(id, "its fields are not strings"))?;
+                Ok(ClaimOutcome::Exists(decode(id, &fields)?))
+            }
+            [tag, why] if number(tag) == Some(3) => Err(corrupt(
+                id,
+                &text(why).unwrap_or_else(|| "it is not a record".into()),
+            )),
+            _ => Err(self.unexpected("claim", &reply)),
+        }
+    }
+
+    async fn complete(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+    ) -> Result<Completion, Error> {
+        let mut invocation = SCRIPTS.complete.prepare_invoke();
+        invocation
+            .key(self.record_key(&lease.record_id))
+            .key(self.index_key(shard_of(&lease.record_id)))
+            .arg(&lease.record_id)
+            .arg(lease.attempt)
+            .arg(&lease.owner);
+        let completion = self.completion_args(&mut invocation, response, expires_at_s);
+        let reply = self.eval("complete", &invocation).await?;
+        match number(&reply) {
+            // 2: completed by this very lease already (our own write again).
+            Some(1 | 2) => Ok(completion),
+            Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+            _ => Err(self.unexpected("complete", &reply)),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        let reply = self
+            .eval(
+                "release",
+                SCRIPTS
+                    .release
+                    .key(self.record_key(&lease.record_id))
+                    .key(self.index_key(shard_of(&lease.record_id)))
+                    .arg(&lease.record_id)
+                    .arg(lease.attempt)
+                    .arg(&lease.owner),
+            )
+            .await?;
+        match number(&reply) {
+            Some(1) => Ok(()),
+            Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+            _ => Err(self.unexpected("release", &reply)),
+        }
+    }
+
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+        let reply = self
+            .eval(
+                "checkpoint",
+                SCRIPTS
+                    .checkpoint
+                    .key(self.record_key(&lease.record_id))
+                    .arg(lease.attempt)
+                    .arg(&lease.owner)
+                    .arg(checkpoint_json(checkpoint)),
+            )
+            .await?;
+        match number(&reply) {
+            Some(1) => Ok(()),
+            Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+            _ => Err(self.unexpected("checkpoint", &reply)),
+        }
+    }
+
+    async fn stuck(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+    ) -> Result<StuckPage, Error> {
+        let limit = limit.max(1);
+        let (mut shard, mut after) = match cursor {
+            Some(cursor) => decode_cursor(&cursor)?,
+            None => (0, None),
+        };
+        let mut page = StuckPage::default();
+        while shard < SHARDS {
+            let wanted = limit - page.records.len();
+            match self.stuck_in_shard(shard, cutoff_ms, after, wanted).await {
+                Ok((records, more)) => {
+                    page.reads += 1;
+                    page.records.extend(records);
+                    if more {
+                        let last = page.records.last().map(|r| (r.lease_expires_at_ms, &*r.id));
+                        page.next = Some(encode_cursor(shard, last));
+                        return Ok(page);
+                    }
+                }
+                Err(err) => {
+                    // One unreadable shard costs that shard, not the sweep:
+                    // the page ends here (a server that does not answer
+                    // costs one timeout per page, and the sweeper minds its
+                    // deadline between pages) and the listing goes on with
+                    // the next shard.
+                    page.failed_reads += 1;
+                    tracing::error!(
+                        shard,
+                        error = %err,
+                        "reading a shard of the stuck index failed; the next sweep retries it"
+                    );
+                    page.next = (shard + 1 < SHARDS).then(|| encode_cursor(shard + 1, None));
+                    return Ok(page);
+                }
+            }
+            shard += 1;
+            after = None;
+            if page.records.len() >= limit && shard < SHARDS {
+                page.next = Some(encode_cursor(shard, None));
+                return Ok(page);
+            }
+        }
+        Ok(page)
+    }
+
+    async fn resolve_stuck(
+        &self,
+        record: &StuckRecord,
+        how: Resolve<'_>,
+        cutoff_ms: u64,
+        now_ms: u64,
+    ) -> Result<Resolution, Error> {
+        let mut invocation = SCRIPTS.resolve.prepare_invoke();
+        invocation
+            .key(self.record_key(&record.id))
+            .key(self.index_key(shard_of(&record.id)))
+            .arg(&record.id)
+            .arg(record.attempt)
+            .arg(&record.owner)
+            .arg(cutoff_ms)
+            .arg(now_ms);
+        match how {
+            Resolve::Release => {
+                invocation.arg("release");
+            }
+            Resolve::Fail {
+                response,
+                expires_at_s,
+            } => {
+                invocation.arg("fail");
+                self.completion_args(&mut invocation, response, expires_at_s);
+            }
+        }
+        let reply = self.eval("resolving a stuck record", &invocation).await?;
+        match bytes(&reply) {
+            Some(b"released") => Ok(Resolution::Released),
+            Some(b"failed") => Ok(Resolution::Failed),
+            Some(b"resumable") => Ok(Resolution::Resumable),
+            Some(b"fenced") => Ok(Resolution::Fenced),
+            _ => Err(self.unexpected("resolving a stuck record", &reply)),
+        }
+    }
+
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        let mut connection = self.connection.clone();
+        let reply: Value = ::redis::cmd("HGETALL")
+            .arg(self.record_key(record_id))
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| self.unavailable("get", e))?;
+        let fields =
+            hash_fields(reply).ok_or_else(|| corrupt(record_id, "its fields are not strings"))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(unsized_record(decode(record_id, &fields)?)))
+    }
+
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
+        let limit = limit.clamp(1, 1000);
+        // The cursor: what is scanned (`*`: the server; a shard: its node
+        // of a cluster), SCAN's cursor, and how many keys of its batch were
+        // listed already (SCAN's COUNT is a hint; pages hold at most
+        // `limit`).
+        let first = if self.cluster { Some(0) } else { None };
+        let (mut shard, mut scan_cursor, mut skip) = match &cursor {
+            Some(c) => decode_scan_cursor(&c.0, self.cluster).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!(
+                        "`{}` is not a cursor of this Redis store's scan; start over",
+                        c.0
+                    ),
+                )
+            })?,
+            None => (first, 0, 0),
+        };
+        let (keys, next) = loop {
+            let (next, keys) = self.scan_batch(shard, scan_cursor, limit).await?;
+            let remaining: Vec<String> = keys.into_iter().skip(skip).collect();
+            if remaining.len() > limit {
+                let listed = skip + limit;
+                break (
+                    remaining.into_iter().take(limit).collect(),
+                    Some(encode_scan_cursor(shard, scan_cursor, listed)),
+                );
+            }
+            // Where the scan goes on once this batch is listed.
+            let after = match (next, shard) {
+                (0, Some(s)) if s + 1 < SHARDS => Some((Some(s + 1), 0)),
+                (0, _) => None,
+                (next, shard) => Some((shard, next)),
+            };
+            match after {
+                // An empty batch of a scan that goes on: read the next one.
+                Some((next_shard, next_cursor)) if remaining.is_empty() => {
+                    (shard, scan_cursor, skip) = (next_shard, next_cursor, 0);
+                }
+                after => {
+                    break (
+                        remaining,
+                        after.map(|(shard, next)| encode_scan_cursor(shard, next, 0)),
+                    )
+                }
+            }
+        };
+        let mut connection = self.connection.clone();
+        let mut page = RecordPage {
+            next: next.map(SweepCursor),
+            ..RecordPage::default()
+        };
+        if keys.is_empty() {
+            return Ok(page);
+        }
+        let mut pipeline = ::redis::pipe();
+        // A key of another type under the prefix is skipped, not the page.
+        pipeline.ignore_errors();
+        for key in &keys {
+            pipeline.cmd("HGETALL").arg(key);
+        }
+        let hashes: Vec<Value> = pipeline
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| self.unavailable("scan", e))?;
+        for (key, hash) in keys.iter().zip(hashes) {
+            let id = key.split_once("}r:").map(|(_, id)| id).unwrap_or(key);
+            match hash_fields(hash).map(|fields| (fields.is_empty(), decode(id, &fields))) {
+                // Expired between SCAN and HGETALL.
+                Some((true, _)) => {}
+                Some((false, Ok(record))) => page.records.push(unsized_record(record)),
+                Some((false, Err(err))) => {
+                    page.skipped += 1;
+                    tracing::warn!(error = %err, "a key under the store's prefix is not an idempotency record; skipped");
+                }
+                None => page.skipped += 1,
+            }
+        }
+        Ok(page)
+    }
+
+    fn describe(&self) -> String {
+        let what = if self.cluster {
+            "Redis Cluster"
+        } else {
+            "Redis"
+        };
+        format!("{what} at {} (key prefix `{}`)", self.server, self.prefix)
+    }
+}
+
+/// A record as [`Store::get`] returns it here: Redis bills no size per item.
+fn unsized_record(record: Record) -> StoredRecord {
+    StoredRecord {
+        record,
+        size_bytes: None,
+        write_units: None,
+    }
+}
+
+/// The connection to a server or to a cluster.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The connection, counting the round trips made through it.
+#[derive(Clone)]
+struct CountedConnection {
+    inner: Connection,
+    round_trips: Arc<AtomicU64>,
+}
+
+impl ConnectionLike for CountedConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.inner.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ::redis::cluster_routing::Slot;
+
+    fn store(prefix: &str) -> RedisStore {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        RedisStore::builder("redis://127.0.0.1:1")
+            .key_prefix(prefix)
+            .open()
+            .unwrap()
+    }
+
+    #[test]
+    fn every_script_touches_one_hash_slot() {
+        let store = store("app:");
+        for id in [
+            "0f3a9c", "ffff", "a1", "not-hex", "ABC", "", "{brace}", "x}y{z",
+        ] {
+            let shard = shard_of(id);
+            let record = store.record_key(id);
+            let index = store.index_key(shard);
+            // Claim, complete, release and resolve take both keys; the
+            // listing reads records of its shard through the same prefix.
+            assert_eq!(Slot::for_key(&record), Slot::for_key(&index), "{id}");
+            let listed = format!("{}r:{id}", store.slot_prefix(shard));
+            assert_eq!(listed, record);
+        }
+        // The 16 shards are 16 distinct slots, so records spread.
+        let slots: std::collections::HashSet<_> = (0..SHARDS)
+            .map(|s| Slot::for_key(store.index_key(s)))
+            .collect();
+        assert_eq!(slots.len(), usize::from(SHARDS));
+    }
+
+    #[test]
+    fn ids_made_by_the_crate_use_their_first_digit_and_others_spread() {
+        assert_eq!(shard_of("3fa0"), 3);
+        assert_eq!(shard_of("c0ffee"), 12);
+        let shards: std::collections::HashSet<u8> =
+            (0..200).map(|i| shard_of(&format!("key-{i}"))).collect();
+        assert_eq!(shards.len(), usize::from(SHARDS));
+    }
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        for (shard, after) in [(0, None), (15, Some((1_700_000_000_123, "a:b:c")))] {
+            let cursor = encode_cursor(shard, after);
+            let (s, a) = decode_cursor(&cursor).unwrap();
+            assert_eq!(s, shard);
+            assert_eq!(a.as_ref().map(|(l, id)| (*l, id.as_str())), after);
+        }
+        for bad in ["", "g", "10", "3:x:id", "3:12"] {
+            assert!(decode_cursor(&SweepCursor(bad.into())).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_prefix_with_a_brace_or_a_bad_url_is_refused_and_the_password_never_shows() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let err = RedisStore::builder("redis://localhost")
+            .key_prefix("a{b")
+            .open()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        let err = RedisStore::builder("http://user:hunter2@localhost")
+            .open()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        let store = RedisStore::builder("redis://user:hunter2@cache.internal:6380/3")
+            .open()
+            .unwrap();
+        assert_eq!(
+            store.describe(),
+            "Redis at cache.internal:6380 (key prefix `idempotency:`)"
+        );
+        assert!(!format!("{store:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn opening_outside_a_runtime_is_a_config_error_not_a_panic() {
+        let err = RedisStore::builder("redis://localhost").open().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    }
+
+    #[test]
+    fn the_eviction_policy_is_read_from_info() {
+        let info = "# Memory\r\nused_memory:100\r\nmaxmemory_policy:volatile-lru\r\nother:1\r\n";
+        assert_eq!(eviction_policy(info), Some("volatile-lru"));
+        assert_eq!(eviction_policy("# Memory\r\n"), None);
+    }
+
+    #[test]
+    fn scan_cursors_round_trip_and_belong_to_their_kind_of_store() {
+        for (shard, cursor, listed, cluster) in [(None, 0, 0, false), (Some(15), 123, 7, true)] {
+            let text = encode_scan_cursor(shard, cursor, listed);
+            assert_eq!(
+                decode_scan_cursor(&text, cluster),
+                Some((shard, cursor, listed))
+            );
+            assert_eq!(decode_scan_cursor(&text, !cluster), None);
+        }
+        for bad in ["", "*:1", "*:x:0", "10:0:0", "*:1:2:3"] {
+            assert_eq!(decode_scan_cursor(bad, false), None, "{bad}");
+            assert_eq!(decode_scan_cursor(bad, true), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn scan_patterns_take_the_prefix_literally() {
+        assert_eq!(glob_literal("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}
