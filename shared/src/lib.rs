@@ -68,6 +68,7 @@
 //! | `dynamodb` (default) | [`DynamoStore`], [`schema`], transactional completion |
 //! | `sqs` | `SqsBatch`: SQS batches with partial batch responses |
 //! | `sweeper` | `Sweeper`: resolves records stuck in progress |
+//! | `postgres` | `PostgresStore`, `PgWrite`, `POSTGRES_SCHEMA`: records in PostgreSQL (through RDS Proxy too), transactional completion with the handler's own SQL |
 //! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
 //!
 //! # Testing your handler
@@ -117,6 +118,8 @@ pub use crate::scope::{RecordScope, TenantSource};
 #[cfg(feature = "dynamodb")]
 pub use crate::store::dynamodb::{schema, DynamoStore};
 pub use crate::store::memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use crate::store::postgres::{PgWrite, PostgresStore, POSTGRES_SCHEMA, POSTGRES_TABLE};
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
     Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
@@ -124,6 +127,9 @@ pub use crate::store::{
 };
 #[cfg(feature = "sweeper")]
 pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};
+/// PostgreSQL types of [`PgWrite`] parameters.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres::types::Type as PgType;
 
 // The README's quickstart is compiled with the doc tests.
 #[cfg(all(doctest, feature = "dynamodb", feature = "sqs", feature = "sweeper"))]

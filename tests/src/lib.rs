@@ -404,3 +404,27 @@ pub async fn dynamo_store() -> (DynamoStore, RequestCounter) {
     .await;
     (DynamoStore::new(client, table), counter)
 }
+
+/// The URL of the test database `scripts/postgres-local.sh` started (run by
+/// `make test`).
+pub fn postgres_url() -> String {
+    std::env::var("IDEMPOTENCY_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "IDEMPOTENCY_TEST_POSTGRES_URL is not set: run the tests through \
+             scripts/postgres-local.sh (make test does)"
+        )
+    })
+}
+
+/// A [`PostgresStore`](lambda_idempotency::PostgresStore) on a fresh table
+/// in a schema of its own (so tests run in parallel on one database), made
+/// by `migrate`.
+pub async fn postgres_store() -> lambda_idempotency::PostgresStore {
+    let schema = unique_name("t").replace('-', "_");
+    let store = lambda_idempotency::PostgresStore::from_url(&postgres_url())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_schema(&schema)
+        .max_connections(4);
+    store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+    store
+}

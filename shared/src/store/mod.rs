@@ -3,6 +3,8 @@
 #[cfg(feature = "dynamodb")]
 pub(crate) mod dynamodb;
 pub(crate) mod memory;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 
 use crate::error::Error;
 pub(crate) use crate::record::Checkpoint;

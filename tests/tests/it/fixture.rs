@@ -17,7 +17,8 @@ pub struct Fixture {
 }
 
 impl Fixture {
-    /// Store requests made so far (DynamoDB HTTP requests, or in-memory operations).
+    /// Store requests made so far (DynamoDB HTTP requests, PostgreSQL statements,
+    /// or in-memory operations).
     pub fn requests(&self) -> u64 {
         (self.requests)()
     }
@@ -40,6 +41,17 @@ pub async fn dynamodb() -> Fixture {
     }
 }
 
+pub async fn postgres() -> Fixture {
+    let store = integration_tests::postgres_store().await;
+    let counter = store.clone();
+    // The schema's creation is the fixture's, not the test's.
+    let baseline = store.round_trips();
+    Fixture {
+        store: Arc::new(store),
+        requests: Box::new(move || counter.round_trips() - baseline),
+    }
+}
+
 /// Generate one `#[tokio::test]` per backend for each named async fn taking a `Fixture`.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
@@ -56,6 +68,14 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name(crate::fixture::dynamodb().await).await
+                }
+            )*
+        }
+        mod postgres_server {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::postgres().await).await
                 }
             )*
         }

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Run a command with a throw-away PostgreSQL server listening on a free port
+# of 127.0.0.1, then stop it and delete its data. Installs Debian's server
+# packages (apt `postgresql`) when missing.
+#
+#   scripts/postgres-local.sh <command> [args...]
+#
+# The command sees IDEMPOTENCY_TEST_POSTGRES_URL, a URL of an empty database
+# on that server (user `postgres`, trust authentication on loopback only).
+# PostgreSQL refuses to run as root: as root, the server runs as the
+# unprivileged user `idem-pg` (created when missing).
+set -euo pipefail
+
+bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+
+if [ -z "$(bin_dir)" ] || [ ! -x "$(bin_dir)/initdb" ]; then
+  echo "postgres-local: installing PostgreSQL (apt package postgresql)" >&2
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq postgresql >&2
+fi
+bin=$(bin_dir)
+[ -x "$bin/initdb" ] || { echo "postgres-local: initdb not found under /usr/lib/postgresql" >&2; exit 1; }
+
+as_server=()
+if [ "$(id -u)" -eq 0 ]; then
+  pg_user=idem-pg
+  if ! id "$pg_user" >/dev/null 2>&1; then
+    echo "postgres-local: creating the unprivileged user $pg_user to run the server" >&2
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$pg_user"
+  fi
+  as_server=(runuser -u "$pg_user" --)
+fi
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/postgres-local.XXXXXX")
+chmod 755 "$dir"
+[ "${#as_server[@]}" -gt 0 ] && chown "$pg_user" "$dir"
+data="$dir/data"
+log="$dir/server.log"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+"${as_server[@]}" "$bin/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 \
+  --locale=C --no-sync >"$dir/initdb.log" 2>&1 ||
+  { echo "postgres-local: initdb failed:" >&2; cat "$dir/initdb.log" >&2; exit 1; }
+
+stop() {
+  "${as_server[@]}" "$bin/pg_ctl" -D "$data" stop -m immediate >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
+trap stop EXIT
+
+# A test server: durability off (the data is thrown away), room for every
+# test's pool at once.
+"${as_server[@]}" "$bin/pg_ctl" -D "$data" -l "$log" -w -t 60 start -o \
+  "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+  >/dev/null ||
+  { echo "postgres-local: the server failed to start:" >&2; cat "$log" >&2; exit 1; }
+
+"$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -qAt -v ON_ERROR_STOP=1 \
+  -c "CREATE DATABASE idempotency_test" >/dev/null
+echo "postgres-local: listening on 127.0.0.1:$port (data in $dir)" >&2
+
+export IDEMPOTENCY_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/idempotency_test?sslmode=disable"
+"$@"
