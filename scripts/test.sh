@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command (`make test`): every test against DynamoDB Local,
+# The project's test command (`make test`): every test against DynamoDB Local
+# and a PostgreSQL server (both started here, on free ports),
 # then the lints. Does all set-up itself on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ source scripts/python-tools.sh
 # Function binaries the tests run as real processes (built alone, as Lambda
 # tooling builds them).
 cargo build -p orders-api --bin orders-api
-scripts/dynamodb-local.sh cargo test --workspace --all-targets
+scripts/dynamodb-local.sh scripts/postgres-local.sh cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings
 cargo fmt --all --check

@@ -254,7 +254,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
             crate::ErrorKind::InvalidConfig,
             format!(
                 "{} cannot commit deferred writes with a completion (it has no transactions); \
-                 use a DynamoStore",
+                 use a DynamoStore or a PostgresStore",
                 self.describe()
             ),
         ))

@@ -11,6 +11,7 @@ mod fixture;
 mod fuzz;
 mod model;
 mod orders;
+mod postgres;
 mod process;
 mod regressions;
 mod store_rules;
