@@ -7,6 +7,9 @@
 #
 # The command sees IDEMPOTENCY_TEST_POSTGRES_URL, a URL of an empty database
 # on that server (user `postgres`, trust authentication on loopback only).
+# The server also speaks TLS, with a certificate for `localhost` signed by a
+# CA made here (its path in IDEMPOTENCY_TEST_POSTGRES_CA), so tests can check
+# each sslmode against a real handshake.
 # PostgreSQL refuses to run as root: as root, the server runs as the
 # unprivileged user `idem-pg` (created when missing).
 set -euo pipefail
@@ -44,6 +47,23 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
   --locale=C --no-sync >"$dir/initdb.log" 2>&1 ||
   { echo "postgres-local: initdb failed:" >&2; cat "$dir/initdb.log" >&2; exit 1; }
 
+# A CA and a server certificate it signs, for the name `localhost` only (not
+# 127.0.0.1), so a test can tell verify-full (host name checked) from
+# verify-ca (chain only).
+(
+  cd "$dir"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=idempotency test CA" \
+    -keyout ca.key -out ca.crt
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr
+  printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n' >server.ext
+  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+    -extfile server.ext -out server.crt
+) >"$dir/openssl.log" 2>&1 ||
+  { echo "postgres-local: making the TLS certificates failed:" >&2; cat "$dir/openssl.log" >&2; exit 1; }
+chmod 600 "$dir/server.key"
+chmod 644 "$dir/server.crt" "$dir/ca.crt"
+[ "${#as_server[@]}" -gt 0 ] && chown "$pg_user" "$dir/server.key" "$dir/server.crt"
+
 stop() {
   "${as_server[@]}" "$bin/pg_ctl" -D "$data" stop -m immediate >/dev/null 2>&1 || true
   rm -rf "$dir"
@@ -53,7 +73,7 @@ trap stop EXIT
 # A test server: durability off (the data is thrown away), room for every
 # test's pool at once.
 "${as_server[@]}" "$bin/pg_ctl" -D "$data" -l "$log" -w -t 60 start -o \
-  "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+  "-p $port -c listen_addresses=127.0.0.1 -k $dir -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" \
   >/dev/null ||
   { echo "postgres-local: the server failed to start:" >&2; cat "$log" >&2; exit 1; }
 
@@ -62,4 +82,5 @@ trap stop EXIT
 echo "postgres-local: listening on 127.0.0.1:$port (data in $dir)" >&2
 
 export IDEMPOTENCY_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/idempotency_test?sslmode=disable"
+export IDEMPOTENCY_TEST_POSTGRES_CA="$dir/ca.crt"
 "$@"

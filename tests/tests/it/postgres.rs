@@ -654,3 +654,85 @@ async fn two_sweepers_at_once_resolve_each_record_once() {
     assert_eq!(a.fenced + b.fenced, a.found + b.found - 40);
     assert!(store.scan(None, 100).await.unwrap().records.is_empty());
 }
+
+/// The test server's URL with another host and `sslmode` (and the CA of its
+/// self-signed certificate, made for `localhost`, when `with_ca`).
+fn tls_url(host: &str, sslmode: &str, with_ca: bool) -> String {
+    let url = integration_tests::postgres_url();
+    let base = url.split_once('?').map_or(url.as_str(), |(base, _)| base);
+    let mut url = format!(
+        "{}?sslmode={sslmode}",
+        base.replace("@127.0.0.1:", &format!("@{host}:"))
+    );
+    if with_ca {
+        let ca = std::env::var("IDEMPOTENCY_TEST_POSTGRES_CA")
+            .expect("IDEMPOTENCY_TEST_POSTGRES_CA: run through scripts/postgres-local.sh");
+        url.push_str(&format!("&sslrootcert={ca}"));
+    }
+    url
+}
+
+/// Whether the store's connection is encrypted, as the server sees it; an
+/// error when it cannot connect.
+async fn encrypted(url: &str) -> Result<bool, lambda_idempotency::Error> {
+    let store = PostgresStore::from_url(url)?;
+    // Through the store first: its errors are the ones under test.
+    let err = store.check_schema().await.unwrap_err();
+    if err.kind() != ErrorKind::InvalidConfig {
+        return Err(err);
+    }
+    let client = store.pool().get().await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    Ok(row.get(0))
+}
+
+#[tokio::test]
+async fn each_sslmode_means_what_it_means_to_libpq() {
+    // The certificate is for the name `localhost` only, from a CA the system
+    // does not trust.
+    assert!(!encrypted(&tls_url("127.0.0.1", "disable", false))
+        .await
+        .unwrap());
+    assert!(
+        encrypted(&tls_url("127.0.0.1", "prefer", false))
+            .await
+            .unwrap(),
+        "prefer: TLS when the server offers it"
+    );
+    assert!(
+        encrypted(&tls_url("127.0.0.1", "require", false))
+            .await
+            .unwrap(),
+        "require: encrypted, the certificate not verified"
+    );
+    let untrusted = encrypted(&tls_url("localhost", "verify-full", false))
+        .await
+        .unwrap_err();
+    assert_eq!(untrusted.kind(), ErrorKind::StoreUnavailable, "{untrusted}");
+    let wrong_name = encrypted(&tls_url("127.0.0.1", "verify-full", true))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        wrong_name.kind(),
+        ErrorKind::StoreUnavailable,
+        "{wrong_name}"
+    );
+    assert!(
+        encrypted(&tls_url("localhost", "verify-full", true))
+            .await
+            .unwrap(),
+        "verify-full: trusted chain, matching name"
+    );
+    assert!(
+        encrypted(&tls_url("127.0.0.1", "verify-ca", true))
+            .await
+            .unwrap(),
+        "verify-ca: trusted chain, the name not compared"
+    );
+}

@@ -314,7 +314,12 @@ impl PostgresStore {
     async fn client(&self, op: &str) -> Result<deadpool_postgres::Object, Error> {
         self.pool.get().await.map_err(|err| {
             let detail = match &err {
-                deadpool_postgres::PoolError::Backend(e) => e.to_string(),
+                // The driver's message, and its cause (a TLS handshake's
+                // reason, say): never the password, which it does not print.
+                deadpool_postgres::PoolError::Backend(e) => match std::error::Error::source(e) {
+                    Some(cause) => format!("{e}: {cause}"),
+                    None => e.to_string(),
+                },
                 deadpool_postgres::PoolError::Timeout(_) => format!(
                     "no connection within {}s (the server is slow to accept, or every \
                      connection is busy)",
@@ -327,7 +332,7 @@ impl PostgresStore {
                 format!(
                     "PostgreSQL {op}: cannot connect to {}: {detail}; check that the server is \
                      up and reachable from here (VPC, security group, RDS Proxy) and the URL's \
-                     host, port, database and user",
+                     host, port, database, user, sslmode and sslrootcert",
                     self.label
                 ),
                 err,
