@@ -12,16 +12,26 @@
 # each sslmode against a real handshake.
 # PostgreSQL refuses to run as root: as root, the server runs as the
 # unprivileged user `idem-pg` (created when missing).
+#
+# PgBouncer (apt `pgbouncer`) runs in front of it in transaction pooling mode,
+# the way RDS Proxy pools: IDEMPOTENCY_TEST_POSTGRES_POOLER_URL reaches the same
+# database through it, so tests can show the store keeps no session state
+# between statements (no named prepared statements, no SET outside a
+# transaction).
 set -euo pipefail
 
 bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 
-if [ -z "$(bin_dir)" ] || [ ! -x "$(bin_dir)/initdb" ]; then
-  echo "postgres-local: installing PostgreSQL (apt package postgresql)" >&2
+missing=()
+if [ -z "$(bin_dir)" ] || [ ! -x "$(bin_dir)/initdb" ]; then missing+=(postgresql); fi
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "postgres-local: installing ${missing[*]} (apt)" >&2
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq postgresql >&2
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >&2
 fi
+pgbouncer_bin=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
 bin=$(bin_dir)
 [ -x "$bin/initdb" ] || { echo "postgres-local: initdb not found under /usr/lib/postgresql" >&2; exit 1; }
 
@@ -65,6 +75,7 @@ chmod 644 "$dir/server.crt" "$dir/ca.crt"
 [ "${#as_server[@]}" -gt 0 ] && chown "$pg_user" "$dir/server.key" "$dir/server.crt"
 
 stop() {
+  if [ -f "$dir/pgbouncer.pid" ]; then kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true; fi
   "${as_server[@]}" "$bin/pg_ctl" -D "$data" stop -m immediate >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
@@ -81,6 +92,36 @@ trap stop EXIT
   -c "CREATE DATABASE idempotency_test" >/dev/null
 echo "postgres-local: listening on 127.0.0.1:$port (data in $dir)" >&2
 
+# A small server pool (4) shared by every client, so one client's
+# consecutive statements meet different server connections.
+bouncer_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+idempotency_test = host=127.0.0.1 port=$port dbname=idempotency_test user=postgres
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bouncer_port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/userlist.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 500
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+echo '"postgres" ""' >"$dir/userlist.txt"
+[ "${#as_server[@]}" -gt 0 ] && chown "$pg_user" "$dir/pgbouncer.ini" "$dir/userlist.txt"
+"${as_server[@]}" "$pgbouncer_bin" -d "$dir/pgbouncer.ini" >/dev/null 2>&1 ||
+  { echo "postgres-local: PgBouncer failed to start:" >&2; cat "$dir/pgbouncer.log" >&2 2>/dev/null; exit 1; }
+for _ in $(seq 1 100); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$bouncer_port") 2>/dev/null; then break; fi
+  sleep 0.1
+done
+echo "postgres-local: PgBouncer (transaction pooling) on 127.0.0.1:$bouncer_port" >&2
+
 export IDEMPOTENCY_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/idempotency_test?sslmode=disable"
 export IDEMPOTENCY_TEST_POSTGRES_CA="$dir/ca.crt"
+export IDEMPOTENCY_TEST_POSTGRES_POOLER_URL="postgres://postgres@127.0.0.1:$bouncer_port/idempotency_test?sslmode=disable"
 "$@"

@@ -42,7 +42,16 @@ pub async fn dynamodb() -> Fixture {
 }
 
 pub async fn postgres() -> Fixture {
-    let store = integration_tests::postgres_store().await;
+    postgres_at(&integration_tests::postgres_url()).await
+}
+
+/// The PostgreSQL store through PgBouncer in transaction pooling mode.
+pub async fn postgres_pooled() -> Fixture {
+    postgres_at(&integration_tests::postgres_pooler_url()).await
+}
+
+async fn postgres_at(url: &str) -> Fixture {
+    let store = integration_tests::postgres_store_at(url).await;
     let counter = store.clone();
     // The schema's creation is the fixture's, not the test's.
     let baseline = store.round_trips();
@@ -76,6 +85,14 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name(crate::fixture::postgres().await).await
+                }
+            )*
+        }
+        mod postgres_pooled {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::postgres_pooled().await).await
                 }
             )*
         }

@@ -373,6 +373,15 @@ fn postgres_server_matches_the_model() {
     engine_matches_the_model(&rt, store, "model::postgres_server");
 }
 
+#[test]
+fn postgres_through_a_transaction_pooler_matches_the_model() {
+    let rt = engine_runtime();
+    let store = rt.block_on(integration_tests::postgres_store_at(
+        &integration_tests::postgres_pooler_url(),
+    ));
+    engine_matches_the_model(&rt, store, "model::postgres_pooled");
+}
+
 fn engine_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

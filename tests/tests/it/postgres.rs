@@ -736,3 +736,101 @@ async fn each_sslmode_means_what_it_means_to_libpq() {
         "verify-ca: trusted chain, the name not compared"
     );
 }
+
+#[tokio::test]
+async fn through_a_transaction_pooler_concurrent_transactional_completions_each_commit_once() {
+    // PgBouncer in transaction mode hands each transaction (or statement
+    // outside one) to any of its four server connections, as RDS Proxy does.
+    let pooled =
+        integration_tests::postgres_store_at(&integration_tests::postgres_pooler_url()).await;
+    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    let table = orders(&pooled);
+    let admin = direct.pool().get().await.unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (id text PRIMARY KEY, state text NOT NULL)"
+        ))
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let svc = IdempotencyLayer::new(pooled.clone())
+        .layer(order_writing_handler(table.clone(), runs.clone()));
+    for round in ["first", "replay"] {
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let mut svc = svc.clone();
+                let req = post("/orders", Some(&format!("k{i}")), "{}");
+                tokio::spawn(async move { call(&mut svc, req).await })
+            })
+            .collect();
+        for task in tasks {
+            let res = task.await.unwrap();
+            assert_eq!(res.status(), 201, "{round}");
+            assert_eq!(
+                res.headers().contains_key(REPLAYED_HEADER),
+                round == "replay"
+            );
+        }
+    }
+    assert_eq!(runs.count(), 20);
+    let rows: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        rows, 20,
+        "one order per key, each committed with its completion"
+    );
+
+    // A stale attempt's transaction is fenced through the pooler too.
+    let stale = claimed(pooled.claim(&claim_request("r", "a", 30)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    claimed(
+        pooled
+            .claim(&claim_request("r", "b", 60_000))
+            .await
+            .unwrap(),
+    );
+    let err = pooled
+        .complete_with_writes(
+            &stale,
+            &StoredResponse::new(201, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+            deferred(PgWrite::new(format!(
+                "INSERT INTO {table} (id, state) VALUES ('stale', 'created')"
+            ))),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+    let stale_rows: i64 = admin
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE id = 'stale'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stale_rows, 0);
+}
+
+/// A handler that inserts its order (id: the request's derived key) into
+/// `table` through the completion's transaction.
+fn order_writing_handler(table: String, runs: Runs) -> impl integration_tests::Handler {
+    tower::service_fn(move |req: Request| {
+        let (runs, table) = (runs.clone(), table.clone());
+        async move {
+            runs.bump();
+            let ctx = IdempotencyContext::of(&req).ok_or("no context")?;
+            let order_id = ctx.derived_key("order");
+            ctx.defer_write(
+                PgWrite::new(format!(
+                    "INSERT INTO {table} (id, state) VALUES ($1, 'created')"
+                ))
+                .bind(order_id.clone(), PgType::TEXT),
+            )?;
+            Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::from(order_id))?)
+        }
+    })
+}
