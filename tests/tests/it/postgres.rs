@@ -834,3 +834,137 @@ fn order_writing_handler(table: String, runs: Runs) -> impl integration_tests::H
         }
     })
 }
+
+/// A TCP proxy to the test server whose connections can be made stale: after
+/// [`cut`](StaleProxy::cut), an open connection forwards nothing more and
+/// closes as soon as its client sends, the way a pooled connection that died
+/// while a Lambda sandbox was frozen fails on its next statement, unknown to
+/// the driver until then.
+struct StaleProxy {
+    port: u16,
+    generation: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StaleProxy {
+    async fn start() -> StaleProxy {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let url = integration_tests::postgres_url();
+        let server = url
+            .split_once('@')
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .map(|(address, _)| address.to_owned())
+            .expect("host:port in the test URL");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let current = generation.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let born = current.load(SeqCst);
+                let (current, server) = (current.clone(), server.clone());
+                tokio::spawn(async move {
+                    let Ok(upstream) = tokio::net::TcpStream::connect(&server).await else {
+                        return;
+                    };
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = upstream.into_split();
+                    let (mut up, mut down) = (vec![0u8; 16_384], vec![0u8; 16_384]);
+                    loop {
+                        tokio::select! {
+                            read = from_client.read(&mut up) => match read {
+                                // Cut: the client's statement is lost and
+                                // both sockets close.
+                                Ok(n) if n > 0 && current.load(SeqCst) == born => {
+                                    if to_server.write_all(&up[..n]).await.is_err() { return; }
+                                }
+                                _ => return,
+                            },
+                            read = from_server.read(&mut down) => match read {
+                                Ok(n) if n > 0 => {
+                                    if to_client.write_all(&down[..n]).await.is_err() { return; }
+                                }
+                                _ => return,
+                            },
+                        }
+                    }
+                });
+            }
+        });
+        StaleProxy { port, generation }
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/idempotency_test?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// Every connection open now is dead from here on.
+    fn cut(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_died_between_invocations_is_replaced_without_failing_the_request() {
+    let proxy = StaleProxy::start().await;
+    let store = integration_tests::postgres_store_at(&proxy.url()).await;
+    let runs = Runs::default();
+    let svc =
+        IdempotencyLayer::new(store.clone()).layer(counting_handler(runs.clone(), Duration::ZERO));
+    let first = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+
+    proxy.cut();
+    let second = svc
+        .clone()
+        .oneshot(post("/orders", Some("k2"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 201, "{:?}", second.body());
+    proxy.cut();
+    let replay = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(runs.count(), 2);
+
+    // A transaction whose connection is found dead at BEGIN starts again on
+    // a new one.
+    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    let admin = direct.pool().get().await.unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {} (id text PRIMARY KEY, state text NOT NULL)",
+            orders(&store)
+        ))
+        .await
+        .unwrap();
+    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    proxy.cut();
+    store
+        .complete_with_writes(
+            &lease,
+            &StoredResponse::new(201, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+            deferred(insert_order(&store, "o-1")),
+        )
+        .await
+        .unwrap();
+    let rows: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM {}", orders(&store)), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+}

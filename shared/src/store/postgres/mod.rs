@@ -360,7 +360,13 @@ impl PostgresStore {
         )
     }
 
-    /// One statement, one round trip, on a pooled connection.
+    /// One statement, one round trip, on a pooled connection. A pooled
+    /// connection can be dead without the driver knowing yet (the server or
+    /// a proxy closed it while the Lambda sandbox was frozen): a statement
+    /// that finds its connection lost is sent once more on a new one. Every
+    /// statement sent here may be repeated: a repeated claim finds its own
+    /// claim (rule 3), a repeated completion its own completion, a repeated
+    /// release an absent record, a repeated recovery point writes the same.
     async fn query(
         &self,
         op: &str,
@@ -369,10 +375,88 @@ impl PostgresStore {
     ) -> Result<Vec<Row>, Error> {
         let client = self.client(op).await?;
         self.count();
-        client
-            .query_typed(sql, params)
+        match client.query_typed(sql, params).await {
+            Err(err) if connection_lost(&err) => {
+                // Dropped first: the pool discards a closed connection.
+                drop(client);
+                tracing::warn!(op, server = %self.label, error = %err, "PostgreSQL connection lost; the statement is sent again on a new one");
+                let client = self.client(op).await?;
+                self.count();
+                client
+                    .query_typed(sql, params)
+                    .await
+                    .map_err(|err| self.failed(op, err))
+            }
+            result => result.map_err(|err| self.failed(op, err)),
+        }
+    }
+
+    /// The fenced completion and the handler's writes in one transaction
+    /// on `client`.
+    async fn transactional(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        lease: &Lease,
+        fence: &Fence,
+        params: &ResponseParams,
+        writes: &[PgWrite],
+    ) -> Result<(), TxFailure> {
+        let fail = |err| TxFailure::Failed(self.failed("transactional complete", err));
+        self.count();
+        let tx = match client.transaction().await {
+            Ok(tx) => tx,
+            Err(err) if connection_lost(&err) => return Err(TxFailure::LostAtBegin(err)),
+            Err(err) => return Err(fail(err)),
+        };
+        // The fenced completion first: its row lock holds every takeover
+        // off until the transaction ends, so the writes commit only under
+        // this attempt.
+        self.count();
+        let rows = tx
+            .query_typed(&self.complete_sql(), &completion_params(fence, params))
             .await
-            .map_err(|err| self.failed(op, err))
+            .map_err(fail)?;
+        let updated = rows
+            .first()
+            .map(|row| column::<bool>(row, &lease.record_id, "updated"))
+            .transpose()
+            .map_err(TxFailure::Failed)?
+            .unwrap_or(false);
+        if !updated {
+            self.count();
+            let _ = tx.rollback().await;
+            return Err(TxFailure::Failed(Error::fenced(
+                &lease.record_id,
+                lease.attempt,
+            )));
+        }
+        let total = writes.len();
+        for (i, write) in writes.iter().enumerate() {
+            let params: Vec<(&(dyn ToSql + Sync), Type)> = write
+                .params
+                .iter()
+                .map(|(value, ty)| (&**value as &(dyn ToSql + Sync), ty.clone()))
+                .collect();
+            self.count();
+            let cancelled = match tx.execute_typed(&write.sql, &params).await {
+                Ok(rows) if rows >= write.min_rows => continue,
+                Ok(rows) => Error::new(
+                    ErrorKind::TransactionCancelled,
+                    format!(
+                        "deferred write {i} of {total} changed {rows} row(s), fewer than the {} \
+                         it requires; the completion of record {} and every write were rolled \
+                         back, nothing was written",
+                        write.min_rows, lease.record_id
+                    ),
+                ),
+                Err(err) => statement_error(err, i, total, &lease.record_id, &self.label),
+            };
+            self.count();
+            let _ = tx.rollback().await;
+            return Err(TxFailure::Failed(cancelled));
+        }
+        self.count();
+        tx.commit().await.map_err(fail)
     }
 
     fn claim_sql(&self) -> String {
@@ -488,6 +572,21 @@ fn completion_params<'a>(
         (&response.kind, Type::TEXT),
         (&response.encoding, Type::TEXT),
     ]
+}
+
+/// How a transactional completion failed.
+enum TxFailure {
+    /// The connection was found lost at `BEGIN`: nothing was sent.
+    LostAtBegin(tokio_postgres::Error),
+    /// Anything else, as the caller reports it.
+    Failed(Error),
+}
+
+/// Did `err` find the connection closed or broken (rather than the server
+/// refusing the statement)?
+fn connection_lost(err: &tokio_postgres::Error) -> bool {
+    err.is_closed()
+        || std::error::Error::source(err).is_some_and(|source| source.is::<std::io::Error>())
 }
 
 fn corrupt(record_id: &str, what: &str) -> Error {
@@ -738,57 +837,29 @@ impl Store for PostgresStore {
         let fitted = fit(response, self.max_response_bytes);
         let params = ResponseParams::new(&fitted, expires_at_s);
         let fence = Fence::of(lease);
-        let mut client = self.client("transactional complete").await?;
-        let fail = |err| self.failed("transactional complete", err);
-        self.count();
-        let tx = client.transaction().await.map_err(fail)?;
-        // The fenced completion first: its row lock holds every takeover
-        // off until the transaction ends, so the writes commit only under
-        // this attempt.
-        self.count();
-        let rows = tx
-            .query_typed(&self.complete_sql(), &completion_params(&fence, &params))
+        let op = "transactional complete";
+        let mut client = self.client(op).await?;
+        match self
+            .transactional(&mut client, lease, &fence, &params, &writes)
             .await
-            .map_err(fail)?;
-        let updated = rows
-            .first()
-            .map(|row| column::<bool>(row, &lease.record_id, "updated"))
-            .transpose()?
-            .unwrap_or(false);
-        if !updated {
-            self.count();
-            let _ = tx.rollback().await;
-            return Err(Error::fenced(&lease.record_id, lease.attempt));
+        {
+            Ok(()) => Ok(fitted.completion),
+            Err(TxFailure::Failed(err)) => Err(err),
+            // Nothing of the transaction reached the server: a new
+            // connection starts it (see `query`).
+            Err(TxFailure::LostAtBegin(err)) => {
+                drop(client);
+                tracing::warn!(op, server = %self.label, error = %err, "PostgreSQL connection lost; the transaction starts again on a new one");
+                let mut client = self.client(op).await?;
+                self.transactional(&mut client, lease, &fence, &params, &writes)
+                    .await
+                    .map_err(|failure| match failure {
+                        TxFailure::Failed(err) => err,
+                        TxFailure::LostAtBegin(err) => self.failed(op, err),
+                    })?;
+                Ok(fitted.completion)
+            }
         }
-        let total = writes.len();
-        for (i, write) in writes.iter().enumerate() {
-            let params: Vec<(&(dyn ToSql + Sync), Type)> = write
-                .params
-                .iter()
-                .map(|(value, ty)| (&**value as &(dyn ToSql + Sync), ty.clone()))
-                .collect();
-            self.count();
-            let outcome = tx.execute_typed(&write.sql, &params).await;
-            let cancelled = match outcome {
-                Ok(rows) if rows >= write.min_rows => continue,
-                Ok(rows) => Error::new(
-                    ErrorKind::TransactionCancelled,
-                    format!(
-                        "deferred write {i} of {total} changed {rows} row(s), fewer than the {} \
-                         it requires; the completion of record {} and every write were rolled \
-                         back, nothing was written",
-                        write.min_rows, lease.record_id
-                    ),
-                ),
-                Err(err) => statement_error(err, i, total, &lease.record_id, &self.label),
-            };
-            self.count();
-            let _ = tx.rollback().await;
-            return Err(cancelled);
-        }
-        self.count();
-        tx.commit().await.map_err(fail)?;
-        Ok(fitted.completion)
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
@@ -829,15 +900,15 @@ impl Store for PostgresStore {
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
         let sql = format!(
             "UPDATE {t} SET checkpoint = $4::text::jsonb \
-             WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 AND owner = $3",
+             WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 AND owner = $3 \
+             RETURNING 1",
             t = self.table
         );
         let fence = Fence::of(lease);
         let json = checkpoint_json(checkpoint);
-        let client = self.client("checkpoint").await?;
-        self.count();
-        let updated = client
-            .execute_typed(
+        let updated = self
+            .query(
+                "checkpoint",
                 &sql,
                 &[
                     (&fence.id, Type::TEXT),
@@ -846,8 +917,8 @@ impl Store for PostgresStore {
                     (&json, Type::TEXT),
                 ],
             )
-            .await
-            .map_err(|err| self.failed("checkpoint", err))?;
+            .await?
+            .len();
         if updated == 1 {
             Ok(())
         } else {
