@@ -366,7 +366,9 @@ impl PostgresStore {
     /// that finds its connection lost is sent once more on a new one. Every
     /// statement sent here may be repeated: a repeated claim finds its own
     /// claim (rule 3), a repeated completion its own completion, a repeated
-    /// release an absent record, a repeated recovery point writes the same.
+    /// release an absent record, a repeated recovery point writes the same,
+    /// reads are reads; a repeated resolution of a stuck record finds it
+    /// resolved and reports `Fenced` (a count off by one, nothing written).
     async fn query(
         &self,
         op: &str,
