@@ -31,6 +31,12 @@ bench:
 bench-capacity:
 	scripts/bench-capacity.sh
 
+.PHONY: bench-engines
+# Round trips and latency per invocation on the other store engines (PostgreSQL,
+# started for the run); updates BENCHMARKS.md's engines section. Part of `make bench`.
+bench-engines:
+	scripts/bench-engines.sh
+
 .PHONY: reliability
 # Storm, crash and fault injection on DynamoDB Local; writes RELIABILITY.md.
 reliability:

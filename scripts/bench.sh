@@ -128,4 +128,6 @@ PY
   --out-md BENCHMARKS.md --out-svg docs/benchmarks.svg
 # The capacity section (report.py rewrote the file without it).
 "$root/scripts/bench-capacity.sh"
+# The other engines' section, after it.
+"$root/scripts/bench-engines.sh"
 echo "bench: wrote BENCHMARKS.md and docs/benchmarks.svg" >&2

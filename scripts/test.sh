@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (`make test`): every test against DynamoDB Local
-# and a local S3 server (moto, for the S3 offload of large responses) and a
-# Redis server, then the lints. Does all set-up itself on a fresh machine.
+# a local S3 server (moto, for the S3 offload of large responses), a Redis
+# server and a PostgreSQL server (all started here, on free ports), then the
+# lints. Does all set-up itself on a fresh machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,7 @@ source scripts/python-tools.sh
 # Function binaries the tests run as real processes (built alone, as Lambda
 # tooling builds them).
 cargo build -p orders-api --bin orders-api
-scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh cargo test --workspace --all-targets
+scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings
 cargo fmt --all --check

@@ -167,8 +167,10 @@ impl IdempotencyContext {
     /// Hand a write to the completion: it commits in the same transaction as
     /// the stored response, or not at all. The write is of the store's own
     /// kind: for a [`DynamoStore`](crate::DynamoStore), an
-    /// `aws_sdk_dynamodb::types::TransactWriteItem` (a store that cannot take
-    /// it fails the completion, which then writes nothing).
+    /// `aws_sdk_dynamodb::types::TransactWriteItem`; for a `PostgresStore`
+    /// (feature `postgres`), a `PgWrite` (SQL and its parameters, run in the
+    /// completion's transaction). A store that cannot take it fails the
+    /// completion, which then writes nothing.
     ///
     /// # Errors
     ///

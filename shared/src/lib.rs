@@ -72,6 +72,7 @@
 //! | `kinesis` | `KinesisBatch`: Kinesis Data Streams batches, in shard order, with partial batch responses |
 //! | `dynamodb-stream-events` | `DynamoDbStreamBatch`: DynamoDB Streams batches (a table's changes as Lambda events), in shard order, with partial batch responses |
 //! | `sweeper` | `Sweeper`: resolves records stuck in progress |
+//! | `postgres` | `PostgresStore`, `PgWrite`, `POSTGRES_SCHEMA`: records in PostgreSQL (through RDS Proxy too), transactional completion with the handler's own SQL |
 //! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
 //! | `s3-offload` | `S3Offload`: responses over the store's item limit kept in S3 and replayed byte for byte (any store) |
 //! | `redis` | `RedisStore`: records in Redis or Valkey (TLS and AUTH through the URL) |
@@ -129,6 +130,8 @@ pub use crate::store::dynamodb::{schema, DynamoStore, KeyValue, TableLayout};
 pub use crate::store::memory::MemoryStore;
 #[cfg(feature = "s3-offload")]
 pub use crate::store::offload::S3Offload;
+#[cfg(feature = "postgres")]
+pub use crate::store::postgres::{PgWrite, PostgresStore, POSTGRES_SCHEMA, POSTGRES_TABLE};
 #[cfg(feature = "redis")]
 pub use crate::store::redis::{RedisStore, RedisStoreBuilder};
 pub use crate::store::{
@@ -138,6 +141,9 @@ pub use crate::store::{
 };
 #[cfg(feature = "sweeper")]
 pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};
+/// PostgreSQL types of [`PgWrite`] parameters.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres::types::Type as PgType;
 
 // The README's quickstart is compiled with the doc tests.
 #[cfg(all(

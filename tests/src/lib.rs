@@ -485,6 +485,17 @@ pub fn redis_url() -> String {
     })
 }
 
+/// The URL of the test database `scripts/postgres-local.sh` started (run by
+/// `make test`).
+pub fn postgres_url() -> String {
+    std::env::var("IDEMPOTENCY_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "IDEMPOTENCY_TEST_POSTGRES_URL is not set: run the tests through \
+             scripts/postgres-local.sh (make test does)"
+        )
+    })
+}
+
 /// A key prefix no other test uses, so every test has a store of its own on
 /// the one server.
 pub fn unique_redis_prefix() -> String {
@@ -524,4 +535,33 @@ pub async fn redis_cluster_store() -> lambda_idempotency::RedisStore {
         .connect()
         .await
         .expect("the harness's Redis Cluster answers")
+}
+
+/// A [`PostgresStore`](lambda_idempotency::PostgresStore) on a fresh table
+/// in a schema of its own (so tests run in parallel on one database), made
+/// by `migrate`.
+pub async fn postgres_store() -> lambda_idempotency::PostgresStore {
+    postgres_store_at(&postgres_url()).await
+}
+
+/// The URL of the same database through PgBouncer in transaction pooling
+/// mode (RDS Proxy's way of pooling), started by `scripts/postgres-local.sh`.
+pub fn postgres_pooler_url() -> String {
+    std::env::var("IDEMPOTENCY_TEST_POSTGRES_POOLER_URL").unwrap_or_else(|_| {
+        panic!(
+            "IDEMPOTENCY_TEST_POSTGRES_POOLER_URL is not set: run the tests through \
+             scripts/postgres-local.sh (make test does)"
+        )
+    })
+}
+
+/// [`postgres_store`] through `url` (the server, or the pooler).
+pub async fn postgres_store_at(url: &str) -> lambda_idempotency::PostgresStore {
+    let schema = unique_name("t").replace('-', "_");
+    let store = lambda_idempotency::PostgresStore::from_url(url)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_schema(&schema)
+        .max_connections(4);
+    store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
+    store
 }

@@ -5,6 +5,8 @@ pub(crate) mod dynamodb;
 pub(crate) mod memory;
 #[cfg(feature = "s3-offload")]
 pub(crate) mod offload;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 
@@ -256,7 +258,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
             crate::ErrorKind::InvalidConfig,
             format!(
                 "{} cannot commit deferred writes with a completion (it has no transactions); \
-                 use a DynamoStore",
+                 use a DynamoStore or a PostgresStore",
                 self.describe()
             ),
         ))

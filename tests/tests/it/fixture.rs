@@ -18,7 +18,7 @@ pub struct Fixture {
 
 impl Fixture {
     /// Store requests made so far (DynamoDB HTTP requests, Redis round
-    /// trips, or in-memory operations).
+    /// trips, PostgreSQL statements, or in-memory operations).
     pub fn requests(&self) -> u64 {
         (self.requests)()
     }
@@ -59,6 +59,26 @@ pub async fn redis_cluster() -> Fixture {
     }
 }
 
+pub async fn postgres() -> Fixture {
+    postgres_at(&integration_tests::postgres_url()).await
+}
+
+/// The PostgreSQL store through PgBouncer in transaction pooling mode.
+pub async fn postgres_pooled() -> Fixture {
+    postgres_at(&integration_tests::postgres_pooler_url()).await
+}
+
+async fn postgres_at(url: &str) -> Fixture {
+    let store = integration_tests::postgres_store_at(url).await;
+    let counter = store.clone();
+    // The schema's creation is the fixture's, not the test's.
+    let baseline = store.round_trips();
+    Fixture {
+        store: Arc::new(store),
+        requests: Box::new(move || counter.round_trips() - baseline),
+    }
+}
+
 /// Generate one `#[tokio::test]` per backend for each named async fn taking a `Fixture`.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
@@ -91,6 +111,22 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     super::$name(crate::fixture::redis_cluster().await).await
+                }
+            )*
+        }
+        mod postgres_server {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::postgres().await).await
+                }
+            )*
+        }
+        mod postgres_pooled {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(crate::fixture::postgres_pooled().await).await
                 }
             )*
         }

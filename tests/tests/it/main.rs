@@ -13,6 +13,7 @@ mod layout;
 mod model;
 mod offload;
 mod orders;
+mod postgres;
 mod process;
 mod redis_store;
 mod regressions;

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use lambda_idempotency::StuckRecord;
 use lambda_idempotency::{
-    ClaimOutcome, ClaimRequest, DynamoStore, Lease, MemoryStore, Resolution, Status, Store,
-    StoredBody, StoredResponse, Sweeper,
+    ClaimOutcome, ClaimRequest, Lease, MemoryStore, Resolution, Status, Store, StoredBody,
+    StoredResponse, Sweeper,
 };
 use proptest::prelude::*;
 
@@ -361,13 +361,43 @@ fn memory_store_matches_the_model() {
 
 #[test]
 fn dynamodb_local_matches_the_model() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = engine_runtime();
+    let (store, _) = rt.block_on(integration_tests::dynamo_store());
+    engine_matches_the_model(&rt, store, "model::dynamodb_local");
+}
+
+#[test]
+fn postgres_server_matches_the_model() {
+    let rt = engine_runtime();
+    let store = rt.block_on(integration_tests::postgres_store());
+    engine_matches_the_model(&rt, store, "model::postgres_server");
+}
+
+#[test]
+fn postgres_through_a_transaction_pooler_matches_the_model() {
+    let rt = engine_runtime();
+    let store = rt.block_on(integration_tests::postgres_store_at(
+        &integration_tests::postgres_pooler_url(),
+    ));
+    engine_matches_the_model(&rt, store, "model::postgres_pooled");
+}
+
+fn engine_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    let (store, _) = rt.block_on(integration_tests::dynamo_store());
-    let sweeper = Sweeper::new(DynamoStore::clone(&store)).grace(std::time::Duration::ZERO);
+        .unwrap()
+}
+
+/// The model check on a real engine: 48 cases, a fresh record each, on one
+/// table, with the sweeper resolving stuck records.
+fn engine_matches_the_model<S: Store + Clone + 'static>(
+    rt: &tokio::runtime::Runtime,
+    store: S,
+    name: &str,
+) {
+    let sweeper = Sweeper::new(store.clone()).grace(std::time::Duration::ZERO);
     let store: Arc<dyn Store> = Arc::new(store);
     let counter = std::sync::atomic::AtomicU64::new(0);
     let tally = Tally::new();
@@ -395,7 +425,7 @@ fn dynamodb_local_matches_the_model() {
     if let Err(e) = result {
         panic!("{e}");
     }
-    tally.report("model::dynamodb_local");
+    tally.report(name);
 }
 
 #[test]

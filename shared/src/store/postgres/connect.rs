@@ -1,0 +1,349 @@
+//! From a `postgres://` URL to a pool of connections: the URL as written
+//! (host, port, database, user, `sslmode`, `sslrootcert`), TLS through
+//! rustls with libpq's meaning of each `sslmode`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+use tokio_postgres::config::{Host, SslMode};
+
+use crate::error::{Error, ErrorKind};
+
+/// How long a new connection may take before the store reports the server
+/// unreachable, unless the URL sets `connect_timeout`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// libpq's `sslmode` values, each with libpq's meaning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TlsMode {
+    /// Never TLS.
+    Disable,
+    /// TLS when the server offers it, certificate not verified.
+    Prefer,
+    /// TLS always, certificate not verified.
+    Require,
+    /// TLS always, certificate chain verified, host name not.
+    VerifyCa,
+    /// TLS always, certificate chain and host name verified.
+    VerifyFull,
+}
+
+impl TlsMode {
+    fn parse(value: &str) -> Option<TlsMode> {
+        Some(match value {
+            "disable" => TlsMode::Disable,
+            // `allow` tries without TLS first; tokio-postgres has no such
+            // order, so it is served as `prefer` (TLS when offered).
+            "allow" | "prefer" => TlsMode::Prefer,
+            "require" => TlsMode::Require,
+            "verify-ca" => TlsMode::VerifyCa,
+            "verify-full" => TlsMode::VerifyFull,
+            _ => return None,
+        })
+    }
+}
+
+/// A parsed URL: the driver's configuration, how to do TLS, and a label for
+/// messages (host, port, database and user; never the password).
+pub(super) struct Target {
+    pub(super) config: tokio_postgres::Config,
+    pub(super) tls: TlsMode,
+    pub(super) root_cert: Option<String>,
+    pub(super) label: String,
+}
+
+fn invalid(message: String) -> Error {
+    Error::new(ErrorKind::InvalidConfig, message)
+}
+
+/// Parse a `postgres://` or `postgresql://` URL. `sslmode` and
+/// `sslrootcert` are read here (the driver knows neither `verify-ca`,
+/// `verify-full` nor `sslrootcert`); everything else goes to the driver.
+pub(super) fn parse(url: &str) -> Result<Target, Error> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(invalid(
+            "a PostgreSQL store URL starts with postgres:// or postgresql:// \
+             (postgres://user:password@host:5432/database?sslmode=require)"
+                .to_owned(),
+        ));
+    }
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut tls = TlsMode::Prefer;
+    let mut root_cert = None;
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_encoding::percent_decode_str(value)
+            .decode_utf8()
+            .map_err(|_| invalid(format!("the PostgreSQL URL's `{key}` is not UTF-8")))?;
+        match key {
+            "sslmode" => {
+                tls = TlsMode::parse(&value).ok_or_else(|| {
+                    invalid(format!(
+                        "the PostgreSQL URL's sslmode `{value}` is not one of disable, allow, \
+                         prefer, require, verify-ca, verify-full"
+                    ))
+                })?
+            }
+            "sslrootcert" => root_cert = Some(value.into_owned()),
+            _ => kept.push(pair),
+        }
+    }
+    let driver_url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    let mut config: tokio_postgres::Config = driver_url.parse().map_err(|err| {
+        // The driver's message names the option at fault, never a value.
+        invalid(format!("the PostgreSQL URL is not valid: {err}"))
+    })?;
+    config.ssl_mode(match tls {
+        TlsMode::Disable => SslMode::Disable,
+        TlsMode::Prefer => SslMode::Prefer,
+        TlsMode::Require | TlsMode::VerifyCa | TlsMode::VerifyFull => SslMode::Require,
+    });
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("lambda-idempotency");
+    }
+    let label = label(&config);
+    Ok(Target {
+        config,
+        tls,
+        root_cert,
+        label,
+    })
+}
+
+/// `host:port/database as user`, for messages.
+fn label(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.clone(),
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().unwrap_or("(default user)");
+    let database = config.get_dbname().unwrap_or(user);
+    format!("{host}:{port}/{database} as {user}")
+}
+
+/// The TLS connector for `target`'s `sslmode`.
+pub(super) fn tls_connector(
+    target: &Target,
+) -> Result<tokio_postgres_rustls::MakeRustlsConnect, Error> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let verifier: Arc<dyn ServerCertVerifier> = match target.tls {
+        // libpq encrypts without verifying under these modes.
+        TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => {
+            Arc::new(EncryptOnly(provider.clone()))
+        }
+        TlsMode::VerifyCa | TlsMode::VerifyFull => {
+            let roots = Arc::new(roots(target.root_cert.as_deref())?);
+            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                .build()
+                .map_err(|err| {
+                    invalid(format!("the PostgreSQL TLS roots are not usable: {err}"))
+                })?;
+            if target.tls == TlsMode::VerifyCa {
+                Arc::new(ChainOnly(webpki))
+            } else {
+                webpki
+            }
+        }
+    };
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|err| invalid(format!("TLS for PostgreSQL: {err}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// The roots certificates are verified against: the URL's `sslrootcert`
+/// (PEM; RDS and Aurora need their CA bundle here), else the system's.
+fn roots(root_cert: Option<&str>) -> Result<RootCertStore, Error> {
+    let mut roots = RootCertStore::empty();
+    match root_cert {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|err| {
+                    invalid(format!(
+                        "the PostgreSQL URL's sslrootcert `{path}` cannot be read as PEM \
+                         certificates: {err}"
+                    ))
+                })?;
+            roots.add_parsable_certificates(certs);
+        }
+        None => {
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    if roots.is_empty() {
+        return Err(invalid(
+            "no root certificate to verify the PostgreSQL server against: give the CA \
+             bundle as sslrootcert=/path/ca.pem in the URL"
+                .to_owned(),
+        ));
+    }
+    Ok(roots)
+}
+
+/// `sslmode=prefer` / `require`: the channel is encrypted, the certificate
+/// is taken as it is (libpq's meaning); handshake signatures are still
+/// checked, so the session is with the holder of that certificate.
+#[derive(Debug)]
+struct EncryptOnly(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for EncryptOnly {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// `sslmode=verify-ca`: the chain must lead to a trusted root; the host
+/// name is not compared (libpq's meaning).
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_is_honoured_as_written_and_the_password_never_shown() {
+        let target = parse(
+            "postgresql://app:s3cret@db.example:6543/orders?sslmode=verify-full&sslrootcert=%2Ftmp%2Fca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(target.tls, TlsMode::VerifyFull);
+        assert_eq!(target.root_cert.as_deref(), Some("/tmp/ca.pem"));
+        assert_eq!(target.config.get_dbname(), Some("orders"));
+        assert_eq!(target.config.get_user(), Some("app"));
+        assert_eq!(target.config.get_ssl_mode(), SslMode::Require);
+        assert_eq!(target.config.get_application_name(), Some("x"));
+        assert_eq!(target.label, "db.example:6543/orders as app");
+        assert!(!target.label.contains("s3cret"));
+
+        let plain = parse("postgres://u@localhost/db?sslmode=disable").unwrap();
+        assert_eq!(plain.config.get_ssl_mode(), SslMode::Disable);
+        assert_eq!(plain.config.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
+        assert_eq!(
+            parse("postgres://u@h/db").unwrap().tls,
+            TlsMode::Prefer,
+            "libpq's default"
+        );
+    }
+
+    #[test]
+    fn a_bad_url_is_refused_with_what_is_wrong() {
+        for (url, says) in [
+            ("redis://h", "postgres://"),
+            (
+                "postgres://u:pw@h/db?sslmode=sometimes",
+                "sslmode `sometimes`",
+            ),
+            ("postgres://u:pw@h/db?nonsense=1", "not valid"),
+        ] {
+            let err = parse(url).err().expect(url);
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+            assert!(err.to_string().contains(says), "{url}: {err}");
+            assert!(!err.to_string().contains("pw"), "{url}: {err}");
+        }
+    }
+}

@@ -1,0 +1,970 @@
+//! What only the PostgreSQL store has or shows: transactional completion
+//! with the handler's own SQL, schema creation, an unreachable server, the
+//! clean-up of expired rows and the sweeper on its partial index. The
+//! behaviour suites run on it through `on_both_stores!` too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lambda_http::{Body, Request, Response};
+use lambda_idempotency::{
+    problem, ClaimOutcome, DeferredWrites, ErrorKind, IdempotencyContext, IdempotencyLayer, Lease,
+    PgType, PgWrite, PostgresStore, Resolution, Status, Store, StoredBody, StoredResponse,
+    SweepPolicy, Sweeper, REPLAYED_HEADER,
+};
+use tower::{Layer, ServiceExt};
+
+use crate::fixture::{call, claim_request, claimed, counting_handler, json, now_ms, post, Runs};
+
+/// A fresh store and an `orders` table of the application's beside it.
+async fn store_with_orders() -> PostgresStore {
+    let store = integration_tests::postgres_store().await;
+    let client = store.pool().get().await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {} (id text PRIMARY KEY, state text NOT NULL)",
+            orders(&store)
+        ))
+        .await
+        .unwrap();
+    store
+}
+
+/// The application's table, in the store's schema.
+fn orders(store: &PostgresStore) -> String {
+    store.table().replace("idempotency_records", "orders")
+}
+
+async fn order_state(store: &PostgresStore, id: &str) -> Option<String> {
+    let client = store.pool().get().await.unwrap();
+    client
+        .query_opt(
+            &format!("SELECT state FROM {} WHERE id = $1", orders(store)),
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .map(|row| row.get("state"))
+}
+
+fn insert_order(store: &PostgresStore, id: &str) -> PgWrite {
+    PgWrite::new(format!(
+        "INSERT INTO {} (id, state) VALUES ($1, 'created')",
+        orders(store)
+    ))
+    .bind(id.to_owned(), PgType::TEXT)
+}
+
+fn deferred(write: PgWrite) -> DeferredWrites {
+    let mut writes = DeferredWrites::new();
+    writes.push(write);
+    writes
+}
+
+/// A handler that writes its order row through the completion's transaction.
+fn transactional_handler(
+    store: &PostgresStore,
+    order_id: &'static str,
+    runs: Runs,
+) -> impl integration_tests::Handler {
+    let store = store.clone();
+    tower::service_fn(move |req: Request| {
+        let (store, runs) = (store.clone(), runs.clone());
+        async move {
+            runs.bump();
+            let ctx = IdempotencyContext::of(&req).ok_or("no context")?;
+            ctx.defer_write(insert_order(&store, order_id))?;
+            Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::from(order_id))?)
+        }
+    })
+}
+
+fn record_id(key: &str) -> String {
+    lambda_idempotency::RecordScope::new("POST", "/orders", key).record_id()
+}
+
+#[tokio::test]
+async fn the_handlers_row_commits_with_the_completion() {
+    let store = store_with_orders().await;
+    let runs = Runs::default();
+    let svc = IdempotencyLayer::new(store.clone()).layer(transactional_handler(
+        &store,
+        "o-1",
+        runs.clone(),
+    ));
+    let before = store.round_trips();
+    let first = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+    assert_eq!(
+        store.round_trips() - before,
+        5,
+        "claim, then BEGIN, the fenced completion, the handler's insert, COMMIT"
+    );
+    assert_eq!(order_state(&store, "o-1").await.as_deref(), Some("created"));
+    let record = store.get(&record_id("k1")).await.unwrap().unwrap().record;
+    assert_eq!(record.status, Status::Completed);
+
+    let replay = svc
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(runs.count(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_statement_rolls_everything_back_and_releases_the_key() {
+    let store = store_with_orders().await;
+    // The order exists already: the handler's insert violates the key.
+    let client = store.pool().get().await.unwrap();
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {} (id, state) VALUES ('o-1', 'pre-existing')",
+                orders(&store)
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let svc = IdempotencyLayer::new(store.clone()).layer(transactional_handler(
+        &store,
+        "o-1",
+        runs.clone(),
+    ));
+    let res = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 409);
+    assert_eq!(json(&res)["type"], problem::TRANSACTION_CANCELLED.uri);
+    let detail = json(&res)["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains("23505"), "the unique violation: {detail}");
+    assert_eq!(
+        order_state(&store, "o-1").await.as_deref(),
+        Some("pre-existing"),
+        "no partial write"
+    );
+    assert!(
+        store.get(&record_id("k1")).await.unwrap().is_none(),
+        "the record was released, not completed"
+    );
+    // The next try runs again (and is cancelled again), never a 409 in progress.
+    let again = svc
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(json(&again)["type"], problem::TRANSACTION_CANCELLED.uri);
+    assert_eq!(runs.count(), 2);
+}
+
+#[tokio::test]
+async fn a_write_that_changes_too_few_rows_cancels_the_completion() {
+    let store = store_with_orders().await;
+    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let mut writes = DeferredWrites::new();
+    writes.push(insert_order(&store, "o-1"));
+    writes.push(
+        PgWrite::new(format!(
+            "UPDATE {} SET state = 'paid' WHERE id = $1",
+            orders(&store)
+        ))
+        .bind("no-such-order".to_owned(), PgType::TEXT)
+        .require_rows(1),
+    );
+    let err = store
+        .complete_with_writes(
+            &lease,
+            &StoredResponse::new(201, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+            writes,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TransactionCancelled);
+    assert!(err.to_string().contains("changed 0 row(s)"), "{err}");
+    assert_eq!(
+        order_state(&store, "o-1").await,
+        None,
+        "the insert rolled back"
+    );
+    let record = store.get("r").await.unwrap().unwrap().record;
+    assert_eq!(
+        record.status,
+        Status::InProgress,
+        "the completion rolled back"
+    );
+}
+
+#[tokio::test]
+async fn a_statement_the_server_cannot_run_is_rejected_and_releases_the_key() {
+    let store = store_with_orders().await;
+    let runs = Runs::default();
+    let svc = IdempotencyLayer::new(store.clone()).layer(tower::service_fn({
+        let runs = runs.clone();
+        move |req: Request| {
+            let runs = runs.clone();
+            async move {
+                runs.bump();
+                let ctx = IdempotencyContext::of(&req).ok_or("no context")?;
+                ctx.defer_write(PgWrite::new("INSERT INTO no_such_table VALUES (1)"))?;
+                Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::Empty)?)
+            }
+        }
+    }));
+    let res = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(json(&res)["type"], problem::TRANSACTION_REJECTED.uri);
+    assert!(store.get(&record_id("k1")).await.unwrap().is_none());
+    let again = svc
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(json(&again)["type"], problem::TRANSACTION_REJECTED.uri);
+    assert_eq!(runs.count(), 2, "released: the retry ran again");
+}
+
+#[tokio::test]
+async fn a_transactional_completion_by_a_stale_attempt_is_fenced_and_writes_nothing() {
+    let store = store_with_orders().await;
+    let stale = claimed(store.claim(&claim_request("r", "a", 30)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let fresh = claimed(store.claim(&claim_request("r", "b", 60_000)).await.unwrap());
+    assert_eq!(fresh.attempt, 2);
+    let err = store
+        .complete_with_writes(
+            &stale,
+            &StoredResponse::new(201, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+            deferred(insert_order(&store, "o-9")),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+    assert_eq!(order_state(&store, "o-9").await, None);
+    let record = store.get("r").await.unwrap().unwrap().record;
+    assert_eq!(
+        (record.status, record.owner.as_str()),
+        (Status::InProgress, "b")
+    );
+}
+
+#[tokio::test]
+async fn writes_of_another_stores_kind_are_refused_before_anything_runs() {
+    let store = store_with_orders().await;
+    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let mut writes = DeferredWrites::new();
+    writes.push("INSERT INTO orders VALUES ('x', 'y')");
+    let err = store
+        .complete_with_writes(
+            &lease,
+            &StoredResponse::new(201, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+            writes,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert!(err.to_string().contains("PgWrite"), "{err}");
+}
+
+/// A new database on the test server, and the URL of it.
+async fn fresh_database() -> String {
+    let url = integration_tests::postgres_url();
+    let name = integration_tests::unique_name("fresh").replace('-', "_");
+    let admin = PostgresStore::from_url(&url).unwrap();
+    admin
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    let server = &base[..base.rfind('/').unwrap()];
+    format!("{server}/{name}?{query}")
+}
+
+#[tokio::test]
+async fn eight_cold_starts_migrating_an_empty_database_at_once_all_succeed() {
+    let url = fresh_database().await;
+    for schema in ["public", "idempotency"] {
+        let stores: Vec<PostgresStore> = (0..8)
+            .map(|_| PostgresStore::from_url(&url).unwrap().with_schema(schema))
+            .collect();
+        assert_eq!(
+            stores[0].check_schema().await.unwrap_err().kind(),
+            ErrorKind::InvalidConfig,
+            "{schema}: empty before"
+        );
+        let barrier = Arc::new(tokio::sync::Barrier::new(8));
+        let tasks: Vec<_> = stores
+            .iter()
+            .cloned()
+            .map(|store| {
+                let barrier = barrier.clone();
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.migrate().await
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{schema}: {e}"));
+        }
+        stores[0].check_schema().await.unwrap();
+        let lease = claimed(
+            stores[7]
+                .claim(&claim_request("r", "a", 60_000))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(lease.attempt, 1, "{schema}");
+        // Running it again changes nothing.
+        stores[3].migrate().await.unwrap();
+        assert!(stores[3].get("r").await.unwrap().is_some(), "{schema}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_schema_fails_with_what_to_do() {
+    let store = PostgresStore::from_url(&integration_tests::postgres_url())
+        .unwrap()
+        .with_schema("never_migrated");
+    let err = store.check_schema().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    let message = err.to_string();
+    assert!(
+        message.contains("run migrate") && message.contains("IDEMPOTENCY_CREATE_SCHEMA=1"),
+        "{message}"
+    );
+    assert!(message.contains("never_migrated"), "{message}");
+    // A request that reaches the store anyway says the same.
+    let err = store
+        .claim(&claim_request("r", "a", 60_000))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert!(err.to_string().contains("run migrate"), "{err}");
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_503_and_the_handler_never_runs() {
+    // A port nothing listens on: connection refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let store = PostgresStore::from_url(&format!(
+        "postgres://app:hunter2@127.0.0.1:{port}/orders?sslmode=disable"
+    ))
+    .unwrap();
+    let err = store
+        .claim(&claim_request("r", "a", 60_000))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable);
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("127.0.0.1:{port}/orders as app")),
+        "names the server: {message}"
+    );
+    assert!(
+        !message.contains("hunter2"),
+        "never the password: {message}"
+    );
+
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(store)
+        .unavailable_retry_after(Duration::from_secs(3))
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let res = call(&mut svc, post("/orders", Some("k1"), "{}")).await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "3");
+    assert_eq!(json(&res)["type"], problem::STORE_UNAVAILABLE.uri);
+    assert_eq!(runs.count(), 0, "fail closed: no claim, no execution");
+}
+
+#[tokio::test]
+async fn expired_rows_are_deleted_in_bounded_batches_and_live_ones_kept() {
+    let store = integration_tests::postgres_store().await;
+    let now = now_ms();
+    for i in 0..5 {
+        let mut request = claim_request(&format!("old-{i}"), "a", 60_000);
+        request.expires_at_s = now / 1000 - 10;
+        claimed(store.claim(&request).await.unwrap());
+    }
+    let live = claimed(
+        store
+            .claim(&claim_request("live", "a", 60_000))
+            .await
+            .unwrap(),
+    );
+    store
+        .complete(
+            &live,
+            &StoredResponse::new(200, vec![], StoredBody::Empty),
+            now / 1000 + 3600,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.delete_expired(now / 1000, 2).await.unwrap(), 2);
+    assert_eq!(store.delete_expired(now / 1000, 2).await.unwrap(), 2);
+    assert_eq!(store.delete_expired(now / 1000, 2).await.unwrap(), 1);
+    assert_eq!(store.delete_expired(now / 1000, 2).await.unwrap(), 0);
+    let page = store.scan(None, 100).await.unwrap();
+    let ids: Vec<_> = page.records.iter().map(|r| r.record.id.as_str()).collect();
+    assert_eq!(ids, ["live"]);
+}
+
+#[tokio::test]
+async fn a_new_life_drops_the_old_recovery_point_and_a_takeover_keeps_it() {
+    let store = integration_tests::postgres_store().await;
+    let commit = |lease: Lease| {
+        let store = store.clone();
+        async move {
+            let point = lambda_idempotency::Checkpoint {
+                name: "charged".into(),
+                data: serde_json::json!({"charge": "ch_1", "amount": 12.5}),
+                attempt: lease.attempt,
+            };
+            store.checkpoint(&lease, &point).await.unwrap();
+        }
+    };
+    let first = claimed(store.claim(&claim_request("r", "a", 20)).await.unwrap());
+    commit(first).await;
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let takeover = claimed(store.claim(&claim_request("r", "b", 20)).await.unwrap());
+    assert_eq!(takeover.attempt, 2);
+    let point = takeover.recovered.expect("kept across the takeover");
+    assert_eq!(
+        point.data,
+        serde_json::json!({"charge": "ch_1", "amount": 12.5})
+    );
+    assert_eq!(point.attempt, 1);
+    // The record expires: the next claim starts a new life without it.
+    let mut next_life = claim_request("r", "c", 60_000);
+    next_life.now_ms += 7_200_000;
+    match store.claim(&next_life).await.unwrap() {
+        ClaimOutcome::Claimed(lease) => {
+            assert_eq!(lease.attempt, 3);
+            assert_eq!(lease.recovered, None);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+// The sweeper on PostgreSQL: stuck records come from the partial index on
+// lease end (the DynamoDB suite in sweeper.rs covers its stream and index).
+
+async fn claim(store: &PostgresStore, id: &str, lease_ms: u64) -> Lease {
+    claimed(
+        store
+            .claim(&claim_request(id, &format!("owner-{id}"), lease_ms))
+            .await
+            .unwrap(),
+    )
+}
+
+async fn status(store: &PostgresStore, id: &str) -> Option<Status> {
+    store.get(id).await.unwrap().map(|r| r.record.status)
+}
+
+#[tokio::test]
+async fn the_release_policy_pages_through_stuck_records_and_leaves_the_rest() {
+    let store = integration_tests::postgres_store().await;
+    let ids: Vec<String> = (0..23).map(|i| format!("stuck-{i:02}")).collect();
+    for id in &ids {
+        claim(&store, id, 1).await;
+    }
+    let done = claim(&store, "completed", 1).await;
+    store
+        .complete(
+            &done,
+            &StoredResponse::new(200, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 3600,
+        )
+        .await
+        .unwrap();
+    claim(&store, "live", 600_000).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let kept = Sweeper::new(store.clone())
+        .grace(Duration::from_secs(60))
+        .sweep(None)
+        .await;
+    assert_eq!(kept.found, 0, "the grace period keeps recent leases");
+
+    let summary = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .page_size(4)
+        .sweep(None)
+        .await;
+    assert_eq!((summary.found, summary.released), (23, 23), "{summary:?}");
+    assert_eq!(
+        (
+            summary.failed,
+            summary.fenced,
+            summary.resumable,
+            summary.errors
+        ),
+        (0, 0, 0, 0)
+    );
+    assert!(summary.pages >= 6, "pages of four: {summary:?}");
+    for id in &ids {
+        assert_eq!(status(&store, id).await, None, "{id} released");
+    }
+    assert_eq!(status(&store, "completed").await, Some(Status::Completed));
+    assert_eq!(status(&store, "live").await, Some(Status::InProgress));
+    let again = Sweeper::new(store).grace(Duration::ZERO).sweep(None).await;
+    assert_eq!(again.found, 0);
+}
+
+#[tokio::test]
+async fn the_fail_policy_stores_a_problem_that_replays() {
+    let store = integration_tests::postgres_store().await;
+    integration_tests::crash_midway(store.clone(), post("/orders", Some("abandoned"), "{}")).await;
+    let summary = Sweeper::new(store.clone())
+        .policy(SweepPolicy::Fail)
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await;
+    assert_eq!((summary.found, summary.failed), (1, 1), "{summary:?}");
+    let runs = Runs::default();
+    for _ in 0..2 {
+        let res = IdempotencyLayer::new(store.clone())
+            .layer(counting_handler(runs.clone(), Duration::ZERO))
+            .oneshot(post("/orders", Some("abandoned"), "{}"))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 500);
+        assert_eq!(res.headers()[REPLAYED_HEADER], "true");
+        assert_eq!(json(&res)["type"], problem::ABANDONED.uri);
+    }
+    assert_eq!(
+        runs.count(),
+        0,
+        "the handler never runs again for a failed key"
+    );
+}
+
+#[tokio::test]
+async fn a_recovery_point_keeps_a_stuck_record_unless_the_policy_fails_it() {
+    let store = integration_tests::postgres_store().await;
+    let lease = claim(&store, "resumable", 1).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let listed = store.stuck(now_ms(), None, 10).await.unwrap().records;
+    assert_eq!(listed.len(), 1);
+    assert!(!listed[0].has_checkpoint);
+    // The still-running invocation commits a recovery point after the listing.
+    let point = lambda_idempotency::Checkpoint {
+        name: "charged".into(),
+        data: serde_json::json!({"charge": "ch_1"}),
+        attempt: lease.attempt,
+    };
+    store.checkpoint(&lease, &point).await.unwrap();
+    let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
+    assert_eq!(
+        sweeper.resolve(&listed[0], now_ms()).await.unwrap(),
+        Resolution::Resumable
+    );
+    assert_eq!(status(&store, "resumable").await, Some(Status::InProgress));
+    let summary = sweeper.policy(SweepPolicy::Fail).sweep(None).await;
+    assert_eq!((summary.found, summary.failed), (1, 1), "{summary:?}");
+    let failed = store.get("resumable").await.unwrap().unwrap().record;
+    assert_eq!(failed.status, Status::Completed);
+    assert_eq!(failed.checkpoint, None);
+}
+
+#[tokio::test]
+async fn a_record_reclaimed_after_the_listing_is_fenced_and_an_expired_one_deleted() {
+    let store = integration_tests::postgres_store().await;
+    claim(&store, "reclaimed", 1).await;
+    let mut expired = claim_request("expired", "crashed", 1);
+    expired.expires_at_s = expired.now_ms / 1000 - 5;
+    claimed(store.claim(&expired).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let listed = store.stuck(now_ms(), None, 10).await.unwrap().records;
+    assert_eq!(listed.len(), 2);
+    let reclaimed = listed.iter().find(|r| r.id == "reclaimed").unwrap();
+    let gone = listed.iter().find(|r| r.id == "expired").unwrap();
+
+    // A retry takes "reclaimed" over before the sweeper writes.
+    let retry = claimed(
+        store
+            .claim(&claim_request("reclaimed", "retry", 1))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(retry.attempt, 2);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for policy in [SweepPolicy::Release, SweepPolicy::Fail] {
+        let resolution = Sweeper::new(store.clone())
+            .grace(Duration::ZERO)
+            .policy(policy)
+            .resolve(reclaimed, now_ms())
+            .await
+            .unwrap();
+        assert_eq!(resolution, Resolution::Fenced, "{policy:?}");
+    }
+    let record = store.get("reclaimed").await.unwrap().unwrap().record;
+    assert_eq!(
+        (record.owner.as_str(), record.status),
+        ("retry", Status::InProgress)
+    );
+
+    // Past its own expiry: absent by definition, deleted, never failed back to life.
+    let resolution = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .policy(SweepPolicy::Fail)
+        .resolve(gone, now_ms())
+        .await
+        .unwrap();
+    assert_eq!(resolution, Resolution::Released);
+    assert_eq!(status(&store, "expired").await, None);
+}
+
+#[tokio::test]
+async fn two_sweepers_at_once_resolve_each_record_once() {
+    let store = integration_tests::postgres_store().await;
+    for i in 0..40 {
+        claim(&store, &format!("stuck-{i}"), 1).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let sweeper = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .page_size(3);
+    let (first, second) = (sweeper.clone(), sweeper);
+    let a = tokio::spawn(async move { first.sweep(None).await });
+    let b = tokio::spawn(async move { second.sweep(None).await });
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert_eq!(a.errors + b.errors, 0);
+    assert_eq!(a.released + b.released, 40, "{a:?} {b:?}");
+    assert_eq!(a.fenced + b.fenced, a.found + b.found - 40);
+    assert!(store.scan(None, 100).await.unwrap().records.is_empty());
+}
+
+/// The test server's URL with another host and `sslmode` (and the CA of its
+/// self-signed certificate, made for `localhost`, when `with_ca`).
+fn tls_url(host: &str, sslmode: &str, with_ca: bool) -> String {
+    let url = integration_tests::postgres_url();
+    let base = url.split_once('?').map_or(url.as_str(), |(base, _)| base);
+    let mut url = format!(
+        "{}?sslmode={sslmode}",
+        base.replace("@127.0.0.1:", &format!("@{host}:"))
+    );
+    if with_ca {
+        let ca = std::env::var("IDEMPOTENCY_TEST_POSTGRES_CA")
+            .expect("IDEMPOTENCY_TEST_POSTGRES_CA: run through scripts/postgres-local.sh");
+        url.push_str(&format!("&sslrootcert={ca}"));
+    }
+    url
+}
+
+/// Whether the store's connection is encrypted, as the server sees it; an
+/// error when it cannot connect.
+async fn encrypted(url: &str) -> Result<bool, lambda_idempotency::Error> {
+    let store = PostgresStore::from_url(url)?;
+    // Through the store first: its errors are the ones under test.
+    let err = store.check_schema().await.unwrap_err();
+    if err.kind() != ErrorKind::InvalidConfig {
+        return Err(err);
+    }
+    let client = store.pool().get().await.unwrap();
+    let row = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    Ok(row.get(0))
+}
+
+#[tokio::test]
+async fn each_sslmode_means_what_it_means_to_libpq() {
+    // The certificate is for the name `localhost` only, from a CA the system
+    // does not trust.
+    assert!(!encrypted(&tls_url("127.0.0.1", "disable", false))
+        .await
+        .unwrap());
+    assert!(
+        encrypted(&tls_url("127.0.0.1", "prefer", false))
+            .await
+            .unwrap(),
+        "prefer: TLS when the server offers it"
+    );
+    assert!(
+        encrypted(&tls_url("127.0.0.1", "require", false))
+            .await
+            .unwrap(),
+        "require: encrypted, the certificate not verified"
+    );
+    let untrusted = encrypted(&tls_url("localhost", "verify-full", false))
+        .await
+        .unwrap_err();
+    assert_eq!(untrusted.kind(), ErrorKind::StoreUnavailable, "{untrusted}");
+    let wrong_name = encrypted(&tls_url("127.0.0.1", "verify-full", true))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        wrong_name.kind(),
+        ErrorKind::StoreUnavailable,
+        "{wrong_name}"
+    );
+    assert!(
+        encrypted(&tls_url("localhost", "verify-full", true))
+            .await
+            .unwrap(),
+        "verify-full: trusted chain, matching name"
+    );
+    assert!(
+        encrypted(&tls_url("127.0.0.1", "verify-ca", true))
+            .await
+            .unwrap(),
+        "verify-ca: trusted chain, the name not compared"
+    );
+}
+
+#[tokio::test]
+async fn through_a_transaction_pooler_concurrent_transactional_completions_each_commit_once() {
+    // PgBouncer in transaction mode hands each transaction (or statement
+    // outside one) to any of its four server connections, as RDS Proxy does.
+    let pooled =
+        integration_tests::postgres_store_at(&integration_tests::postgres_pooler_url()).await;
+    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    let table = orders(&pooled);
+    let admin = direct.pool().get().await.unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (id text PRIMARY KEY, state text NOT NULL)"
+        ))
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let svc = IdempotencyLayer::new(pooled.clone())
+        .layer(order_writing_handler(table.clone(), runs.clone()));
+    for round in ["first", "replay"] {
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let mut svc = svc.clone();
+                let req = post("/orders", Some(&format!("k{i}")), "{}");
+                tokio::spawn(async move { call(&mut svc, req).await })
+            })
+            .collect();
+        for task in tasks {
+            let res = task.await.unwrap();
+            assert_eq!(res.status(), 201, "{round}");
+            assert_eq!(
+                res.headers().contains_key(REPLAYED_HEADER),
+                round == "replay"
+            );
+        }
+    }
+    assert_eq!(runs.count(), 20);
+    let rows: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        rows, 20,
+        "one order per key, each committed with its completion"
+    );
+
+    // A stale attempt's transaction is fenced through the pooler too.
+    let stale = claimed(pooled.claim(&claim_request("r", "a", 30)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    claimed(
+        pooled
+            .claim(&claim_request("r", "b", 60_000))
+            .await
+            .unwrap(),
+    );
+    let err = pooled
+        .complete_with_writes(
+            &stale,
+            &StoredResponse::new(201, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+            deferred(PgWrite::new(format!(
+                "INSERT INTO {table} (id, state) VALUES ('stale', 'created')"
+            ))),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+    let stale_rows: i64 = admin
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE id = 'stale'"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stale_rows, 0);
+}
+
+/// A handler that inserts its order (id: the request's derived key) into
+/// `table` through the completion's transaction.
+fn order_writing_handler(table: String, runs: Runs) -> impl integration_tests::Handler {
+    tower::service_fn(move |req: Request| {
+        let (runs, table) = (runs.clone(), table.clone());
+        async move {
+            runs.bump();
+            let ctx = IdempotencyContext::of(&req).ok_or("no context")?;
+            let order_id = ctx.derived_key("order");
+            ctx.defer_write(
+                PgWrite::new(format!(
+                    "INSERT INTO {table} (id, state) VALUES ($1, 'created')"
+                ))
+                .bind(order_id.clone(), PgType::TEXT),
+            )?;
+            Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::from(order_id))?)
+        }
+    })
+}
+
+/// A TCP proxy to the test server whose connections can be made stale: after
+/// [`cut`](StaleProxy::cut), an open connection forwards nothing more and
+/// closes as soon as its client sends, the way a pooled connection that died
+/// while a Lambda sandbox was frozen fails on its next statement, unknown to
+/// the driver until then.
+struct StaleProxy {
+    port: u16,
+    generation: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StaleProxy {
+    async fn start() -> StaleProxy {
+        use std::sync::atomic::Ordering::SeqCst;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let url = integration_tests::postgres_url();
+        let server = url
+            .split_once('@')
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .map(|(address, _)| address.to_owned())
+            .expect("host:port in the test URL");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let current = generation.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let born = current.load(SeqCst);
+                let (current, server) = (current.clone(), server.clone());
+                tokio::spawn(async move {
+                    let Ok(upstream) = tokio::net::TcpStream::connect(&server).await else {
+                        return;
+                    };
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = upstream.into_split();
+                    let (mut up, mut down) = (vec![0u8; 16_384], vec![0u8; 16_384]);
+                    loop {
+                        tokio::select! {
+                            read = from_client.read(&mut up) => match read {
+                                // Cut: the client's statement is lost and
+                                // both sockets close.
+                                Ok(n) if n > 0 && current.load(SeqCst) == born => {
+                                    if to_server.write_all(&up[..n]).await.is_err() { return; }
+                                }
+                                _ => return,
+                            },
+                            read = from_server.read(&mut down) => match read {
+                                Ok(n) if n > 0 => {
+                                    if to_client.write_all(&down[..n]).await.is_err() { return; }
+                                }
+                                _ => return,
+                            },
+                        }
+                    }
+                });
+            }
+        });
+        StaleProxy { port, generation }
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/idempotency_test?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// Every connection open now is dead from here on.
+    fn cut(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_died_between_invocations_is_replaced_without_failing_the_request() {
+    let proxy = StaleProxy::start().await;
+    let store = integration_tests::postgres_store_at(&proxy.url()).await;
+    let runs = Runs::default();
+    let svc =
+        IdempotencyLayer::new(store.clone()).layer(counting_handler(runs.clone(), Duration::ZERO));
+    let first = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+
+    proxy.cut();
+    let second = svc
+        .clone()
+        .oneshot(post("/orders", Some("k2"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 201, "{:?}", second.body());
+    proxy.cut();
+    let replay = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(runs.count(), 2);
+
+    // A transaction whose connection is found dead at BEGIN starts again on
+    // a new one.
+    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    let admin = direct.pool().get().await.unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {} (id text PRIMARY KEY, state text NOT NULL)",
+            orders(&store)
+        ))
+        .await
+        .unwrap();
+    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    proxy.cut();
+    store
+        .complete_with_writes(
+            &lease,
+            &StoredResponse::new(201, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+            deferred(insert_order(&store, "o-1")),
+        )
+        .await
+        .unwrap();
+    let rows: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM {}", orders(&store)), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 1);
+}
