@@ -134,6 +134,9 @@ pub use crate::store::offload::S3Offload;
 pub use crate::store::postgres::{PgWrite, PostgresStore, POSTGRES_SCHEMA, POSTGRES_TABLE};
 #[cfg(feature = "redis")]
 pub use crate::store::redis::{RedisStore, RedisStoreBuilder};
+pub use crate::store::url::{
+    open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
+};
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
     Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,

@@ -135,12 +135,30 @@ impl Consumer {
         s3: Option<aws_sdk_s3::Client>,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
+        Self::from_lookup_with_store(client, s3, None, lookup)
+    }
+
+    /// [`from_lookup_with_s3`](Self::from_lookup_with_s3) with the records in
+    /// `store` when given (the engine `IDEMPOTENCY_STORE_URL` names, opened
+    /// by [`idempotency_engine::Engine::open`]; `IDEMPOTENCY_TABLE` is then
+    /// not needed), in the table otherwise. The orders stay in DynamoDB.
+    pub fn from_lookup_with_store(
+        client: aws_sdk_dynamodb::Client,
+        s3: Option<aws_sdk_s3::Client>,
+        store: Option<std::sync::Arc<dyn Store>>,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
         let var = |name: &str| {
             lookup(name)
                 .filter(|v| !v.is_empty())
                 .ok_or_else(|| format!("{name} is not set: give it the DynamoDB table name"))
         };
-        let store = DynamoStore::new(client.clone(), var("IDEMPOTENCY_TABLE")?);
+        let store: std::sync::Arc<dyn Store> = match store {
+            Some(store) => store,
+            None => {
+                std::sync::Arc::new(DynamoStore::new(client.clone(), var("IDEMPOTENCY_TABLE")?))
+            }
+        };
         let orders_table = var("ORDERS_TABLE")?;
         let consumer = match lookup("IDEMPOTENCY_OFFLOAD_BUCKET").filter(|b| !b.is_empty()) {
             None => Self::with_store(client, store, &orders_table),

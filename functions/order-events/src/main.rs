@@ -6,11 +6,19 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let aws = aws_config::load_from_env().await;
-    let consumer = order_events::Consumer::from_env_with_s3(
+    let cannot_start = |e: String| format!("order-events cannot start: {e}");
+    // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
+    // connected and checked now, so a bad URL fails the cold start.
+    let engine = idempotency_engine::Engine::from_lookup(|name| std::env::var(name).ok())
+        .map_err(cannot_start)?;
+    let store = engine.open(&aws).await.map_err(cannot_start)?;
+    let consumer = order_events::Consumer::from_lookup_with_store(
         aws_sdk_dynamodb::Client::new(&aws),
-        aws_sdk_s3::Client::new(&aws),
+        Some(aws_sdk_s3::Client::new(&aws)),
+        store.map(|s| s.into_store()),
+        |name| std::env::var(name).ok(),
     )
-    .map_err(|e| format!("order-events cannot start: {e}"))?;
+    .map_err(cannot_start)?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
         let consumer = consumer.clone();
         async move { consumer.handle(event.payload, &event.context).await }

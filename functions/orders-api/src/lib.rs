@@ -32,8 +32,12 @@ use tower::Layer;
 /// Settings read from the environment.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `IDEMPOTENCY_TABLE`.
+    /// `IDEMPOTENCY_TABLE`: where the records live unless `engine` names
+    /// another store (then it may be unset, and is empty).
     pub idempotency_table: String,
+    /// `IDEMPOTENCY_STORE_URL` and its companions: the records in Redis,
+    /// Valkey or PostgreSQL instead ([`idempotency_engine`]).
+    pub engine: idempotency_engine::Engine,
     /// `ORDERS_TABLE`.
     pub orders_table: String,
     /// `SIMULATED_PROVIDER_LATENCY_MS` (default 0).
@@ -91,8 +95,14 @@ impl Config {
                 .parse::<u64>()
                 .map_err(|_| format!("{name}={v:?} is not a whole non-negative number")),
         };
+        let engine = idempotency_engine::Engine::from_lookup(&lookup)?;
         Ok(Config {
-            idempotency_table: required("IDEMPOTENCY_TABLE")?,
+            idempotency_table: if engine.is_dynamodb() {
+                required("IDEMPOTENCY_TABLE")?
+            } else {
+                lookup("IDEMPOTENCY_TABLE").unwrap_or_default()
+            },
+            engine,
             orders_table: required("ORDERS_TABLE")?,
             provider_latency: Duration::from_millis(number("SIMULATED_PROVIDER_LATENCY_MS", 0)?),
             expires_after: Duration::from_secs(number(
@@ -164,6 +174,18 @@ pub fn app(client: Client, config: &Config) -> Idempotency<Orders> {
 /// table kept in `config.offload`'s bucket through `s3` when it is set.
 pub fn app_with_s3(client: Client, s3: aws_sdk_s3::Client, config: &Config) -> Idempotency<Orders> {
     let store = DynamoStore::new(client.clone(), config.idempotency_table.clone());
+    app_with_store(client, Arc::new(store), s3, config)
+}
+
+/// [`app_with_s3`] with the records in `store`: the engine
+/// `IDEMPOTENCY_STORE_URL` names ([`idempotency_engine::Engine::open`]); the
+/// orders stay in DynamoDB.
+pub fn app_with_store(
+    client: Client,
+    store: Arc<dyn Store>,
+    s3: aws_sdk_s3::Client,
+    config: &Config,
+) -> Idempotency<Orders> {
     let layer = match &config.offload {
         Some(offload) => idempotency_layer(
             S3Offload::new(store, s3, &offload.bucket).key_prefix(&offload.prefix),

@@ -12,5 +12,16 @@ async fn main() -> Result<(), Error> {
     // Concurrent when the platform asks for it (AWS_LAMBDA_MAX_CONCURRENCY),
     // sequential otherwise: the idempotent service is Clone + Send.
     let s3 = aws_sdk_s3::Client::new(&aws);
-    lambda_http::run_concurrent(orders_api::app_with_s3(client, s3, &config)).await
+    // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
+    // connected and checked now, so a bad URL fails the cold start.
+    let app = match config
+        .engine
+        .open(&aws)
+        .await
+        .map_err(|e| format!("orders-api cannot start: {e}"))?
+    {
+        Some(store) => orders_api::app_with_store(client, store.into_store(), s3, &config),
+        None => orders_api::app_with_s3(client, s3, &config),
+    };
+    lambda_http::run_concurrent(app).await
 }

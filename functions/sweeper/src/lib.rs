@@ -4,20 +4,26 @@
 //! Environment: `IDEMPOTENCY_TABLE`, `SWEEP_POLICY` (`release` | `fail`, default
 //! `release`), `SWEEP_GRACE_SECONDS` (default 60), `SWEEP_DISCOVERY` (`stream`,
 //! the default: stuck records are found in the table's stream; `index`: in
-//! the sparse `sweep` index, for tables whose writers opted into it). Input:
+//! the sparse `sweep` index, for tables whose writers opted into it), and
+//! `IDEMPOTENCY_STORE_URL` with its companions (the `idempotency_engine`
+//! crate): the records in Redis, Valkey or PostgreSQL, listed through the
+//! store (`IDEMPOTENCY_TABLE` is then not needed); on PostgreSQL each run
+//! also deletes expired rows in bounded batches. Input:
 //! any event (the schedule's); output: the [`SweepSummary`] as JSON. One EMF
 //! metric line with the counts goes to stdout.
 
 use std::time::Duration;
 
-use lambda_idempotency::{DynamoStore, SweepPolicy, SweepSummary, Sweeper};
+use lambda_idempotency::{DynamoStore, PostgresStore, Store, SweepPolicy, SweepSummary, Sweeper};
 use lambda_runtime::LambdaEvent;
 
 /// Settings read from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// `IDEMPOTENCY_TABLE`.
+    /// `IDEMPOTENCY_TABLE` (empty when `engine` names another store).
     pub table: String,
+    /// `IDEMPOTENCY_STORE_URL` and its companions.
+    pub engine: idempotency_engine::Engine,
     /// `SWEEP_POLICY`.
     pub policy: SweepPolicy,
     /// `SWEEP_GRACE_SECONDS`.
@@ -35,9 +41,17 @@ impl Config {
 
     /// Read the settings through `lookup` (for tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
-        let table = lookup("IDEMPOTENCY_TABLE")
-            .filter(|t| !t.is_empty())
-            .ok_or("IDEMPOTENCY_TABLE is not set: give it the idempotency table name")?;
+        let engine = idempotency_engine::Engine::from_lookup(&lookup)?;
+        let table = lookup("IDEMPOTENCY_TABLE").filter(|t| !t.is_empty());
+        let table = match table {
+            Some(table) => table,
+            None if engine.is_dynamodb() => {
+                return Err(
+                    "IDEMPOTENCY_TABLE is not set: give it the idempotency table name".to_owned(),
+                )
+            }
+            None => String::new(),
+        };
         let policy = match lookup("SWEEP_POLICY") {
             None => SweepPolicy::Release,
             Some(p) => p.parse().map_err(|e| format!("SWEEP_POLICY: {e}"))?,
@@ -60,6 +74,7 @@ impl Config {
         };
         Ok(Config {
             table,
+            engine,
             policy,
             grace: Duration::from_secs(grace),
             index,
@@ -79,8 +94,57 @@ impl Config {
         } else {
             store.with_stream(streams)
         };
+        self.sweeper_on(store)
+    }
+
+    /// The sweeper these settings describe on `store` (the engine
+    /// `IDEMPOTENCY_STORE_URL` names), which lists its stuck records itself.
+    pub fn sweeper_on(&self, store: impl Store + 'static) -> Sweeper {
         Sweeper::new(store).policy(self.policy).grace(self.grace)
     }
+}
+
+/// Rows deleted per statement by [`delete_expired`].
+const EXPIRED_BATCH: usize = 500;
+
+/// PostgreSQL keeps expired rows until something deletes them (claims
+/// already treat them as absent): delete them in batches of 500 until none
+/// is left or `deadline_ms` is 2 s away. Returns how many went.
+///
+/// # Errors
+///
+/// The store's error, naming what to check: the rows stay (harmless to
+/// idempotency, they only take space) until a later run deletes them.
+pub async fn delete_expired(
+    store: &PostgresStore,
+    deadline_ms: u64,
+) -> Result<u64, lambda_runtime::Error> {
+    let mut deleted = 0;
+    loop {
+        let now_ms = now_ms();
+        if now_ms.saturating_add(2_000) >= deadline_ms {
+            return Ok(deleted);
+        }
+        let batch = store
+            .delete_expired(now_ms / 1000, EXPIRED_BATCH)
+            .await
+            .map_err(|e| {
+                format!(
+                    "deleting expired idempotency rows failed after {deleted} rows: {e}; check                      IDEMPOTENCY_STORE_URL and the role's DELETE privilege on the table"
+                )
+            })?;
+        deleted += batch;
+        if batch < EXPIRED_BATCH as u64 {
+            return Ok(deleted);
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// Handle one scheduled invocation: sweep until done or near the deadline.
@@ -94,11 +158,7 @@ pub async fn handle(
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<SweepSummary, lambda_runtime::Error> {
     let summary = sweeper.sweep(Some(event.context.deadline)).await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
-    println!("{}", summary.emf("sweeper", now));
+    println!("{}", summary.emf("sweeper", now_ms()));
     tracing::info!(?summary, "sweep finished");
     if summary.pages == 0 && summary.errors > 0 {
         return Err(format!(
@@ -157,5 +217,18 @@ mod tests {
             ("SWEEP_GRACE_SECONDS", "-1")
         ]))
         .is_err());
+    }
+
+    #[test]
+    fn a_store_url_needs_no_table() {
+        let c =
+            Config::from_lookup(env(&[("IDEMPOTENCY_STORE_URL", "redis://cache:6379")])).unwrap();
+        assert_eq!(c.table, "");
+        assert_eq!(c.engine.url.as_deref(), Some("redis://cache:6379"));
+        assert!(
+            Config::from_lookup(env(&[("IDEMPOTENCY_CREATE_SCHEMA", "1")]))
+                .unwrap_err()
+                .contains("IDEMPOTENCY_STORE_URL")
+        );
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod offload;
 pub(crate) mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+pub(crate) mod url;
 
 use crate::error::Error;
 pub(crate) use crate::record::Checkpoint;

@@ -31,6 +31,7 @@ impl App {
             .unwrap();
         let config = Config {
             idempotency_table,
+            engine: Default::default(),
             orders_table,
             provider_latency: Duration::from_millis(provider_latency_ms),
             expires_after: Duration::from_secs(3600),

@@ -568,6 +568,7 @@ async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) 
     let mut context = lambda_runtime::Context::default();
     context.deadline = now_ms() + 60_000;
     let config = sweeper::Config {
+        engine: Default::default(),
         table: "no-such-table".into(),
         policy: SweepPolicy::Release,
         grace: Duration::ZERO,
@@ -601,6 +602,7 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
     let mut context = lambda_runtime::Context::default();
     context.deadline = now_ms() + 60_000;
     let config = sweeper::Config {
+        engine: Default::default(),
         table: store.dynamo().table().to_owned(),
         policy: SweepPolicy::Release,
         grace: Duration::ZERO,

@@ -1,0 +1,265 @@
+//! Opening a store from a URL: `redis://` / `rediss://` (Redis or Valkey)
+//! or `postgres://` / `postgresql://`, as one setting chooses the engine.
+
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind};
+use crate::store::Store;
+
+/// The environment variable the example functions read the engine's URL
+/// from; unset means DynamoDB.
+pub const STORE_URL_ENV: &str = "IDEMPOTENCY_STORE_URL";
+
+/// The environment variable that lets a function create the PostgreSQL
+/// schema at start (`1`); otherwise a missing table fails the start.
+pub const CREATE_SCHEMA_ENV: &str = "IDEMPOTENCY_CREATE_SCHEMA";
+
+/// The environment variable that says a Redis URL names a cluster (`true`):
+/// ElastiCache Serverless and MemoryDB run in cluster mode.
+pub const REDIS_CLUSTER_ENV: &str = "IDEMPOTENCY_REDIS_CLUSTER";
+
+/// A store opened by [`open_url`], of the engine its URL named.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum UrlStore {
+    /// `redis://` or `rediss://`.
+    #[cfg(feature = "redis")]
+    Redis(crate::RedisStore),
+    /// `postgres://` or `postgresql://`.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::PostgresStore),
+}
+
+impl UrlStore {
+    /// The store, for [`IdempotencyLayer`](crate::IdempotencyLayer),
+    /// [`IdempotentFunction`](crate::IdempotentFunction) or a `Sweeper`.
+    pub fn into_store(self) -> Arc<dyn Store> {
+        match self {
+            #[cfg(feature = "redis")]
+            UrlStore::Redis(store) => Arc::new(store),
+            #[cfg(feature = "postgres")]
+            UrlStore::Postgres(store) => Arc::new(store),
+        }
+    }
+}
+
+/// How [`open_url`] opens a store.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// PostgreSQL: create the schema when missing
+    /// ([`PostgresStore::migrate`](crate::PostgresStore::migrate), safe when
+    /// many cold starts run it at once) instead of failing the start.
+    pub create_schema: bool,
+    /// Redis: the URL names a Redis Cluster (ElastiCache Serverless,
+    /// MemoryDB, a self-managed cluster): use the cluster client.
+    pub redis_cluster: bool,
+    /// PostgreSQL: the password, when the URL carries none (read from a
+    /// secret at start-up rather than kept in the environment).
+    pub password: Option<String>,
+}
+
+/// The engine a URL names, by its scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Redis,
+    Postgres,
+}
+
+fn engine_of(url: &str) -> Result<Engine, Error> {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("redis" | "rediss") => Ok(Engine::Redis),
+        Some("postgres" | "postgresql") => Ok(Engine::Postgres),
+        _ => Err(Error::new(
+            ErrorKind::InvalidConfig,
+            format!(
+                "{STORE_URL_ENV}: `{}` is not a store URL; use redis:// or rediss:// (Redis, \
+                 Valkey), postgres:// or postgresql://, or unset it for DynamoDB",
+                redacted(url)
+            ),
+        )),
+    }
+}
+
+/// `url` without its password, for messages.
+fn redacted(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split(':').next().unwrap_or_default();
+                    format!("{scheme}://{user}:***@{host}{path}")
+                }
+                None => url.to_owned(),
+            }
+        }
+        None => "(not a URL)".to_owned(),
+    }
+}
+
+/// `url` with `password` set in its user information (percent-encoded).
+#[cfg(feature = "postgres")]
+fn with_password(url: &str, password: &str) -> Result<String, Error> {
+    let missing_user = || {
+        Error::new(
+            ErrorKind::InvalidConfig,
+            format!(
+                "{STORE_URL_ENV}: `{}` names no user, so the password read for it has no one to \
+                 go with: write the user in the URL (postgres://user@host/db)",
+                redacted(url)
+            ),
+        )
+    };
+    let (scheme, rest) = url.split_once("://").ok_or_else(missing_user)?;
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (userinfo, host) = rest[..authority_end]
+        .rsplit_once('@')
+        .ok_or_else(missing_user)?;
+    let user = userinfo.split(':').next().unwrap_or_default();
+    if user.is_empty() {
+        return Err(missing_user());
+    }
+    let password =
+        percent_encoding::utf8_percent_encode(password, percent_encoding::NON_ALPHANUMERIC);
+    Ok(format!(
+        "{scheme}://{user}:{password}@{host}{}",
+        &rest[authority_end..]
+    ))
+}
+
+/// Open the store `url` names, connected and checked, so that a bad URL, an
+/// unreachable server or (PostgreSQL) a missing schema fails at start-up
+/// with one line naming [`STORE_URL_ENV`] rather than on the first request.
+///
+/// - `redis://` / `rediss://` (feature `redis`): [`RedisStore`](crate::RedisStore),
+///   database number, user and password as written.
+/// - `postgres://` / `postgresql://` (feature `postgres`):
+///   [`PostgresStore`](crate::PostgresStore), database, user and `sslmode`
+///   as written; its table is checked, or created with
+///   [`OpenOptions::create_schema`].
+///
+/// ```
+/// use lambda_idempotency::{open_url, ErrorKind, OpenOptions};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let err = open_url("mysql://db/idempotency", &OpenOptions::default()).await.unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+/// assert!(err.to_string().starts_with("IDEMPOTENCY_STORE_URL:"));
+/// # });
+/// ```
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidConfig`]: an unknown scheme, an engine this build
+/// has no feature for, a malformed URL, a missing schema;
+/// [`ErrorKind::StoreUnavailable`]: the server cannot be reached.
+pub async fn open_url(url: &str, options: &OpenOptions) -> Result<UrlStore, Error> {
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    let named = |err: Error| {
+        if err.to_string().starts_with(STORE_URL_ENV) {
+            err
+        } else {
+            Error::with_source(err.kind(), format!("{STORE_URL_ENV}: {err}"), err)
+        }
+    };
+    match engine_of(url)? {
+        Engine::Redis => {
+            #[cfg(feature = "redis")]
+            {
+                let mut builder = crate::RedisStore::builder(url);
+                if options.redis_cluster {
+                    builder = builder.cluster();
+                }
+                let store = builder.connect().await.map_err(named)?;
+                Ok(UrlStore::Redis(store))
+            }
+            #[cfg(not(feature = "redis"))]
+            Err(not_built("redis", url))
+        }
+        Engine::Postgres => {
+            #[cfg(feature = "postgres")]
+            {
+                let url = match &options.password {
+                    Some(password) => with_password(url, password)?,
+                    None => url.to_owned(),
+                };
+                let store = crate::PostgresStore::from_url(&url).map_err(named)?;
+                if options.create_schema {
+                    store.migrate().await.map_err(named)?;
+                } else {
+                    store.check_schema().await.map_err(named)?;
+                }
+                Ok(UrlStore::Postgres(store))
+            }
+            #[cfg(not(feature = "postgres"))]
+            {
+                let _ = options;
+                Err(not_built("postgres", url))
+            }
+        }
+    }
+}
+
+#[cfg(any(not(feature = "redis"), not(feature = "postgres")))]
+fn not_built(feature: &str, url: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidConfig,
+        format!(
+            "{STORE_URL_ENV}: `{}` needs lambda-idempotency's `{feature}` feature, which this \
+             build does not have",
+            redacted(url)
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engines_by_scheme_in_any_case() {
+        assert_eq!(engine_of("redis://h").unwrap(), Engine::Redis);
+        assert_eq!(engine_of("REDISS://h:6380/2").unwrap(), Engine::Redis);
+        assert_eq!(engine_of("postgres://u@h/db").unwrap(), Engine::Postgres);
+        assert_eq!(engine_of("postgresql://h").unwrap(), Engine::Postgres);
+        for bad in ["", "h:6379", "http://h", "dynamodb://t"] {
+            let err = engine_of(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+            assert!(err.to_string().contains("redis://"), "{err}");
+        }
+    }
+
+    #[test]
+    fn messages_never_show_a_password() {
+        assert_eq!(
+            redacted("redis://user:s3cret@h:6379/1"),
+            "redis://user:***@h:6379/1"
+        );
+        assert_eq!(
+            redacted("postgres://app:p%40ss@db/x?sslmode=require"),
+            "postgres://app:***@db/x?sslmode=require"
+        );
+        assert_eq!(redacted("redis://h:6379"), "redis://h:6379");
+        let err = engine_of("mysql://root:hunter2@db/x").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_password_from_a_secret_joins_the_user_encoded() {
+        assert_eq!(
+            with_password("postgres://app@proxy:5432/db?sslmode=require", "p@ss/w:rd").unwrap(),
+            "postgres://app:p%40ss%2Fw%3Ard@proxy:5432/db?sslmode=require"
+        );
+        assert_eq!(
+            with_password("postgres://app:old@proxy/db", "new").unwrap(),
+            "postgres://app:new@proxy/db"
+        );
+        for no_user in ["postgres://proxy/db", "postgres://@proxy/db"] {
+            let err = with_password(no_user, "x").unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+            assert!(err.to_string().contains("names no user"), "{err}");
+        }
+    }
+}
