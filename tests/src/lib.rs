@@ -565,3 +565,21 @@ pub async fn postgres_store_at(url: &str) -> lambda_idempotency::PostgresStore {
     store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
     store
 }
+
+/// A new, empty database on the harness's PostgreSQL server, and its URL.
+pub async fn postgres_fresh_database() -> String {
+    let url = postgres_url();
+    let name = unique_name("fresh").replace('-', "_");
+    let admin = lambda_idempotency::PostgresStore::from_url(&url).unwrap_or_else(|e| panic!("{e}"));
+    admin
+        .pool()
+        .get()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
+    let server = &base[..base.rfind('/').unwrap_or(base.len())];
+    format!("{server}/{name}?{query}")
+}

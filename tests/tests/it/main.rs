@@ -5,6 +5,7 @@
 mod beyond;
 mod contract;
 mod dynamo;
+mod engines;
 mod event_options;
 mod events;
 mod fixture;

@@ -277,27 +277,9 @@ async fn writes_of_another_stores_kind_are_refused_before_anything_runs() {
     assert!(err.to_string().contains("PgWrite"), "{err}");
 }
 
-/// A new database on the test server, and the URL of it.
-async fn fresh_database() -> String {
-    let url = integration_tests::postgres_url();
-    let name = integration_tests::unique_name("fresh").replace('-', "_");
-    let admin = PostgresStore::from_url(&url).unwrap();
-    admin
-        .pool()
-        .get()
-        .await
-        .unwrap()
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
-    let server = &base[..base.rfind('/').unwrap()];
-    format!("{server}/{name}?{query}")
-}
-
 #[tokio::test]
 async fn eight_cold_starts_migrating_an_empty_database_at_once_all_succeed() {
-    let url = fresh_database().await;
+    let url = integration_tests::postgres_fresh_database().await;
     for schema in ["public", "idempotency"] {
         let stores: Vec<PostgresStore> = (0..8)
             .map(|_| PostgresStore::from_url(&url).unwrap().with_schema(schema))

@@ -1,0 +1,184 @@
+//! `orders-api` as a real process on each engine, chosen by
+//! `IDEMPOTENCY_STORE_URL`: the records move, the orders stay in DynamoDB,
+//! and a URL that cannot work fails the start with one line naming the
+//! variable.
+
+use std::time::Duration;
+
+use integration_tests::functions::{orders_env, post_order_event};
+use integration_tests::runtime_api::{Outcome, RuntimeApi};
+use lambda_idempotency::{Status, Store};
+use serde_json::Value;
+
+/// The debug binary next to this test's own (built by `make test`).
+fn orders_api_bin() -> String {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/debug");
+    let bin = dir.join("orders-api");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (`cargo build -p orders-api`, done by `make test`)",
+        bin.display()
+    );
+    bin.display().to_string()
+}
+
+/// The environment of an `orders-api` on `engine_env`, its orders in a
+/// fresh DynamoDB table and no idempotency table at all.
+async fn env_on(api: &RuntimeApi, engine_env: &[(&str, &str)]) -> Vec<(String, String)> {
+    let orders = integration_tests::unique_name("orders");
+    integration_tests::create_table_from_template(
+        &integration_tests::client().await,
+        "OrdersTable",
+        &orders,
+    )
+    .await
+    .unwrap();
+    let mut env = orders_env(api, &(String::new(), orders), engine_env);
+    env.retain(|(k, _)| k != "IDEMPOTENCY_TABLE");
+    env
+}
+
+/// Post the same order twice through a process; the two responses.
+async fn post_twice(api: &RuntimeApi, env: &[(String, String)]) -> (Value, Value) {
+    let _process = integration_tests::functions::spawn(&orders_api_bin(), env).unwrap();
+    let key = integration_tests::unique_name("engine");
+    let body = r#"{"customer_id":"cus_1","amount":700,"currency":"EUR"}"#;
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let Outcome::Response(bytes) = api
+            .invoke(post_order_event(&key, body), Duration::from_secs(20))
+            .await
+        else {
+            panic!("orders-api did not answer")
+        };
+        answers.push(serde_json::from_slice::<Value>(&bytes).unwrap());
+    }
+    let second = answers.pop().unwrap();
+    (answers.pop().unwrap(), second)
+}
+
+/// The second answer replays the first.
+fn assert_replayed(first: &Value, second: &Value) {
+    assert_eq!(first["statusCode"], 201, "{first}");
+    assert_eq!(second["statusCode"], 201, "{second}");
+    assert_eq!(second["body"], first["body"], "the same order, replayed");
+    assert_eq!(second["headers"]["idempotent-replayed"], "true", "{second}");
+}
+
+/// Does `store` hold a completed record whose response is `first`'s body?
+async fn holds_the_response(store: &dyn Store, first: &Value) -> bool {
+    let body = first["body"].as_str().unwrap().as_bytes();
+    let mut cursor = None;
+    loop {
+        let page = store.scan(cursor, 100).await.unwrap();
+        if page.records.iter().any(|r| {
+            r.record.status == Status::Completed
+                && r.record
+                    .response
+                    .as_ref()
+                    .is_some_and(|resp| resp.body.bytes() == body)
+        }) {
+            return true;
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn orders_api_keeps_its_records_in_redis_when_the_url_names_it() {
+    let api = RuntimeApi::start().await.unwrap();
+    let url = integration_tests::redis_url();
+    let env = env_on(&api, &[("IDEMPOTENCY_STORE_URL", &url)]).await;
+    let (first, second) = post_twice(&api, &env).await;
+    assert_replayed(&first, &second);
+    let store = lambda_idempotency::RedisStore::connect(url).await.unwrap();
+    assert!(holds_the_response(&store, &first).await);
+}
+
+#[tokio::test]
+async fn orders_api_keeps_its_records_in_postgres_and_creates_the_schema_when_asked() {
+    let api = RuntimeApi::start().await.unwrap();
+    let url = integration_tests::postgres_fresh_database().await;
+    let env = env_on(
+        &api,
+        &[
+            ("IDEMPOTENCY_STORE_URL", &url),
+            ("IDEMPOTENCY_CREATE_SCHEMA", "1"),
+        ],
+    )
+    .await;
+    let (first, second) = post_twice(&api, &env).await;
+    assert_replayed(&first, &second);
+    let store = lambda_idempotency::PostgresStore::from_url(&url).unwrap();
+    assert!(holds_the_response(&store, &first).await);
+}
+
+/// Start `orders-api` with `engine_env`; it must exit at once, and its
+/// stderr is returned.
+async fn failed_start(engine_env: &[(&str, &str)]) -> String {
+    let api = RuntimeApi::start().await.unwrap();
+    let env = env_on(&api, engine_env).await;
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(orders_api_bin())
+            .envs(env)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("orders-api exits instead of waiting for requests")
+    .unwrap();
+    assert!(!output.status.success());
+    assert_eq!(api.queued(), 0);
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn a_url_that_cannot_work_fails_the_start_naming_the_variable() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let unreachable_redis = format!("redis://:s3cret@127.0.0.1:{closed}");
+    let unreachable_postgres = format!("postgres://app:s3cret@127.0.0.1:{closed}/db");
+    let empty_database = integration_tests::postgres_fresh_database().await;
+    for (env, expected) in [
+        (
+            vec![("IDEMPOTENCY_STORE_URL", "mysql://db/x")],
+            "is not a store URL",
+        ),
+        (
+            vec![("IDEMPOTENCY_STORE_URL", unreachable_redis.as_str())],
+            "127.0.0.1",
+        ),
+        (
+            vec![("IDEMPOTENCY_STORE_URL", unreachable_postgres.as_str())],
+            "127.0.0.1",
+        ),
+        (
+            vec![("IDEMPOTENCY_STORE_URL", empty_database.as_str())],
+            "IDEMPOTENCY_CREATE_SCHEMA",
+        ),
+        (
+            vec![("IDEMPOTENCY_CREATE_SCHEMA", "1")],
+            "IDEMPOTENCY_CREATE_SCHEMA is set but IDEMPOTENCY_STORE_URL is not",
+        ),
+    ] {
+        let stderr = failed_start(&env).await;
+        assert!(
+            stderr.contains("orders-api cannot start: IDEMPOTENCY_") && stderr.contains(expected),
+            "{env:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("s3cret"),
+            "a password in the log: {stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+}
