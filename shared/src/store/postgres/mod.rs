@@ -82,6 +82,7 @@ pub struct PostgresStore {
     schema: Arc<str>,
     /// `"schema"."idempotency_records"`, quoted.
     table: Arc<str>,
+    sql: Arc<HotSql>,
     /// `host:port/database as user`, for messages.
     label: Arc<str>,
     max_response_bytes: usize,
@@ -149,6 +150,11 @@ impl PostgresStore {
             pool,
             schema: Arc::from("public"),
             table: Arc::from(format!("{}.{}", quote_ident("public"), POSTGRES_TABLE)),
+            sql: Arc::new(HotSql::for_table(&format!(
+                "{}.{}",
+                quote_ident("public"),
+                POSTGRES_TABLE
+            ))),
             label: Arc::from(label),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             round_trips: Arc::default(),
@@ -160,6 +166,7 @@ impl PostgresStore {
     pub fn with_schema(mut self, schema: &str) -> Self {
         self.schema = Arc::from(schema);
         self.table = Arc::from(format!("{}.{}", quote_ident(schema), POSTGRES_TABLE));
+        self.sql = Arc::new(HotSql::for_table(&self.table));
         self
     }
 
@@ -415,7 +422,7 @@ impl PostgresStore {
         // this attempt.
         self.count();
         let rows = tx
-            .query_typed(&self.complete_sql(), &completion_params(fence, params))
+            .query_typed(&self.sql.complete, &completion_params(fence, params))
             .await
             .map_err(fail)?;
         let updated = rows
@@ -460,8 +467,28 @@ impl PostgresStore {
         self.count();
         tx.commit().await.map_err(fail)
     }
+}
 
-    fn claim_sql(&self) -> String {
+/// The hot path's statements, written once per store.
+#[derive(Debug)]
+struct HotSql {
+    claim: String,
+    complete: String,
+    release: String,
+    checkpoint: String,
+}
+
+impl HotSql {
+    fn for_table(t: &str) -> Self {
+        HotSql {
+            claim: Self::claim(t),
+            complete: Self::complete(t),
+            release: Self::release(t),
+            checkpoint: Self::checkpoint(t),
+        }
+    }
+
+    fn claim(t: &str) -> String {
         format!(
             "WITH claimed AS ( \
                INSERT INTO {t} AS r (id, status, fingerprint, attempt, owner, lease_expires_at, expires_at) \
@@ -482,14 +509,13 @@ impl PostgresStore {
              UNION ALL \
              SELECT false AS claimed, {COLUMNS} FROM {t} \
              WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
-            t = self.table
         )
     }
 
     /// The completion's fenced update, `$1`..`$10`; in a CTE returning
     /// `updated`, with `ours` telling whether the record is already
     /// completed by this very lease.
-    fn complete_sql(&self) -> String {
+    fn complete(t: &str) -> String {
         format!(
             "WITH done AS ( \
                UPDATE {t} SET status = 'COMPLETED', expires_at = $4, response_status = $5, \
@@ -500,7 +526,24 @@ impl PostgresStore {
              SELECT EXISTS (SELECT 1 FROM done) AS updated, \
                     EXISTS (SELECT 1 FROM {t} WHERE id = $1 AND status = 'COMPLETED' \
                             AND attempt = $2 AND owner = $3) AS ours",
-            t = self.table
+        )
+    }
+
+    fn release(t: &str) -> String {
+        format!(
+            "WITH gone AS ( \
+               DELETE FROM {t} WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 \
+               AND owner = $3 RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM gone) AS deleted, \
+                    EXISTS (SELECT 1 FROM {t} WHERE id = $1) AS present",
+        )
+    }
+
+    fn checkpoint(t: &str) -> String {
+        format!(
+            "UPDATE {t} SET checkpoint = $4::text::jsonb \
+             WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 AND owner = $3 \
+             RETURNING 1",
         )
     }
 }
@@ -734,7 +777,6 @@ fn sized(row: &Row) -> Result<StoredRecord, Error> {
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
-        let sql = self.claim_sql();
         let now_s = to_i64(request.now_ms / 1000);
         let now_ms = to_i64(request.now_ms);
         let lease = to_i64(request.lease_expires_at_ms);
@@ -749,7 +791,7 @@ impl Store for PostgresStore {
             let rows = self
                 .query(
                     "claim",
-                    &sql,
+                    &self.sql.claim,
                     &[
                         (&request.record_id, Type::TEXT),
                         (&request.fingerprint, Type::TEXT),
@@ -802,7 +844,7 @@ impl Store for PostgresStore {
         let rows = self
             .query(
                 "complete",
-                &self.complete_sql(),
+                &self.sql.complete,
                 &completion_params(&fence, &params),
             )
             .await?;
@@ -865,19 +907,11 @@ impl Store for PostgresStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
-        let sql = format!(
-            "WITH gone AS ( \
-               DELETE FROM {t} WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 \
-               AND owner = $3 RETURNING 1) \
-             SELECT EXISTS (SELECT 1 FROM gone) AS deleted, \
-                    EXISTS (SELECT 1 FROM {t} WHERE id = $1) AS present",
-            t = self.table
-        );
         let fence = Fence::of(lease);
         let rows = self
             .query(
                 "release",
-                &sql,
+                &self.sql.release,
                 &[
                     (&fence.id, Type::TEXT),
                     (&fence.attempt, Type::INT8),
@@ -900,18 +934,12 @@ impl Store for PostgresStore {
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
-        let sql = format!(
-            "UPDATE {t} SET checkpoint = $4::text::jsonb \
-             WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 AND owner = $3 \
-             RETURNING 1",
-            t = self.table
-        );
         let fence = Fence::of(lease);
         let json = checkpoint_json(checkpoint);
         let updated = self
             .query(
                 "checkpoint",
-                &sql,
+                &self.sql.checkpoint,
                 &[
                     (&fence.id, Type::TEXT),
                     (&fence.attempt, Type::INT8),
