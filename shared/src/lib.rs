@@ -155,7 +155,10 @@ pub use tokio_postgres::types::Type as PgType;
     feature = "sqs",
     feature = "sweeper",
     feature = "kinesis",
-    feature = "dynamodb-stream-events"
+    feature = "dynamodb-stream-events",
+    feature = "s3-offload",
+    feature = "redis",
+    feature = "postgres"
 ))]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;

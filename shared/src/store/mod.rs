@@ -180,14 +180,18 @@ pub enum Resolution {
     Fenced,
 }
 
-/// Where records live: the [`Store`] trait and its two implementations.
+/// Where records live: the [`Store`] trait and its implementations.
 ///
-/// - [`DynamoStore`](crate::DynamoStore): the product. One conditional write per
+/// - [`DynamoStore`](crate::DynamoStore): the default. One conditional write per
 ///   claim (a second one for a takeover), fenced completes and releases, TTL expiry.
+/// - `RedisStore` (feature `redis`): Redis or Valkey, one Lua script per
+///   operation, a Redis Cluster too.
+/// - `PostgresStore` (feature `postgres`): one statement per claim, the
+///   handler's own SQL committed with the completion.
 /// - [`MemoryStore`](crate::MemoryStore): the same semantics in a `HashMap`, for
 ///   users' unit tests and property tests.
 ///
-/// Both obey these rules (docs/DESIGN.md section 4):
+/// All obey these rules (docs/DESIGN.md section 4):
 ///
 /// 1. [`Store::claim`] succeeds when the record is absent, expired
 ///    (`expires_at` in the past), or in progress with an expired lease and the
