@@ -135,13 +135,18 @@ async fn list(c: &Connected, args: &ListArgs, json: bool) -> Result<(), Failure>
     let limit = args.limit.max(1);
     let bar = progress("reading");
     let (records, more) = if args.scan {
-        eprintln!(
-            "warning: --scan reads every item of {} ({} items, as DynamoDB last counted): \
-             billed for every item read",
-            c.place,
-            c.approximate_items
-                .map_or("an unknown number of".to_owned(), |n| n.to_string())
-        );
+        match (c.engine, c.approximate_items) {
+            ("dynamodb", items) => eprintln!(
+                "warning: --scan reads every item of {} ({} items, as DynamoDB last counted): \
+                 billed for every item read",
+                c.place,
+                items.map_or("an unknown number of".to_owned(), |n| n.to_string())
+            ),
+            _ => eprintln!(
+                "warning: --scan reads every item of {}: one read for every record stored",
+                c.place
+            ),
+        }
         scan_records(c, limit, &keep, &bar).await?
     } else {
         discovered_records(c, cutoff, limit, &keep, &bar).await?
@@ -452,10 +457,12 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
     let mut counts = Counts::default();
     let bar = progress("counting");
     if args.scan {
-        eprintln!(
-            "warning: --scan reads every item of {}: billed for every item read",
-            c.place
-        );
+        let cost = if c.engine == "dynamodb" {
+            "billed for every item read"
+        } else {
+            "one read for every record stored"
+        };
+        eprintln!("warning: --scan reads every item of {}: {cost}", c.place);
         let mut completed = 0;
         let mut cursor = None;
         loop {
@@ -534,13 +541,14 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
         println!(
             "{}",
             json!({
-                "source": if args.scan { "scan" } else { c.discovery },
+                "source": if args.scan { Some("scan") } else { c.discovery },
                 "in_progress": in_progress,
                 "live": counts.live,
                 "stuck": counts.stuck,
                 "with_recovery_point": counts.with_recovery_point,
                 "completed": counts.completed,
                 "approximate_items": c.approximate_items,
+                "engine": c.engine,
                 "lease_ended": ages,
                 "oldest_stuck": oldest,
             })
@@ -569,11 +577,12 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
                 n.to_string()
             }),
     ]);
-    table.add_row(vec![
-        "items (DynamoDB's count, ~6 h old)".to_owned(),
-        c.approximate_items
-            .map_or("-".to_owned(), |n| n.to_string()),
-    ]);
+    // DynamoDB's own count; the other engines keep none to read cheaply.
+    let items = match (c.engine, c.approximate_items) {
+        ("dynamodb", n) => n.map_or("-".to_owned(), |n| n.to_string()),
+        _ => "n/a".to_owned(),
+    };
+    table.add_row(vec!["items (DynamoDB's count, ~6 h old)".to_owned(), items]);
     println!("{table}");
     match counts.oldest_stuck {
         Some((id, lease)) => println!(

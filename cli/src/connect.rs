@@ -1,27 +1,88 @@
-//! From the command line's options to a store whose table exists: the
+//! From the command line's options to a store that exists: the
 //! configuration errors an operator meets (no table name, a missing table, a
-//! wrong region, no credentials) become one line saying what to do.
+//! wrong region, no credentials, a bad store URL, an unreachable server, a
+//! missing schema) become one line saying what to do.
+
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::Client;
-use lambda_idempotency::{schema, DynamoStore};
+use lambda_idempotency::{open_url, schema, DynamoStore, OpenOptions, Store, UrlStore};
 
 use crate::{Failure, StoreArgs};
 
-/// The store, and what the table's description says.
+/// The store, and what its engine says about it.
 pub(crate) struct Connected {
-    pub(crate) store: DynamoStore,
-    /// DynamoDB's item count (refreshed about every six hours).
+    pub(crate) store: Arc<dyn Store>,
+    /// The engine: `dynamodb`, `redis` or `postgres`.
+    pub(crate) engine: &'static str,
+    /// DynamoDB's item count (refreshed about every six hours); `None` on
+    /// the other engines.
     pub(crate) approximate_items: Option<i64>,
-    /// Where the table is, for messages.
+    /// Where the records are, for messages.
     pub(crate) place: String,
-    /// How stuck records are found: `stream` or `index`.
-    pub(crate) discovery: &'static str,
+    /// How DynamoDB finds stuck records: `stream` or `index`; `None` on the
+    /// other engines, which keep their own listing of records in progress.
+    pub(crate) discovery: Option<&'static str>,
+}
+
+/// Connect to the store the options name: the engine a store URL names
+/// (checked as the functions check it at start), or else the DynamoDB table.
+pub(crate) async fn connect(args: &StoreArgs) -> Result<Connected, Failure> {
+    let table = args.table.as_deref().filter(|t| !t.is_empty());
+    let url = args.store_url.as_deref().filter(|u| !u.is_empty());
+    match (url, table) {
+        (Some(_), Some(_)) => Err(Failure::Usage(
+            "both a store URL (--store-url, IDEMPOTENCY_STORE_URL) and a DynamoDB table \
+             (--table, IDEMPOTENCY_TABLE) are given: pick one (unset the other variable)"
+                .into(),
+        )),
+        (Some(url), None) => connect_url(url, args.redis_cluster).await,
+        (None, _) if args.redis_cluster => Err(Failure::Usage(
+            "--redis-cluster (IDEMPOTENCY_REDIS_CLUSTER) needs a redis:// or rediss:// store \
+             URL (--store-url, IDEMPOTENCY_STORE_URL)"
+                .into(),
+        )),
+        (None, _) => connect_dynamodb(args).await,
+    }
+}
+
+/// Open the store `url` names, as the functions open it at start, without
+/// creating a schema: an operator's tool never changes one.
+async fn connect_url(url: &str, redis_cluster: bool) -> Result<Connected, Failure> {
+    let options = OpenOptions {
+        create_schema: false,
+        redis_cluster,
+        password: None,
+    };
+    // The library's message names the variable, never the password; it is
+    // kept to one line as every error of this tool is.
+    let opened = open_url(url, &options).await.map_err(|err| {
+        Failure::Store(
+            err.to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+    })?;
+    let engine = match &opened {
+        UrlStore::Redis(_) => "redis",
+        UrlStore::Postgres(_) => "postgres",
+        _ => "other",
+    };
+    let store = opened.into_store();
+    Ok(Connected {
+        place: store.describe(),
+        store,
+        engine,
+        approximate_items: None,
+        discovery: None,
+    })
 }
 
 /// Connect to the table the options name and check it is an idempotency
 /// table (one `DescribeTable`, which reads no item).
-pub(crate) async fn connect(args: &StoreArgs) -> Result<Connected, Failure> {
+async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
     let Some(table) = args.table.clone().filter(|t| !t.is_empty()) else {
         return Err(Failure::Usage(
             "no table: set IDEMPOTENCY_TABLE or pass --table with the idempotency table's name \
@@ -87,8 +148,9 @@ pub(crate) async fn connect(args: &StoreArgs) -> Result<Connected, Failure> {
         }
     };
     Ok(Connected {
-        store,
-        discovery,
+        store: Arc::new(store),
+        engine: "dynamodb",
+        discovery: Some(discovery),
         approximate_items: description.and_then(|t| t.item_count()),
         place,
     })

@@ -4,7 +4,8 @@
 //! `inspect`, `list`, `stats`, and the sweeper's two fenced resolutions for
 //! one record, `release` and `fail`. Configured like the functions
 //! (`IDEMPOTENCY_TABLE`, the standard AWS variables and profiles), with
-//! `--endpoint-url` for DynamoDB Local. Exit codes: 0 done, 1 not found,
+//! `--endpoint-url` for DynamoDB Local, or `IDEMPOTENCY_STORE_URL` for
+//! Redis, Valkey or PostgreSQL. Exit codes: 0 done, 1 not found,
 //! 2 usage (or a write refused without `--force`), 3 store error, 4 nothing
 //! written (fenced, or kept for its recovery point).
 
@@ -49,6 +50,23 @@ pub(crate) struct StoreArgs {
     /// The AWS profile to use (default: AWS_PROFILE, then `default`).
     #[arg(long, global = true)]
     pub(crate) profile: Option<String>,
+    /// Records in Redis, Valkey or PostgreSQL instead of DynamoDB, as the
+    /// functions read them: redis://, rediss://, postgres://, postgresql://.
+    #[arg(
+        long,
+        env = "IDEMPOTENCY_STORE_URL",
+        global = true,
+        hide_env_values = true
+    )]
+    pub(crate) store_url: Option<String>,
+    /// The Redis URL names a Redis Cluster (ElastiCache Serverless, MemoryDB).
+    #[arg(
+        long,
+        env = "IDEMPOTENCY_REDIS_CLUSTER",
+        global = true,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub(crate) redis_cluster: bool,
 }
 
 #[derive(Debug, Subcommand)]
