@@ -73,7 +73,7 @@ pub(crate) struct StoreArgs {
 pub(crate) enum Command {
     /// Everything about one record: status, lease, expiry, recovery point, stored response, size.
     Inspect(InspectArgs),
-    /// Records in progress or stuck, found as the sweeper finds them (the table's stream; no scan unless --scan).
+    /// Records in progress or stuck, found as the sweeper finds them (DynamoDB: the table's stream or index; no scan unless --scan).
     List(ListArgs),
     /// Delete a stuck record so the next retry runs again (fenced, like the sweeper's `release`).
     Release(ResolveArgs),
@@ -135,7 +135,7 @@ pub(crate) struct ListArgs {
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub(crate) grace: Duration,
     /// Read every item of the table instead of the sweeper's listing: finds
-    /// records it no longer shows, and completed ones; billed for every item read.
+    /// records it no longer shows, and completed ones; on DynamoDB billed for every item read.
     #[arg(long)]
     pub(crate) scan: bool,
 }
@@ -160,7 +160,7 @@ pub(crate) struct ResolveArgs {
 /// What to count.
 #[derive(Debug, Args)]
 pub(crate) struct StatsArgs {
-    /// Count completed records exactly by reading every item (billed for every item read).
+    /// Count completed records exactly by reading every item (on DynamoDB billed for every item read).
     #[arg(long)]
     pub(crate) scan: bool,
     /// How long after its lease ended a record counts as stuck (the sweeper's default).
