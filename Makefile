@@ -32,8 +32,9 @@ bench-capacity:
 	scripts/bench-capacity.sh
 
 .PHONY: bench-engines
-# Round trips and latency per invocation on the other store engines (PostgreSQL,
-# started for the run); updates BENCHMARKS.md's engines section. Part of `make bench`.
+# Round trips and latency per invocation on every store engine (DynamoDB Local,
+# Redis, Redis Cluster, PostgreSQL direct and through PgBouncer, started for the
+# run; release build); updates BENCHMARKS.md's engines section. Part of `make bench`.
 bench-engines:
 	scripts/bench-engines.sh
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make bench`: performance against the goals of the benchmarks issue, side by
 # side with Powertools for AWS Lambda (Python), both on the same DynamoDB Local
-# in the same run, and the store engines side by side (DynamoDB Local, Redis). Writes BENCHMARKS.md and docs/benchmarks.svg (bench/ in the target directory
+# in the same run, and the store engines side by side (DynamoDB Local, Redis,
+# Redis Cluster, PostgreSQL direct and through PgBouncer: scripts/bench-engines.sh).
+# Writes BENCHMARKS.md and docs/benchmarks.svg (bench/ in the target directory
 # keeps the raw JSON) and prints the goals and latency tables. Release builds
 # only.
 #
@@ -50,7 +52,7 @@ if [ "${1:-}" != "--inside" ]; then
   else
     echo '{}' >"$out/instructions.json"
   fi
-  exec scripts/dynamodb-local.sh scripts/redis-local.sh "$0" --inside
+  exec scripts/dynamodb-local.sh scripts/redis-local.sh scripts/postgres-local.sh "$0" --inside
 fi
 
 py="$root/.tools/bench-venv/bin/python"
@@ -96,8 +98,6 @@ PY
 "$bench" cold-command 10 "$py" scripts/bench/powertools_cold.py >"$out/powertools-cold.json"
 echo "bench: duplicate storm on orders-api (10,000 requests, 1,000 keys, 10 racing duplicates each, concurrency 32, 4 processes)" >&2
 "$bench" storm "$target_dir/release/orders-api" 10000 1000 32 4 >"$out/storm.json"
-echo "bench: engines, DynamoDB Local, Redis and a Redis Cluster through the same middleware ($n samples per kind)" >&2
-"$bench" engines "$n" >"$out/engines.json"
 
 "$py" - "$out" <<'PY'
 import json, os, platform, subprocess, sys
@@ -124,10 +124,10 @@ rust.update({
 json.dump(rust, open(os.path.join(out, "rust.json"), "w"))
 PY
 "$py" scripts/bench/report.py --rust "$out/rust.json" --powertools "$out/powertools.json" \
-  --micro "$out/micro.txt" --notes scripts/bench/NOTES.md --engines "$out/engines.json" \
+  --micro "$out/micro.txt" --notes scripts/bench/NOTES.md \
   --out-md BENCHMARKS.md --out-svg docs/benchmarks.svg
 # The capacity section (report.py rewrote the file without it).
 "$root/scripts/bench-capacity.sh"
-# The other engines' section, after it.
-"$root/scripts/bench-engines.sh"
+# The engines section, after it (this script is inside its harnesses already).
+"$root/scripts/bench-engines.sh" --inside
 echo "bench: wrote BENCHMARKS.md and docs/benchmarks.svg" >&2

@@ -1,59 +1,89 @@
-"""The "Other engines" section of BENCHMARKS.md, from the JSON files of
-tools/src/bin/bench_engines.rs (one per engine): replaced in place, or
-appended when the file has none yet."""
+"""Turn the engines measurement (`bench engines N`, tools/src/bin/bench.rs,
+JSON) into the "Engines" section of BENCHMARKS.md, replacing the section
+between its markers (or appending it), so `make bench-engines` updates it
+alone.
+
+    engines_report.py --engines target/bench/engines.json --md BENCHMARKS.md
+"""
+
+from __future__ import annotations
 
 import argparse
 import json
 import re
+from pathlib import Path
 
-HEADING = "## Other engines"
+START = "<!-- engines:start (scripts/bench/engines_report.py) -->"
+END = "<!-- engines:end -->"
+KINDS = ("first", "replay", "in_progress")
 
 
-def fmt(us):
+def fmt_us(us: float | None) -> str:
+    if us is None:
+        return "n/a"
     return f"{us:,.0f}" if us >= 100 else f"{us:.1f}"
 
 
-def section(results):
+def fmt_trips(trips: float | None) -> str:
+    return "n/a" if trips is None else f"{trips:g}" if trips == int(trips) else f"{trips:.2f}"
+
+
+def section(data: dict) -> str:
     lines = [
-        HEADING,
+        START,
+        "## Engines",
         "",
-        "The same middleware and handler as above on the other store engines, each on a real "
-        "server on loopback, one call at a time (`make bench-engines`). Round trips are "
-        "statements (or commands) the store sent, counted by the store: a probe of 50 calls "
-        "per kind (10 for a duplicate in progress), and around every timed call. Latencies "
-        "are p50 / p99 in µs; the bare round trip is the engine's floor (`SELECT 1` on the "
-        "store's pool).",
+        "The same middleware and handler on every store engine, one engine after the other, one call "
+        "at a time, each engine on a real server on loopback started for the run (`make bench-engines`; "
+        "part of `make bench`). After a warm-up, each of "
+        f"{data['iterations']:,} iterations times in turn the bare round trip (a read of an absent record "
+        "through the store: the engine's floor), a first execution and a replay of its key; then "
+        f"{data['conflicts']} duplicates while a first execution of their key is still running (in "
+        f"progress; with so few, their p99 is close to their maximum). Every request carries the same {data['body_bytes']:,}-byte body. Round trips are "
+        "counted around every timed call by each engine's own counter: HTTP requests by an SDK "
+        "interceptor (DynamoDB), commands by `RedisStore::round_trips`, statements by "
+        "`PostgresStore::round_trips`. Latencies are p50 / p99 in µs. The two cores are shared and "
+        "each engine runs on them too: compare engines with each other, not with a deployment.",
         "",
-        "| Engine | Round trips: first / replay / in progress (probe) | Round trips, timed first / replay | Bare round trip | First execution | Replay |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| Engine | Round trips: first / replay / in progress | Bare round trip | First execution "
+        "| Replay | In progress |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    for r in results:
-        probe, timed, lat = r["round_trips_probe"], r["round_trips_timed"], r["latency"]
-        pair = lambda k: f'{fmt(lat[k]["p50_us"])} / {fmt(lat[k]["p99_us"])}'
+    for row in data["engines"]:
+        trips, latency = row["round_trips"], row["latency_us"]
+        name = row["engine"]
+        pair = lambda kind: f"{fmt_us(latency[kind]['p50'])} / {fmt_us(latency[kind]['p99'])}"
         lines.append(
-            f'| {r["server"]} | {probe["first"]:.2f} / {probe["replay"]:.2f} / '
-            f'{probe["in_progress"]:.2f} | {timed["first"]:.2f} / {timed["replay"]:.2f} | '
-            f'{pair("bare")} | {pair("first")} | {pair("replay")} |'
+            f"| {name} | {' / '.join(fmt_trips(trips.get(k)) for k in KINDS)} | {pair('bare')} | "
+            f"{pair('first')} | {pair('replay')} | {pair('in_progress')} |"
         )
-    lines.append("")
-    lines.append(f'{results[0]["iterations"]:,} calls per kind per engine.')
+    versions = sorted({row["version"] for row in data["engines"] if row.get("version")})
+    load = data.get("load_average") or {}
+    notes = []
+    if versions:
+        notes.append(f"Server: {', '.join(versions)}.")
+    if load.get("start") is not None and load.get("end") is not None:
+        notes.append(f"1-minute load average {load['start']:g} at the start, {load['end']:g} at the end.")
+    if notes:
+        lines += ["", " ".join(notes)]
+    lines.append(END)
     return "\n".join(lines) + "\n"
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--md", required=True)
-    parser.add_argument("results", nargs="+")
+    parser.add_argument("--engines", required=True, type=Path)
+    parser.add_argument("--md", required=True, type=Path)
     args = parser.parse_args()
-    results = [json.load(open(path)) for path in args.results]
-    text = open(args.md).read()
-    new = section(results)
-    pattern = re.compile(re.escape(HEADING) + r"\n.*?(?=\n## |\Z)", re.S)
+    data = json.loads(args.engines.read_text())
+    text = args.md.read_text() if args.md.exists() else ""
+    new = section(data)
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END) + "\n?", re.S)
     if pattern.search(text):
-        text = pattern.sub(new.rstrip("\n"), text)
+        text = pattern.sub(lambda _: new, text)
     else:
         text = text.rstrip("\n") + "\n\n" + new
-    open(args.md, "w").write(text)
+    args.md.write_text(text)
 
 
 if __name__ == "__main__":

@@ -414,47 +414,6 @@ def requests_section(rust: dict, powertools: dict) -> list[str]:
     ]
 
 
-def engines_section(engines: dict | None) -> list[str]:
-    """Requests and latency per engine (`bench engines`), when measured."""
-    if not engines:
-        return []
-    kinds = ("first", "replay", "in_progress")
-    rows = []
-    for row in engines["engines"]:
-        requests, latency = row["requests"], row["latency_us"]
-        rows.append(
-            [
-                row["engine"],
-                " / ".join(fmt_requests(requests.get(k)) for k in kinds),
-                *(
-                    f"{fmt_us(latency.get(k, {}).get('p50'))} / {fmt_us(latency.get(k, {}).get('p99'))}"
-                    for k in kinds
-                ),
-            ]
-        )
-    return [
-        "## Engines",
-        "",
-        f"The same middleware and handler on each store engine in turn, both on loopback: "
-        f"{engines['iterations']} first executions and as many replays, then {engines['conflicts']} requests "
-        "while a first execution of their key is still running (in progress), after a warm-up. Requests "
-        "are counted by each engine's own counter (DynamoDB: HTTP requests by an SDK interceptor; "
-        "Redis: round trips by `RedisStore::round_trips`).",
-        "",
-        *table(
-            [
-                "Engine",
-                "Requests: first / replay / in progress",
-                "First p50 / p99 (µs)",
-                "Replay p50 / p99 (µs)",
-                "In progress p50 / p99 (µs)",
-            ],
-            rows,
-        ),
-        "",
-    ]
-
-
 def latency_table(rows: list[LatencyRow]) -> list[str]:
     header = [
         "Call",
@@ -840,13 +799,11 @@ def markdown(
     svg_link: str,
     micro: Path | None,
     notes: str,
-    engines: dict | None = None,
 ) -> str:
     lines = [
         *header_section(rust, powertools),
         *goals_section(goals(rows, rust)),
         *requests_section(rust, powertools),
-        *engines_section(engines),
         *latency_section(rows, svg_link),
         *decomposition_section(rust, rows),
         *gsi_section(rust, rows),
@@ -958,7 +915,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out-svg", type=Path, required=True, help="SVG chart to write (linked from the report)")
     parser.add_argument("--micro", type=Path, help="divan's output of the micro benchmarks")
     parser.add_argument("--notes", type=Path, help="Markdown appended to the report (reading the results)")
-    parser.add_argument("--engines", type=Path, help="`bench engines` JSON: requests and latency per store engine")
     return parser.parse_args()
 
 
@@ -970,8 +926,7 @@ def main() -> None:
         rows = latency_rows(rust, powertools)
         # The chart's path as seen from the report's folder, wherever the two are.
         svg_link = Path(os.path.relpath(args.out_svg.resolve(), args.out_md.resolve().parent)).as_posix()
-        engines = json.loads(args.engines.read_text()) if args.engines else None
-        text = markdown(rust, powertools, rows, svg_link, args.micro, notes, engines)
+        text = markdown(rust, powertools, rows, svg_link, args.micro, notes)
     except (InputError, OSError) as exc:
         raise SystemExit(f"report.py: {exc}") from exc
     for path in (args.out_md, args.out_svg):
