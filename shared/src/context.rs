@@ -10,7 +10,9 @@ use crate::hash::hex;
 use crate::store::{Checkpoint, DeferredWrites, Lease, Store};
 
 /// How many writes [`IdempotencyContext::defer_write`] takes: a DynamoDB
-/// transaction holds 100 items, and one is the completion.
+/// transaction holds 100 items, and one is the record's own update (the
+/// completion, or the recovery point of
+/// [`commit_with_writes`](IdempotencyContext::commit_with_writes)).
 pub const MAX_DEFERRED_WRITES: usize = 99;
 
 /// What the handler learns about its claim, and what it can do with it.

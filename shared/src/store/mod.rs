@@ -341,8 +341,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Writes a handler hands to its completion
-/// ([`IdempotencyContext::defer_write`](crate::IdempotencyContext::defer_write)),
+/// Writes a handler hands to its completion or to its next recovery point
+/// ([`IdempotencyContext::defer_write`](crate::IdempotencyContext::defer_write),
+/// [`IdempotencyContext::commit_with_writes`](crate::IdempotencyContext::commit_with_writes)),
 /// of the kind the store commits in a transaction (for
 /// [`DynamoStore`](crate::DynamoStore): `TransactWriteItem`s). Opaque, so the
 /// [`Store`] trait names no engine's types.
