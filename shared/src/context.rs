@@ -10,7 +10,9 @@ use crate::hash::hex;
 use crate::store::{Checkpoint, DeferredWrites, Lease, Store};
 
 /// How many writes [`IdempotencyContext::defer_write`] takes: a DynamoDB
-/// transaction holds 100 items, and one is the completion.
+/// transaction holds 100 items, and one is the record's own update (the
+/// completion, or the recovery point of
+/// [`commit_with_writes`](IdempotencyContext::commit_with_writes)).
 pub const MAX_DEFERRED_WRITES: usize = 99;
 
 /// What the handler learns about its claim, and what it can do with it.
@@ -31,7 +33,11 @@ pub const MAX_DEFERRED_WRITES: usize = 99;
 /// - **transactional completion**: [`defer_write`](IdempotencyContext::defer_write)
 ///   hands a DynamoDB write to the completion, which commits it together with
 ///   the stored response in one `TransactWriteItems`, fenced on `attempt`: when
-///   the work is local there is no window between doing it and recording it.
+///   the work is local there is no window between doing it and recording it;
+/// - **atomic phases**: [`commit_with_writes`](IdempotencyContext::commit_with_writes)
+///   commits the writes deferred so far with a recovery point, in one
+///   transaction, fenced: a phase's rows and the record of it being done
+///   commit together or not at all.
 ///
 /// ```
 /// use lambda_idempotency::IdempotencyContext;
@@ -145,7 +151,9 @@ impl IdempotencyContext {
 
     /// Commit a recovery point: the step `name` is done, with `data` for the
     /// next one. Fenced: fails with [`ErrorKind::Fenced`] (and writes nothing)
-    /// if a newer attempt took the record over.
+    /// if a newer attempt took the record over. Deferred writes are left for
+    /// the completion; [`commit_with_writes`](Self::commit_with_writes)
+    /// commits them with the recovery point instead.
     pub async fn commit(&self, name: &str, data: serde_json::Value) -> Result<(), Error> {
         let claim = self.claim.as_ref().ok_or_else(|| {
             Error::new(
@@ -164,8 +172,135 @@ impl IdempotencyContext {
         Ok(())
     }
 
+    /// Commit an **atomic phase**: the writes deferred so far (see
+    /// [`defer_write`](Self::defer_write)) and the recovery point `name`
+    /// (with `data` for the next phase) in one transaction, fenced like
+    /// [`commit`](Self::commit): the rows a phase writes and the record of
+    /// the phase being done commit together or not at all, so an attempt
+    /// that takes over after a crash finds either both or neither. Without
+    /// deferred writes it is [`commit`](Self::commit).
+    ///
+    /// The writes are taken, whatever the outcome: on success they are
+    /// committed; on an error they are gone, never committed by a later
+    /// phase or the completion.
+    ///
+    /// # Errors
+    ///
+    /// Nothing of the writes nor the recovery point was committed, except
+    /// where said:
+    ///
+    /// - [`ErrorKind::Fenced`]: a newer attempt took the record over; it
+    ///   owns the record now;
+    /// - [`ErrorKind::TransactionCancelled`]: a write broke a condition (a
+    ///   unique key, a `require_rows`, a DynamoDB condition expression) or
+    ///   the transaction lost a race;
+    /// - [`ErrorKind::TransactionRejected`]: the store refused the writes as
+    ///   invalid;
+    /// - [`ErrorKind::InvalidConfig`]: the context is detached, a write is
+    ///   not of the store's kind, or the store has no transactions
+    ///   ([`MemoryStore`](crate::MemoryStore), `RedisStore`);
+    /// - [`ErrorKind::StoreUnavailable`] (and any other): the connection was
+    ///   lost or the store failed; whether the phase committed is unknown.
+    ///   The next attempt tells: it resumes after this phase if it sees
+    ///   its recovery point, else it redoes the phase.
+    ///
+    /// In every case the handler should return the error rather than go on
+    /// (its writes are lost, the next phase would build on nothing): the key
+    /// is then released or left to its lease exactly as when a completion
+    /// fails, and the retry resumes from the last recovery point that
+    /// committed.
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "postgres")]
+    /// # mod phases {
+    /// use lambda_idempotency::{Error, IdempotencyContext, PgType, PgWrite};
+    ///
+    /// /// Seed 001's order: create it (phase 1), charge it (a foreign call,
+    /// /// between two recovery points), record the charge (phase 2).
+    /// pub async fn place_order(ctx: &IdempotencyContext, order_id: String) -> Result<(), Error> {
+    ///     let resume_at = ctx.recovery_point().map(|p| p.name.clone());
+    ///     if resume_at.is_none() {
+    ///         ctx.defer_write(
+    ///             PgWrite::new("INSERT INTO orders (id, state) VALUES ($1, 'created')")
+    ///                 .bind(order_id.clone(), PgType::TEXT),
+    ///         )?;
+    ///         ctx.commit_with_writes("order_created", serde_json::json!({ "order": order_id }))
+    ///             .await?;
+    ///     }
+    ///     if resume_at.as_deref() != Some("charged") {
+    ///         let charge_id = charge(&ctx.derived_key("charge")).await;
+    ///         ctx.defer_write(
+    ///             PgWrite::new("UPDATE orders SET state = 'charged', charge = $2 WHERE id = $1")
+    ///                 .bind(order_id.clone(), PgType::TEXT)
+    ///                 .bind(charge_id, PgType::TEXT)
+    ///                 .require_rows(1),
+    ///         )?;
+    ///         ctx.commit_with_writes("charged", serde_json::json!({})).await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # async fn charge(_key: &str) -> String { String::new() }
+    /// # }
+    /// ```
+    ///
+    /// A store without transactions refuses the writes and commits nothing:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lambda_idempotency::{ClaimOutcome, ClaimRequest, ErrorKind, IdempotencyContext, MemoryStore, Store};
+    ///
+    /// # tokio_test_block_on(async {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let request = ClaimRequest {
+    ///     record_id: "r1".into(), fingerprint: "fp".into(), owner: "me".into(),
+    ///     now_ms: 1_000, lease_expires_at_ms: 31_000, expires_at_s: 3_600,
+    /// };
+    /// let ClaimOutcome::Claimed(lease) = store.claim(&request).await? else { unreachable!() };
+    /// let ctx = IdempotencyContext::from_lease(store.clone(), lease);
+    ///
+    /// ctx.defer_write("an order row".to_owned())?;
+    /// let err = ctx.commit_with_writes("order_created", serde_json::json!({})).await.unwrap_err();
+    /// assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    /// assert!(store.get("r1").await?.unwrap().record.checkpoint.is_none());
+    ///
+    /// // The refused writes are gone: the same phase without them is a plain recovery point.
+    /// ctx.commit_with_writes("order_created", serde_json::json!({})).await?;
+    /// assert!(store.get("r1").await?.unwrap().record.checkpoint.is_some());
+    /// # Ok::<(), lambda_idempotency::Error>(()) });
+    /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
+    /// ```
+    pub async fn commit_with_writes(
+        &self,
+        name: &str,
+        data: serde_json::Value,
+    ) -> Result<(), Error> {
+        let claim = self.claim.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                "this IdempotencyContext is detached (made with IdempotencyContext::new); \
+                 only the middleware's context can commit recovery points",
+            )
+        })?;
+        let writes = self.take_writes();
+        let count = writes.len();
+        let checkpoint = Checkpoint {
+            name: name.to_owned(),
+            data,
+            attempt: self.attempt,
+        };
+        claim
+            .store
+            .checkpoint_with_writes(&claim.lease, &checkpoint, writes)
+            .await?;
+        tracing::info!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, writes = count, "recovery point committed with its writes");
+        Ok(())
+    }
+
     /// Hand a write to the completion: it commits in the same transaction as
-    /// the stored response, or not at all. The write is of the store's own
+    /// the stored response, or not at all (or with the recovery point of the
+    /// next [`commit_with_writes`](Self::commit_with_writes), if one comes
+    /// first). The write is of the store's own
     /// kind: for a [`DynamoStore`](crate::DynamoStore), an
     /// `aws_sdk_dynamodb::types::TransactWriteItem`; for a `PostgresStore`
     /// (feature `postgres`), a `PgWrite` (SQL and its parameters, run in the

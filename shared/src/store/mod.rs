@@ -269,6 +269,32 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         ))
     }
 
+    /// Commit a recovery point and the handler's deferred writes (of this
+    /// store's own kind, see [`DeferredWrites`]) in one transaction, fenced
+    /// like [`checkpoint`](Store::checkpoint): an atomic phase. Either the
+    /// writes and the recovery point commit together under this lease, or
+    /// neither does. Stores without transactions fail with
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) unless
+    /// there are no writes.
+    async fn checkpoint_with_writes(
+        &self,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        writes: DeferredWrites,
+    ) -> Result<(), Error> {
+        if writes.is_empty() {
+            return self.checkpoint(lease, checkpoint).await;
+        }
+        Err(Error::new(
+            crate::ErrorKind::InvalidConfig,
+            format!(
+                "{} cannot commit deferred writes with a recovery point (it has no \
+                 transactions); use a DynamoStore or a PostgresStore",
+                self.describe()
+            ),
+        ))
+    }
+
     /// One page of the records in progress whose lease ended before
     /// `cutoff_ms`, from `cursor` (`None`: the start), at most `limit`
     /// records. Never a scan of every record: stores keep stuck records
@@ -319,8 +345,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Writes a handler hands to its completion
-/// ([`IdempotencyContext::defer_write`](crate::IdempotencyContext::defer_write)),
+/// Writes a handler hands to its completion or to its next recovery point
+/// ([`IdempotencyContext::defer_write`](crate::IdempotencyContext::defer_write),
+/// [`IdempotencyContext::commit_with_writes`](crate::IdempotencyContext::commit_with_writes)),
 /// of the kind the store commits in a transaction (for
 /// [`DynamoStore`](crate::DynamoStore): `TransactWriteItem`s). Opaque, so the
 /// [`Store`] trait names no engine's types.
@@ -402,6 +429,16 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
     ) -> Result<Completion, Error> {
         (**self)
             .complete_with_writes(lease, response, expires_at_s, writes)
+            .await
+    }
+    async fn checkpoint_with_writes(
+        &self,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        writes: DeferredWrites,
+    ) -> Result<(), Error> {
+        (**self)
+            .checkpoint_with_writes(lease, checkpoint, writes)
             .await
     }
     async fn stuck(

@@ -541,6 +541,17 @@ impl<S: Store> Store for S3Offload<S> {
             .await
     }
 
+    async fn checkpoint_with_writes(
+        &self,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        writes: DeferredWrites,
+    ) -> Result<(), Error> {
+        self.inner
+            .checkpoint_with_writes(lease, checkpoint, writes)
+            .await
+    }
+
     async fn stuck(
         &self,
         cutoff_ms: u64,

@@ -14,6 +14,7 @@ mod layout;
 mod model;
 mod offload;
 mod orders;
+mod phases;
 mod postgres;
 mod process;
 mod redis_store;

@@ -312,81 +312,25 @@ impl Store for DynamoStore {
         if writes.is_empty() {
             return self.complete(lease, response, expires_at_s).await;
         }
-        let writes = writes.into_typed::<TransactWriteItem>()?;
         let (update, completion) = self.completion(lease, response, expires_at_s);
-        let record_update = Update::builder()
-            .table_name(&*self.table)
-            .set_key(Some(self.layout.key(&lease.record_id)))
-            .condition_expression(Self::fence_condition())
-            .update_expression(update.expression)
-            .set_expression_attribute_names(Some(update.names))
-            .set_expression_attribute_values(Some(update.values))
-            .build()
-            .map_err(|e| {
-                Error::with_source(
-                    ErrorKind::InvalidConfig,
-                    format!("building the completion: {e}"),
-                    e,
-                )
-            })?;
-        let mut items = vec![TransactWriteItem::builder().update(record_update).build()];
-        items.extend(writes);
-        let items_len = items.len();
-        let result = self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(completion),
-            Err(err) => {
-                let reasons: Option<Vec<String>> = err.as_service_error().and_then(|e| match e {
-                    TransactWriteItemsError::TransactionCanceledException(c) => Some(
-                        c.cancellation_reasons()
-                            .iter()
-                            .map(|r| r.code().unwrap_or("None").to_owned())
-                            .collect(),
-                    ),
-                    _ => None,
-                });
-                match reasons {
-                    // The first item is the record: its condition failing means fenced.
-                    Some(reasons) if reasons.first().map(String::as_str) == Some("ConditionalCheckFailed") => {
-                        Err(Error::fenced(&lease.record_id, lease.attempt))
-                    }
-                    Some(reasons) => Err(Error::new(
-                        ErrorKind::TransactionCancelled,
-                        format!(
-                            "the completion of record {} and the handler's {} write(s) were cancelled \
-                             together, nothing was written; reasons per item (record first): [{}]",
-                            lease.record_id,
-                            reasons.len().saturating_sub(1),
-                            reasons.join(", ")
-                        ),
-                    )),
-                    // Refused as invalid before it ran (over 100 items, two
-                    // operations on one item, ...): nothing committed.
-                    None if err.as_service_error().and_then(|e| e.code())
-                        == Some("ValidationException") =>
-                    {
-                        Err(Error::with_source(
-                            ErrorKind::TransactionRejected,
-                            format!(
-                                "DynamoDB refused the completion of record {} with the handler's \
-                                 {} deferred write(s) as invalid, nothing was written: {}; check \
-                                 the writes given to defer_write (at most 99, one per item)",
-                                lease.record_id,
-                                items_len - 1,
-                                DisplayErrorContext(&err)
-                            ),
-                            err,
-                        ))
-                    }
-                    None => Err(self.unavailable("TransactWriteItems (complete)", err)),
-                }
-            }
+        self.transaction_with_writes(lease, update, "the completion", writes)
+            .await?;
+        Ok(completion)
+    }
+
+    async fn checkpoint_with_writes(
+        &self,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        writes: DeferredWrites,
+    ) -> Result<(), Error> {
+        if writes.is_empty() {
+            return self.checkpoint(lease, checkpoint).await;
         }
+        let update = self.checkpoint_update(lease, checkpoint);
+        let what = format!("the recovery point `{}`", checkpoint.name);
+        self.transaction_with_writes(lease, update, &what, writes)
+            .await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
@@ -744,23 +688,19 @@ impl Store for DynamoStore {
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
-        let value = checkpoint_value(checkpoint);
-        let mut request = self
+        let update = self.checkpoint_update(lease, checkpoint);
+        let result = self
             .client
             .update_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(&lease.record_id)))
             .condition_expression(Self::fence_condition())
-            .update_expression("SET #checkpoint = :checkpoint")
-            .expression_attribute_names("#checkpoint", &self.layout.checkpoint)
-            .expression_attribute_names("#status", &self.layout.status)
-            .expression_attribute_names("#attempt", &self.layout.attempt)
-            .expression_attribute_names("#owner", &self.layout.owner)
-            .expression_attribute_values(":checkpoint", value);
-        for (name, value) in Self::fence_values(lease) {
-            request = request.expression_attribute_values(name, value);
-        }
-        match request.send().await {
+            .update_expression(update.expression)
+            .set_expression_attribute_names(Some(update.names))
+            .set_expression_attribute_values(Some(update.values))
+            .send()
+            .await;
+        match result {
             Ok(_) => Ok(()),
             Err(err) if is_condition_failure(&err) => {
                 Err(Error::fenced(&lease.record_id, lease.attempt))
@@ -778,6 +718,114 @@ struct UpdateParts {
 }
 
 impl DynamoStore {
+    /// The fenced recovery-point update, shared by the plain and the
+    /// transactional path.
+    fn checkpoint_update(&self, lease: &Lease, checkpoint: &Checkpoint) -> UpdateParts {
+        let names = [
+            ("#checkpoint", &self.layout.checkpoint),
+            ("#status", &self.layout.status),
+            ("#attempt", &self.layout.attempt),
+            ("#owner", &self.layout.owner),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let mut values: HashMap<String, AttributeValue> = Self::fence_values(lease)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        values.insert(":checkpoint".into(), checkpoint_value(checkpoint));
+        UpdateParts {
+            expression: "SET #checkpoint = :checkpoint".into(),
+            names,
+            values,
+        }
+    }
+
+    /// `update` of the record (fenced on `lease`; `what` it writes, for
+    /// messages) and the handler's writes in one `TransactWriteItems`: both
+    /// commit or neither does.
+    async fn transaction_with_writes(
+        &self,
+        lease: &Lease,
+        update: UpdateParts,
+        what: &str,
+        writes: DeferredWrites,
+    ) -> Result<(), Error> {
+        let writes = writes.into_typed::<TransactWriteItem>()?;
+        let record_update = Update::builder()
+            .table_name(&*self.table)
+            .set_key(Some(self.layout.key(&lease.record_id)))
+            .condition_expression(Self::fence_condition())
+            .update_expression(update.expression)
+            .set_expression_attribute_names(Some(update.names))
+            .set_expression_attribute_values(Some(update.values))
+            .build()
+            .map_err(|e| {
+                Error::with_source(
+                    ErrorKind::InvalidConfig,
+                    format!("building {what} of record {}: {e}", lease.record_id),
+                    e,
+                )
+            })?;
+        let mut items = vec![TransactWriteItem::builder().update(record_update).build()];
+        items.extend(writes);
+        let items_len = items.len();
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        let Err(err) = result else { return Ok(()) };
+        let reasons: Option<Vec<String>> = err.as_service_error().and_then(|e| match e {
+            TransactWriteItemsError::TransactionCanceledException(c) => Some(
+                c.cancellation_reasons()
+                    .iter()
+                    .map(|r| r.code().unwrap_or("None").to_owned())
+                    .collect(),
+            ),
+            _ => None,
+        });
+        match reasons {
+            // The first item is the record: its condition failing means fenced.
+            Some(reasons)
+                if reasons.first().map(String::as_str) == Some("ConditionalCheckFailed") =>
+            {
+                Err(Error::fenced(&lease.record_id, lease.attempt))
+            }
+            Some(reasons) => Err(Error::new(
+                ErrorKind::TransactionCancelled,
+                format!(
+                    "{what} of record {} and the handler's {} write(s) were cancelled together, \
+                     nothing was written; reasons per item (record first): [{}]",
+                    lease.record_id,
+                    reasons.len().saturating_sub(1),
+                    reasons.join(", ")
+                ),
+            )),
+            // Refused as invalid before it ran (over 100 items, two
+            // operations on one item, ...): nothing committed.
+            None if err.as_service_error().and_then(|e| e.code())
+                == Some("ValidationException") =>
+            {
+                Err(Error::with_source(
+                    ErrorKind::TransactionRejected,
+                    format!(
+                        "DynamoDB refused {what} of record {} with the handler's {} deferred \
+                         write(s) as invalid, nothing was written: {}; check the writes given to \
+                         defer_write (at most 99, one per item)",
+                        lease.record_id,
+                        items_len - 1,
+                        DisplayErrorContext(&err)
+                    ),
+                    err,
+                ))
+            }
+            None => Err(self.unavailable(&format!("TransactWriteItems ({what})"), err)),
+        }
+    }
+
     /// The fenced completion update, shared by the plain and the transactional
     /// path. An update rather than a put keeps the fingerprint (a later request
     /// with another body must still get a 422); removing the sweep attributes

@@ -400,37 +400,85 @@ impl PostgresStore {
         }
     }
 
-    /// The fenced completion and the handler's writes in one transaction
-    /// on `client`.
+    /// `head` (the fenced completion or recovery point) and the handler's
+    /// writes in one transaction. A connection found lost at `BEGIN` (nothing
+    /// sent yet) starts the transaction again on a new one (see `query`).
+    async fn transaction_with_writes(
+        &self,
+        lease: &Lease,
+        head: TxHead<'_>,
+        writes: DeferredWrites,
+    ) -> Result<(), Error> {
+        let writes = writes.into_typed::<PgWrite>()?;
+        let fence = Fence::of(lease);
+        let op = head.op();
+        let mut client = self.client(op).await?;
+        match self
+            .transactional(&mut client, lease, &fence, &head, &writes)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(TxFailure::Failed(err)) => Err(err),
+            Err(TxFailure::LostAtBegin(err)) => {
+                drop(client);
+                tracing::warn!(op, server = %self.label, error = %err, "PostgreSQL connection lost; the transaction starts again on a new one");
+                let mut client = self.client(op).await?;
+                self.transactional(&mut client, lease, &fence, &head, &writes)
+                    .await
+                    .map_err(|failure| match failure {
+                        TxFailure::Failed(err) => err,
+                        TxFailure::LostAtBegin(err) => self.failed(op, err),
+                    })
+            }
+        }
+    }
+
+    /// `head` and the handler's writes in one transaction on `client`.
     async fn transactional(
         &self,
         client: &mut deadpool_postgres::Object,
         lease: &Lease,
         fence: &Fence,
-        params: &ResponseParams,
+        head: &TxHead<'_>,
         writes: &[PgWrite],
     ) -> Result<(), TxFailure> {
-        let fail = |err| TxFailure::Failed(self.failed("transactional complete", err));
+        let fail = |err| TxFailure::Failed(self.failed(head.op(), err));
         self.count();
         let tx = match client.transaction().await {
             Ok(tx) => tx,
             Err(err) if connection_lost(&err) => return Err(TxFailure::LostAtBegin(err)),
             Err(err) => return Err(fail(err)),
         };
-        // The fenced completion first: its row lock holds every takeover
-        // off until the transaction ends, so the writes commit only under
-        // this attempt.
+        // The fenced update of the record first: its row lock holds every
+        // takeover off until the transaction ends, so the writes commit only
+        // under this attempt.
         self.count();
-        let rows = tx
-            .query_typed(&self.sql.complete, &completion_params(fence, params))
-            .await
-            .map_err(fail)?;
-        let updated = rows
-            .first()
-            .map(|row| column::<bool>(row, &lease.record_id, "updated"))
-            .transpose()
-            .map_err(TxFailure::Failed)?
-            .unwrap_or(false);
+        let updated = match head {
+            TxHead::Completion(params) => tx
+                .query_typed(&self.sql.complete, &completion_params(fence, params))
+                .await
+                .map_err(fail)?
+                .first()
+                .map(|row| column::<bool>(row, &lease.record_id, "updated"))
+                .transpose()
+                .map_err(TxFailure::Failed)?
+                .unwrap_or(false),
+            TxHead::RecoveryPoint { json, .. } => {
+                tx.query_typed(
+                    &self.sql.checkpoint,
+                    &[
+                        (&fence.id, Type::TEXT),
+                        (&fence.attempt, Type::INT8),
+                        (&fence.owner, Type::TEXT),
+                        (json, Type::TEXT),
+                    ],
+                )
+                .await
+                .map_err(fail)?
+                .len()
+                    == 1
+            }
+        };
         if !updated {
             self.count();
             let _ = tx.rollback().await;
@@ -439,6 +487,7 @@ impl PostgresStore {
                 lease.attempt,
             )));
         }
+        let what = head.what(&lease.record_id);
         let total = writes.len();
         for (i, write) in writes.iter().enumerate() {
             let params: Vec<(&(dyn ToSql + Sync), Type)> = write
@@ -453,12 +502,12 @@ impl PostgresStore {
                     ErrorKind::TransactionCancelled,
                     format!(
                         "deferred write {i} of {total} changed {rows} row(s), fewer than the {} \
-                         it requires; the completion of record {} and every write were rolled \
-                         back, nothing was written",
-                        write.min_rows, lease.record_id
+                         it requires; {what} and every write were rolled back, nothing was \
+                         written",
+                        write.min_rows
                     ),
                 ),
-                Err(err) => statement_error(err, i, total, &lease.record_id, &self.label),
+                Err(err) => statement_error(err, i, total, &what, &self.label),
             };
             self.count();
             let _ = tx.rollback().await;
@@ -466,6 +515,34 @@ impl PostgresStore {
         }
         self.count();
         tx.commit().await.map_err(fail)
+    }
+}
+
+/// What a transaction with the handler's writes commits first, fenced.
+enum TxHead<'a> {
+    /// The completion with this response.
+    Completion(&'a ResponseParams),
+    /// The recovery point `name`, as stored (see [`checkpoint_json`]).
+    RecoveryPoint { name: &'a str, json: String },
+}
+
+impl TxHead<'_> {
+    /// The operation, for messages and logs.
+    fn op(&self) -> &'static str {
+        match self {
+            TxHead::Completion(_) => "transactional complete",
+            TxHead::RecoveryPoint { .. } => "transactional recovery point",
+        }
+    }
+
+    /// What was rolled back, for messages.
+    fn what(&self, record_id: &str) -> String {
+        match self {
+            TxHead::Completion(_) => format!("the completion of record {record_id}"),
+            TxHead::RecoveryPoint { name, .. } => {
+                format!("the recovery point `{name}` of record {record_id}")
+            }
+        }
     }
 }
 
@@ -877,33 +954,27 @@ impl Store for PostgresStore {
         if writes.is_empty() {
             return self.complete(lease, response, expires_at_s).await;
         }
-        let writes = writes.into_typed::<PgWrite>()?;
         let fitted = fit(response, self.max_response_bytes);
         let params = ResponseParams::new(&fitted, expires_at_s);
-        let fence = Fence::of(lease);
-        let op = "transactional complete";
-        let mut client = self.client(op).await?;
-        match self
-            .transactional(&mut client, lease, &fence, &params, &writes)
-            .await
-        {
-            Ok(()) => Ok(fitted.completion),
-            Err(TxFailure::Failed(err)) => Err(err),
-            // Nothing of the transaction reached the server: a new
-            // connection starts it (see `query`).
-            Err(TxFailure::LostAtBegin(err)) => {
-                drop(client);
-                tracing::warn!(op, server = %self.label, error = %err, "PostgreSQL connection lost; the transaction starts again on a new one");
-                let mut client = self.client(op).await?;
-                self.transactional(&mut client, lease, &fence, &params, &writes)
-                    .await
-                    .map_err(|failure| match failure {
-                        TxFailure::Failed(err) => err,
-                        TxFailure::LostAtBegin(err) => self.failed(op, err),
-                    })?;
-                Ok(fitted.completion)
-            }
+        self.transaction_with_writes(lease, TxHead::Completion(&params), writes)
+            .await?;
+        Ok(fitted.completion)
+    }
+
+    async fn checkpoint_with_writes(
+        &self,
+        lease: &Lease,
+        checkpoint: &Checkpoint,
+        writes: DeferredWrites,
+    ) -> Result<(), Error> {
+        if writes.is_empty() {
+            return self.checkpoint(lease, checkpoint).await;
         }
+        let head = TxHead::RecoveryPoint {
+            name: &checkpoint.name,
+            json: checkpoint_json(checkpoint),
+        };
+        self.transaction_with_writes(lease, head, writes).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
@@ -1168,15 +1239,15 @@ fn statement_error(
     err: tokio_postgres::Error,
     index: usize,
     total: usize,
-    record_id: &str,
+    what: &str,
     server: &str,
 ) -> Error {
     let Some(db) = err.as_db_error() else {
         return Error::with_source(
             ErrorKind::StoreUnavailable,
             format!(
-                "PostgreSQL at {server} failed during deferred write {index} of {total} of \
-                 record {record_id}: {err}"
+                "PostgreSQL at {server} failed during deferred write {index} of {total} with \
+                 {what}: {err}"
             ),
             err,
         );
@@ -1190,7 +1261,7 @@ fn statement_error(
     } else {
         ErrorKind::TransactionRejected
     };
-    let what = if kind == ErrorKind::TransactionCancelled {
+    let verdict = if kind == ErrorKind::TransactionCancelled {
         "cancelled"
     } else {
         "refused as invalid"
@@ -1198,9 +1269,8 @@ fn statement_error(
     Error::with_source(
         kind,
         format!(
-            "deferred write {index} of {total} was {what} by PostgreSQL: {summary}; the \
-             completion of record {record_id} and every write were rolled back, nothing was \
-             written"
+            "deferred write {index} of {total} was {verdict} by PostgreSQL: {summary}; {what} \
+             and every write were rolled back, nothing was written"
         ),
         err,
     )
