@@ -1,4 +1,4 @@
-//! Atomic phases (seed 001): a recovery point committed in one transaction
+//! Atomic phases: a recovery point committed in one transaction
 //! with the rows the phase wrote (`IdempotencyContext::commit_with_writes`,
 //! `Store::checkpoint_with_writes`), fenced. On PostgreSQL (the handler's
 //! SQL) and DynamoDB Local (`TransactWriteItem`s); stores without
