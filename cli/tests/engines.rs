@@ -3,43 +3,15 @@
 //! claims and a completion through the middleware; and its one-line errors
 //! when the URL is wrong, the server unreachable or the schema missing.
 
+mod common;
+
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use assert_cmd::Command;
-use lambda_idempotency::{
-    ClaimOutcome, ClaimRequest, ErrorKind, IdempotencyLayer, Lease, RecordScope, Status, Store,
-    StoredBody, StoredResponse,
-};
+use common::{id, json_lines, now_ms, stderr, stdout};
+use lambda_idempotency::{ErrorKind, Lease, Status, Store, StoredBody, StoredResponse};
 use serde_json::Value;
-use tower::{Layer, ServiceExt};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
-
-/// The id the middleware gives `POST /orders` with `key`, anonymous.
-fn id(key: &str) -> String {
-    RecordScope::new("POST", "/orders", key).record_id()
-}
-
-fn stdout(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &std::process::Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn json_lines(output: &std::process::Output) -> Vec<Value> {
-    stdout(output)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
-}
 
 /// The CLI with no store configured but what each test passes: none of the
 /// DynamoDB settings of the shell it runs in.
@@ -134,34 +106,12 @@ impl UrlEnv {
 
     /// A real claim of `key`'s record, its lease ending in `lease_ms`.
     async fn claim(&self, key: &str, owner: &str, lease_ms: u64) -> Lease {
-        let now = now_ms();
-        let request = ClaimRequest {
-            record_id: id(key),
-            fingerprint: "fp".into(),
-            owner: owner.into(),
-            now_ms: now,
-            lease_expires_at_ms: now + lease_ms,
-            expires_at_s: now / 1000 + 3600,
-        };
-        match self.store.claim(&request).await.expect("claim") {
-            ClaimOutcome::Claimed(lease) => lease,
-            other => panic!("claim of {key}: {other:?}"),
-        }
+        common::claim(self.store.as_ref(), key, owner, lease_ms).await
     }
 
     /// A request that completed through the middleware (201, a JSON body).
     async fn completed(&self, key: &str) {
-        let svc =
-            IdempotencyLayer::new(self.store.clone()).layer(integration_tests::echo_handler());
-        let res = svc
-            .oneshot(integration_tests::post(
-                "/orders",
-                Some(key),
-                r#"{"amount":2500}"#,
-            ))
-            .await
-            .expect("response");
-        assert_eq!(res.status(), 201);
+        common::completed(self.store.clone(), key).await
     }
 
     async fn status_of(&self, key: &str) -> Option<Status> {

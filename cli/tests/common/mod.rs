@@ -1,0 +1,66 @@
+//! Helpers both CLI test targets use: the clock, record ids, the CLI's
+//! output, and real records made through a store and through the middleware.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lambda_idempotency::{ClaimOutcome, ClaimRequest, IdempotencyLayer, Lease, RecordScope, Store};
+use serde_json::Value;
+use tower::{Layer, ServiceExt};
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+/// The id the middleware gives `POST /orders` with `key`, anonymous.
+pub fn id(key: &str) -> String {
+    RecordScope::new("POST", "/orders", key).record_id()
+}
+
+pub fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn json_lines(output: &std::process::Output) -> Vec<Value> {
+    stdout(output)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// A real claim of `key`'s record in `store`, its lease ending in `lease_ms`.
+pub async fn claim(store: &(impl Store + ?Sized), key: &str, owner: &str, lease_ms: u64) -> Lease {
+    let now = now_ms();
+    let request = ClaimRequest {
+        record_id: id(key),
+        fingerprint: "fp".into(),
+        owner: owner.into(),
+        now_ms: now,
+        lease_expires_at_ms: now + lease_ms,
+        expires_at_s: now / 1000 + 3600,
+    };
+    match store.claim(&request).await.expect("claim") {
+        ClaimOutcome::Claimed(lease) => lease,
+        other => panic!("claim of {key}: {other:?}"),
+    }
+}
+
+/// A request to `store` that completed through the middleware (201, a JSON body).
+pub async fn completed(store: impl Store + 'static, key: &str) {
+    let svc = IdempotencyLayer::new(store).layer(integration_tests::echo_handler());
+    let res = svc
+        .oneshot(integration_tests::post(
+            "/orders",
+            Some(key),
+            r#"{"amount":2500}"#,
+        ))
+        .await
+        .expect("response");
+    assert_eq!(res.status(), 201);
+}
