@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use integration_tests::{post, Handler};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    ClaimOutcome, ClaimRequest, IdempotencyContext, Lease, MemoryStore, Store,
+    ClaimOutcome, ClaimRequest, IdempotencyContext, Lease, MemoryStore, Store, Sweeper,
 };
 
 /// A store under test and a way to count the requests it made.
@@ -231,4 +231,40 @@ pub async fn start_first<S: Handler>(
 
 pub fn json(response: &Response<Body>) -> serde_json::Value {
     serde_json::from_slice(response.body().as_ref()).expect("JSON body")
+}
+
+/// A server on a free local port that accepts connections and never answers;
+/// it holds them until the returned task is aborted.
+pub async fn silent_server() -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    (port, held)
+}
+
+/// A sweep of `store` (a silent server's) given 3 s and told to stop 1 s
+/// before: it returns by its deadline, with the work left and the errors
+/// counted.
+pub async fn assert_sweep_keeps_its_deadline(store: impl Store + 'static) {
+    let deadline = now_ms() + 3_000;
+    let summary = tokio::time::timeout(
+        Duration::from_secs(30),
+        Sweeper::new(store)
+            .stop_before(Duration::from_secs(1))
+            .sweep(Some(deadline)),
+    )
+    .await
+    .expect("the sweep returned");
+    assert!(
+        now_ms() <= deadline,
+        "returned {} ms after its deadline",
+        now_ms() - deadline
+    );
+    assert!(summary.remaining, "{summary:?}");
+    assert!(summary.errors >= 1, "{summary:?}");
 }

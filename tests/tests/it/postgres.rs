@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    problem, ClaimOutcome, DeferredWrites, ErrorKind, IdempotencyContext, IdempotencyLayer, Lease,
-    PgType, PgWrite, PostgresStore, Resolution, Status, Store, StoredBody, StoredResponse,
-    SweepPolicy, Sweeper, REPLAYED_HEADER,
+    problem, ClaimOutcome, Completion, DeferredWrites, ErrorKind, IdempotencyContext,
+    IdempotencyLayer, Lease, PgType, PgWrite, PostgresStore, Resolution, Status, Store, StoredBody,
+    StoredResponse, SweepPolicy, Sweeper, REPLAYED_HEADER,
 };
 use tower::{Layer, ServiceExt};
 
@@ -59,6 +59,23 @@ fn deferred(write: PgWrite) -> DeferredWrites {
     let mut writes = DeferredWrites::new();
     writes.push(write);
     writes
+}
+
+/// `lease`'s completion with an empty 201 kept for a minute, and `writes`
+/// in its transaction.
+async fn complete_201_with(
+    store: &PostgresStore,
+    lease: &Lease,
+    writes: DeferredWrites,
+) -> Result<Completion, lambda_idempotency::Error> {
+    store
+        .complete_with_writes(
+            lease,
+            &StoredResponse::new(201, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+            writes,
+        )
+        .await
 }
 
 /// A handler that writes its order row through the completion's transaction.
@@ -178,15 +195,7 @@ async fn a_write_that_changes_too_few_rows_cancels_the_completion() {
         .bind("no-such-order".to_owned(), PgType::TEXT)
         .require_rows(1),
     );
-    let err = store
-        .complete_with_writes(
-            &lease,
-            &StoredResponse::new(201, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-            writes,
-        )
-        .await
-        .unwrap_err();
+    let err = complete_201_with(&store, &lease, writes).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TransactionCancelled);
     assert!(err.to_string().contains("changed 0 row(s)"), "{err}");
     assert_eq!(
@@ -240,13 +249,7 @@ async fn a_transactional_completion_by_a_stale_attempt_is_fenced_and_writes_noth
     tokio::time::sleep(Duration::from_millis(60)).await;
     let fresh = claimed(store.claim(&claim_request("r", "b", 60_000)).await.unwrap());
     assert_eq!(fresh.attempt, 2);
-    let err = store
-        .complete_with_writes(
-            &stale,
-            &StoredResponse::new(201, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-            deferred(insert_order(&store, "o-9")),
-        )
+    let err = complete_201_with(&store, &stale, deferred(insert_order(&store, "o-9")))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
@@ -264,15 +267,7 @@ async fn writes_of_another_stores_kind_are_refused_before_anything_runs() {
     let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
     let mut writes = DeferredWrites::new();
     writes.push("INSERT INTO orders VALUES ('x', 'y')");
-    let err = store
-        .complete_with_writes(
-            &lease,
-            &StoredResponse::new(201, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-            writes,
-        )
-        .await
-        .unwrap_err();
+    let err = complete_201_with(&store, &lease, writes).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     assert!(err.to_string().contains("PgWrite"), "{err}");
 }
@@ -774,17 +769,15 @@ async fn through_a_transaction_pooler_concurrent_transactional_completions_each_
             .await
             .unwrap(),
     );
-    let err = pooled
-        .complete_with_writes(
-            &stale,
-            &StoredResponse::new(201, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-            deferred(PgWrite::new(format!(
-                "INSERT INTO {table} (id, state) VALUES ('stale', 'created')"
-            ))),
-        )
-        .await
-        .unwrap_err();
+    let err = complete_201_with(
+        &pooled,
+        &stale,
+        deferred(PgWrite::new(format!(
+            "INSERT INTO {table} (id, state) VALUES ('stale', 'created')"
+        ))),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
     let stale_rows: i64 = admin
         .query_one(
@@ -934,13 +927,7 @@ async fn a_connection_that_died_between_invocations_is_replaced_without_failing_
         .unwrap();
     let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
     proxy.cut();
-    store
-        .complete_with_writes(
-            &lease,
-            &StoredResponse::new(201, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-            deferred(insert_order(&store, "o-1")),
-        )
+    complete_201_with(&store, &lease, deferred(insert_order(&store, "o-1")))
         .await
         .unwrap();
     let rows: i64 = admin

@@ -16,7 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::Layer;
 
 use crate::fixture::{
-    call, claim_request, claimed, counting_handler, json, now_ms, post, start_first, Runs,
+    assert_sweep_keeps_its_deadline, call, claim_request, claimed, counting_handler, json, now_ms,
+    post, silent_server, start_first, Runs,
 };
 
 /// `host:port` of the harness's server.
@@ -122,48 +123,19 @@ async fn a_sweep_of_an_unreachable_server_counts_every_shard_it_could_not_read()
 
 #[tokio::test]
 async fn a_silent_server_does_not_keep_a_sweep_past_its_deadline() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let held = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            open.push(socket);
-        }
-    });
+    let (port, held) = silent_server().await;
     // The default timeouts (2 s to connect, 2 s per answer).
     let store = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
         .open()
         .unwrap();
-    let deadline = now_ms() + 3_000;
-    let summary = tokio::time::timeout(
-        Duration::from_secs(30),
-        Sweeper::new(store)
-            .stop_before(Duration::from_secs(1))
-            .sweep(Some(deadline)),
-    )
-    .await
-    .expect("the sweep returned");
-    assert!(
-        now_ms() <= deadline,
-        "returned {} ms after its deadline",
-        now_ms() - deadline
-    );
-    assert!(summary.remaining, "{summary:?}");
-    assert!(summary.errors >= 1, "{summary:?}");
+    assert_sweep_keeps_its_deadline(store).await;
     held.abort();
 }
 
 #[tokio::test]
 async fn a_silent_server_answers_503_once_its_time_is_up() {
     // Accepts connections and never answers.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let held = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            open.push(socket);
-        }
-    });
+    let (port, held) = silent_server().await;
     let store = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
         .connect_timeout(Duration::from_millis(300))
         .response_timeout(Duration::from_millis(300))

@@ -13,7 +13,10 @@ use lambda_idempotency::{
 };
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{claim_request, claimed, counting_handler, json, now_ms, post, Handler, Runs};
+use crate::fixture::{
+    assert_sweep_keeps_its_deadline, claim_request, claimed, counting_handler, json, now_ms, post,
+    silent_server, Handler, Runs,
+};
 
 /// Where stuck records are and how the sweeper finds them: the DynamoDB
 /// table's stream (the product's way), its opt-in sparse index, or a Redis
@@ -683,33 +686,11 @@ async fn a_recovery_point_committed_after_the_index_was_read_keeps_the_record(mo
 
 async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline(mode: Discovery) {
     // A server that accepts connections and never answers.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let held = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            open.push(socket);
-        }
-    });
+    let (port, held) = silent_server().await;
     // The SDK's default of 3 attempts per call.
     let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 3).await;
     let store = mode.on(DynamoStore::new(client, "idempotency")).await;
-    let deadline = now_ms() + 3_000;
-    let summary = tokio::time::timeout(
-        Duration::from_secs(30),
-        Sweeper::new(store)
-            .stop_before(Duration::from_secs(1))
-            .sweep(Some(deadline)),
-    )
-    .await
-    .expect("the sweep returned");
-    assert!(
-        now_ms() <= deadline,
-        "returned {} ms after its deadline",
-        now_ms() - deadline
-    );
-    assert!(summary.remaining, "{summary:?}");
-    assert!(summary.errors >= 1, "{summary:?}");
+    assert_sweep_keeps_its_deadline(store).await;
     held.abort();
 }
 
