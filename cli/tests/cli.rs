@@ -8,7 +8,7 @@ use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use common::{id, json_lines, now_ms, stderr, stdout};
+use common::{id, json_lines, now_ms, stderr, stdout, succeeded};
 use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
 use lambda_idempotency::{
     problem, Checkpoint, DynamoStore, IdempotencyLayer, Lease, Status, Store, StuckRecord,
@@ -63,12 +63,10 @@ impl Env {
 async fn inspect_shows_a_completed_record_and_its_response() {
     let env = Env::new().await;
     env.completed("order-0001").await;
-    let by_key = env
-        .cli()
-        .args(["inspect", "--key", "order-0001", "--path", "/orders"])
-        .output()
-        .unwrap();
-    assert!(by_key.status.success(), "{}", stderr(&by_key));
+    let by_key = succeeded(
+        env.cli()
+            .args(["inspect", "--key", "order-0001", "--path", "/orders"]),
+    );
     let text = stdout(&by_key);
     assert!(text.contains(&id("order-0001")), "{text}");
     assert!(
@@ -92,12 +90,7 @@ async fn inspect_shows_a_completed_record_and_its_response() {
         insta::assert_snapshot!("inspect_completed_table", text);
     });
 
-    let by_id = env
-        .cli()
-        .args(["--json", "inspect", &id("order-0001")])
-        .output()
-        .unwrap();
-    assert!(by_id.status.success(), "{}", stderr(&by_id));
+    let by_id = succeeded(env.cli().args(["--json", "inspect", &id("order-0001")]));
     let record = &json_lines(&by_id)[0];
     assert_eq!(record["record_id"], id("order-0001"));
     assert_eq!(record["status"], "COMPLETED");
@@ -136,12 +129,10 @@ async fn list_and_stats_show_stuck_live_and_recovery_points() {
     env.completed("done").await;
     tokio::time::sleep(Duration::from_millis(20)).await;
 
-    let stuck = env
-        .cli()
-        .args(["--json", "list", "--stuck", "--grace", "0s"])
-        .output()
-        .unwrap();
-    assert!(stuck.status.success(), "{}", stderr(&stuck));
+    let stuck = succeeded(
+        env.cli()
+            .args(["--json", "list", "--stuck", "--grace", "0s"]),
+    );
     // Oldest lease first.
     let lines = json_lines(&stuck);
     let ids: Vec<&str> = lines
@@ -201,12 +192,7 @@ async fn list_and_stats_show_stuck_live_and_recovery_points() {
         insta::assert_snapshot!("list_stuck_table", text);
     });
 
-    let stats = env
-        .cli()
-        .args(["--json", "stats", "--grace", "0s"])
-        .output()
-        .unwrap();
-    assert!(stats.status.success(), "{}", stderr(&stats));
+    let stats = succeeded(env.cli().args(["--json", "stats", "--grace", "0s"]));
     let stats = &json_lines(&stats)[0];
     assert_eq!(stats["source"], "stream");
     assert_eq!(
@@ -254,12 +240,10 @@ async fn release_refuses_a_live_lease_and_force_still_fences() {
     assert_eq!(kept.record.status, Status::InProgress);
 
     // --force releases it; the invocation that held it is fenced afterwards.
-    let forced = env
-        .cli()
-        .args(["--json", "release", &id("busy"), "--force"])
-        .output()
-        .unwrap();
-    assert!(forced.status.success(), "{}", stderr(&forced));
+    let forced = succeeded(
+        env.cli()
+            .args(["--json", "release", &id("busy"), "--force"]),
+    );
     let out = &json_lines(&forced)[0];
     assert_eq!(
         (out["result"].as_str(), out["forced"].as_bool()),
@@ -318,12 +302,7 @@ async fn fail_stores_the_problem_that_the_middleware_replays() {
     let env = Env::new().await;
     let crash = integration_tests::post("/orders", Some("crashed"), "{}");
     integration_tests::crash_midway(env.store.clone(), crash).await;
-    let failed = env
-        .cli()
-        .args(["fail", &id("crashed"), "--grace", "0s"])
-        .output()
-        .unwrap();
-    assert!(failed.status.success(), "{}", stderr(&failed));
+    let failed = succeeded(env.cli().args(["fail", &id("crashed"), "--grace", "0s"]));
     assert!(stdout(&failed).contains("abandoned"));
     let svc = IdempotencyLayer::new(env.store.clone()).layer(integration_tests::echo_handler());
     let res = svc
@@ -360,19 +339,14 @@ async fn dry_run_writes_nothing() {
     let before = env.store.get(&id("stuck")).await.unwrap();
     for command in ["release", "fail"] {
         let before_requests = proxy.counts().get(Fault::Pass);
-        let out = env
-            .cli_at(&proxy.endpoint())
-            .args([
-                "--json",
-                command,
-                &id("stuck"),
-                "--grace",
-                "0s",
-                "--dry-run",
-            ])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
+        let out = succeeded(env.cli_at(&proxy.endpoint()).args([
+            "--json",
+            command,
+            &id("stuck"),
+            "--grace",
+            "0s",
+            "--dry-run",
+        ]));
         let line = &json_lines(&out)[0];
         assert_eq!(line["dry_run"], true);
         assert_eq!(

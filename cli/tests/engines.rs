@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use common::{id, json_lines, now_ms, stderr, stdout};
+use common::{id, json_lines, now_ms, stderr, stdout, succeeded};
 use lambda_idempotency::{ErrorKind, Lease, Status, Store, StoredBody, StoredResponse};
 use serde_json::Value;
 
@@ -134,12 +134,10 @@ async fn every_command_on(env: UrlEnv) {
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     // Stuck: oldest lease first, the live and the completed ones left out.
-    let stuck = env
-        .cli()
-        .args(["--json", "list", "--stuck", "--grace", "0s"])
-        .output()
-        .unwrap();
-    assert!(stuck.status.success(), "{}", stderr(&stuck));
+    let stuck = succeeded(
+        env.cli()
+            .args(["--json", "list", "--stuck", "--grace", "0s"]),
+    );
     let lines = json_lines(&stuck);
     let ids: Vec<&str> = lines
         .iter()
@@ -151,18 +149,12 @@ async fn every_command_on(env: UrlEnv) {
         .all(|l| l["stuck"] == true && l["status"] == "IN_PROGRESS"));
 
     // With the default 60 s grace nothing is stuck; in progress, all three.
-    let in_progress = env.cli().args(["--json", "list"]).output().unwrap();
-    assert!(in_progress.status.success(), "{}", stderr(&in_progress));
+    let in_progress = succeeded(env.cli().args(["--json", "list"]));
     let lines = json_lines(&in_progress);
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(lines.iter().all(|l| l["stuck"] == false));
 
-    let completed = env
-        .cli()
-        .args(["--json", "list", "--completed", "--scan"])
-        .output()
-        .unwrap();
-    assert!(completed.status.success(), "{}", stderr(&completed));
+    let completed = succeeded(env.cli().args(["--json", "list", "--completed", "--scan"]));
     assert!(stderr(&completed).contains("--scan reads every item"));
     let lines = json_lines(&completed);
     assert_eq!(lines.len(), 1, "{lines:?}");
@@ -170,24 +162,17 @@ async fn every_command_on(env: UrlEnv) {
     assert_eq!(lines[0]["response_status"], 201);
 
     // Inspect by id and by key; DynamoDB's write units are null here.
-    let by_id = env
-        .cli()
-        .args(["--json", "inspect", &id("done")])
-        .output()
-        .unwrap();
-    assert!(by_id.status.success(), "{}", stderr(&by_id));
+    let by_id = succeeded(env.cli().args(["--json", "inspect", &id("done")]));
     let record = &json_lines(&by_id)[0];
     assert_eq!(record["record_id"], id("done"));
     assert_eq!(record["status"], "COMPLETED");
     assert_eq!(record["attempt"], 1);
     assert_eq!(record["response"]["body"]["amount"], 2500);
     assert_eq!(record.get("write_units"), Some(&Value::Null));
-    let by_key = env
-        .cli()
-        .args(["inspect", "--key", "done", "--path", "/orders"])
-        .output()
-        .unwrap();
-    assert!(by_key.status.success(), "{}", stderr(&by_key));
+    let by_key = succeeded(
+        env.cli()
+            .args(["inspect", "--key", "done", "--path", "/orders"]),
+    );
     let text = stdout(&by_key);
     assert!(
         text.contains(&id("done")) && text.contains("stored response: 201"),
@@ -196,12 +181,7 @@ async fn every_command_on(env: UrlEnv) {
     assert!(!text.contains("write unit"), "{text}");
 
     // Stats: the engine named, DynamoDB's facts null.
-    let stats = env
-        .cli()
-        .args(["--json", "stats", "--grace", "0s"])
-        .output()
-        .unwrap();
-    assert!(stats.status.success(), "{}", stderr(&stats));
+    let stats = succeeded(env.cli().args(["--json", "stats", "--grace", "0s"]));
     let stats = &json_lines(&stats)[0];
     assert_eq!(stats["engine"], env.engine);
     assert_eq!(stats.get("source"), Some(&Value::Null));
@@ -220,12 +200,10 @@ async fn every_command_on(env: UrlEnv) {
         "not counted without --scan"
     );
     assert_eq!(stats["oldest_stuck"]["record_id"], id("stuck-a"));
-    let scanned = env
-        .cli()
-        .args(["--json", "stats", "--scan", "--grace", "0s"])
-        .output()
-        .unwrap();
-    assert!(scanned.status.success(), "{}", stderr(&scanned));
+    let scanned = succeeded(
+        env.cli()
+            .args(["--json", "stats", "--scan", "--grace", "0s"]),
+    );
     let scanned = &json_lines(&scanned)[0];
     assert_eq!(scanned["source"], "scan");
     assert_eq!(
@@ -235,8 +213,7 @@ async fn every_command_on(env: UrlEnv) {
         ),
         (Some(1), Some(3))
     );
-    let table = env.cli().arg("stats").output().unwrap();
-    assert!(table.status.success(), "{}", stderr(&table));
+    let table = succeeded(env.cli().arg("stats"));
     let text = stdout(&table);
     assert!(
         text.lines()
@@ -246,19 +223,14 @@ async fn every_command_on(env: UrlEnv) {
 
     // A dry run writes nothing.
     let before = env.store.get(&id("stuck-a")).await.unwrap();
-    let dry = env
-        .cli()
-        .args([
-            "--json",
-            "release",
-            &id("stuck-a"),
-            "--grace",
-            "0s",
-            "--dry-run",
-        ])
-        .output()
-        .unwrap();
-    assert!(dry.status.success(), "{}", stderr(&dry));
+    let dry = succeeded(env.cli().args([
+        "--json",
+        "release",
+        &id("stuck-a"),
+        "--grace",
+        "0s",
+        "--dry-run",
+    ]));
     assert_eq!(json_lines(&dry)[0]["dry_run"], true);
     assert_eq!(env.store.get(&id("stuck-a")).await.unwrap(), before);
 
@@ -274,12 +246,11 @@ async fn every_command_on(env: UrlEnv) {
     assert_eq!(env.status_of("live").await, Some(Status::InProgress));
 
     // A stuck one is released: the next retry runs again.
-    let released = env
-        .cli()
-        .args(["--json", "release", &id("stuck-a"), "--grace", "0s"])
-        .output()
-        .unwrap();
-    assert!(released.status.success(), "{}", stderr(&released));
+    let released =
+        succeeded(
+            env.cli()
+                .args(["--json", "release", &id("stuck-a"), "--grace", "0s"]),
+        );
     let out = &json_lines(&released)[0];
     assert_eq!(
         (out["result"].as_str(), out["forced"].as_bool()),
@@ -288,24 +259,17 @@ async fn every_command_on(env: UrlEnv) {
     assert_eq!(env.status_of("stuck-a").await, None);
 
     // Failed: completed with the `abandoned` problem.
-    let failed = env
-        .cli()
-        .args(["fail", &id("stuck-b"), "--grace", "0s"])
-        .output()
-        .unwrap();
-    assert!(failed.status.success(), "{}", stderr(&failed));
+    let failed = succeeded(env.cli().args(["fail", &id("stuck-b"), "--grace", "0s"]));
     assert!(stdout(&failed).contains("abandoned"));
     let record = env.store.get(&id("stuck-b")).await.unwrap().unwrap().record;
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.response.map(|r| r.status), Some(500));
 
     // --force releases the live one, and its holder is fenced afterwards.
-    let forced = env
-        .cli()
-        .args(["--json", "release", &id("live"), "--force"])
-        .output()
-        .unwrap();
-    assert!(forced.status.success(), "{}", stderr(&forced));
+    let forced = succeeded(
+        env.cli()
+            .args(["--json", "release", &id("live"), "--force"]),
+    );
     let out = &json_lines(&forced)[0];
     assert_eq!(
         (out["result"].as_str(), out["forced"].as_bool()),

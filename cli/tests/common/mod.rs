@@ -27,6 +27,13 @@ pub fn stderr(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// The output of `cmd`, which must have succeeded (its stderr shown when not).
+pub fn succeeded(cmd: &mut assert_cmd::Command) -> std::process::Output {
+    let output = cmd.output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    output
+}
+
 pub fn json_lines(output: &std::process::Output) -> Vec<Value> {
     stdout(output)
         .lines()
