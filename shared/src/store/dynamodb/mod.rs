@@ -717,29 +717,42 @@ struct UpdateParts {
     values: HashMap<String, AttributeValue>,
 }
 
+impl UpdateParts {
+    /// An update fenced on `lease`: the attribute names of its placeholders
+    /// and the fence's values, its expression and own values still to add.
+    fn fenced<'a>(lease: &Lease, names: impl IntoIterator<Item = (&'a str, &'a String)>) -> Self {
+        UpdateParts {
+            expression: String::new(),
+            names: names
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            values: DynamoStore::fence_values(lease)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }
+    }
+}
+
 impl DynamoStore {
     /// The fenced recovery-point update, shared by the plain and the
     /// transactional path.
     fn checkpoint_update(&self, lease: &Lease, checkpoint: &Checkpoint) -> UpdateParts {
-        let names = [
-            ("#checkpoint", &self.layout.checkpoint),
-            ("#status", &self.layout.status),
-            ("#attempt", &self.layout.attempt),
-            ("#owner", &self.layout.owner),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let mut values: HashMap<String, AttributeValue> = Self::fence_values(lease)
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
-        values.insert(":checkpoint".into(), checkpoint_value(checkpoint));
-        UpdateParts {
-            expression: "SET #checkpoint = :checkpoint".into(),
-            names,
-            values,
-        }
+        let mut update = UpdateParts::fenced(
+            lease,
+            [
+                ("#checkpoint", &self.layout.checkpoint),
+                ("#status", &self.layout.status),
+                ("#attempt", &self.layout.attempt),
+                ("#owner", &self.layout.owner),
+            ],
+        );
+        update
+            .values
+            .insert(":checkpoint".into(), checkpoint_value(checkpoint));
+        update.expression = "SET #checkpoint = :checkpoint".into();
+        update
     }
 
     /// `update` of the record (fenced on `lease`; `what` it writes, for
@@ -842,27 +855,27 @@ impl DynamoStore {
             gzip,
             completion,
         } = fit(response, self.max_response_bytes);
-        let mut names: HashMap<String, String> = [
-            ("#status", &self.layout.status),
-            ("#attempt", &self.layout.attempt),
-            ("#owner", &self.layout.owner),
-            ("#expires_at", &self.layout.expires_at),
-            ("#rs", &self.layout.response_status),
-            ("#rh", &self.layout.response_headers),
-            ("#rk", &self.layout.response_body_kind),
-            ("#rb", &self.layout.response_body),
-            ("#re", &self.layout.response_encoding),
-            ("#sweep_shard", &self.layout.sweep_shard),
-            ("#sweep_at", &self.layout.sweep_at),
-            ("#checkpoint", &self.layout.checkpoint),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        let mut values: HashMap<String, AttributeValue> = Self::fence_values(lease)
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
+        let UpdateParts {
+            mut names,
+            mut values,
+            ..
+        } = UpdateParts::fenced(
+            lease,
+            [
+                ("#status", &self.layout.status),
+                ("#attempt", &self.layout.attempt),
+                ("#owner", &self.layout.owner),
+                ("#expires_at", &self.layout.expires_at),
+                ("#rs", &self.layout.response_status),
+                ("#rh", &self.layout.response_headers),
+                ("#rk", &self.layout.response_body_kind),
+                ("#rb", &self.layout.response_body),
+                ("#re", &self.layout.response_encoding),
+                ("#sweep_shard", &self.layout.sweep_shard),
+                ("#sweep_at", &self.layout.sweep_at),
+                ("#checkpoint", &self.layout.checkpoint),
+            ],
+        );
         values.insert(":completed".into(), s(Status::Completed.as_str()));
         values.insert(":expires_at".into(), n(expires_at_s));
         values.insert(":rs".into(), n(u64::from(stored.status)));
