@@ -721,6 +721,27 @@ fn corrupt(record_id: &str, what: &str) -> Error {
     )
 }
 
+/// What a stuck-record statement did, from the boolean columns of its one
+/// row: the resolution of the first flag that is true, else fenced (the
+/// record was no longer the attempt the listing saw). `what` names the
+/// statement for the message when no row came back.
+fn flagged_resolution(
+    rows: &[Row],
+    id: &str,
+    what: &str,
+    flags: [(&str, Resolution); 2],
+) -> Result<Resolution, Error> {
+    let row = rows
+        .first()
+        .ok_or_else(|| corrupt(id, &format!("{what} returned nothing")))?;
+    for (name, resolution) in flags {
+        if column::<bool>(row, id, name)? {
+            return Ok(resolution);
+        }
+    }
+    Ok(Resolution::Fenced)
+}
+
 fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
     id: &str,
@@ -1123,16 +1144,15 @@ impl Store for PostgresStore {
                         ],
                     )
                     .await?;
-                let row = rows
-                    .first()
-                    .ok_or_else(|| corrupt(&record.id, "the release returned nothing"))?;
-                Ok(if column::<bool>(row, &record.id, "deleted")? {
-                    Resolution::Released
-                } else if column::<bool>(row, &record.id, "resumable")? {
-                    Resolution::Resumable
-                } else {
-                    Resolution::Fenced
-                })
+                flagged_resolution(
+                    &rows,
+                    &record.id,
+                    "the release",
+                    [
+                        ("deleted", Resolution::Released),
+                        ("resumable", Resolution::Resumable),
+                    ],
+                )
             }
             Resolve::Fail {
                 response,
@@ -1174,16 +1194,15 @@ impl Store for PostgresStore {
                         ],
                     )
                     .await?;
-                let row = rows
-                    .first()
-                    .ok_or_else(|| corrupt(&record.id, "the resolution returned nothing"))?;
-                Ok(if column::<bool>(row, &record.id, "failed")? {
-                    Resolution::Failed
-                } else if column::<bool>(row, &record.id, "deleted")? {
-                    Resolution::Released
-                } else {
-                    Resolution::Fenced
-                })
+                flagged_resolution(
+                    &rows,
+                    &record.id,
+                    "the resolution",
+                    [
+                        ("failed", Resolution::Failed),
+                        ("deleted", Resolution::Released),
+                    ],
+                )
             }
         }
     }
