@@ -14,7 +14,9 @@ use lambda_idempotency::{
 use serde_json::json;
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{claim_request, json, now_ms, on_both_stores, post, Fixture, Handler, Runs};
+use crate::fixture::{
+    claim_request, dynamo_order_state, json, now_ms, on_both_stores, post, Fixture, Handler, Runs,
+};
 
 on_both_stores!(
     crash_after_a_checkpoint_resumes_there_without_repeating_the_call,
@@ -499,21 +501,6 @@ fn transactional_handler(table: String, order_id: &'static str) -> impl Handler 
     })
 }
 
-async fn order_state(client: &aws_sdk_dynamodb::Client, table: &str, id: &str) -> Option<String> {
-    let out = client
-        .get_item()
-        .table_name(table)
-        .key("order_id", AttributeValue::S(id.into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    out.item()
-        .and_then(|i| i.get("state"))
-        .and_then(|v| v.as_s().ok())
-        .cloned()
-}
-
 #[tokio::test]
 async fn transactional_completion_commits_business_writes_with_the_response() {
     let (store, orders, client) = tables().await;
@@ -525,7 +512,7 @@ async fn transactional_completion_commits_business_writes_with_the_response() {
         .unwrap();
     assert_eq!(first.status(), 201);
     assert_eq!(
-        order_state(&client, &orders, "o-1").await.as_deref(),
+        dynamo_order_state(&client, &orders, "o-1").await.as_deref(),
         Some("created")
     );
     let replay = svc
@@ -561,7 +548,7 @@ async fn cancelled_transaction_writes_nothing_and_releases_the_record() {
         .unwrap()
         .contains("ConditionalCheckFailed"));
     assert_eq!(
-        order_state(&client, &orders, "o-1").await.as_deref(),
+        dynamo_order_state(&client, &orders, "o-1").await.as_deref(),
         Some("pre-existing"),
         "no partial write"
     );
@@ -596,7 +583,7 @@ async fn transactional_completion_by_a_stale_attempt_is_fenced_and_writes_nothin
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
-    assert_eq!(order_state(&client, &orders, "o-9").await, None);
+    assert_eq!(dynamo_order_state(&client, &orders, "o-9").await, None);
 }
 
 #[tokio::test]

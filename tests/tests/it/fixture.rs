@@ -268,3 +268,27 @@ pub async fn assert_sweep_keeps_its_deadline(store: impl Store + 'static) {
     assert!(summary.remaining, "{summary:?}");
     assert!(summary.errors >= 1, "{summary:?}");
 }
+
+/// The `state` of order `id` in the DynamoDB table `table` (keyed by
+/// `order_id`), read consistently; `None` when there is no such order.
+pub async fn dynamo_order_state(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    id: &str,
+) -> Option<String> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .key(
+            "order_id",
+            aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    out.item()
+        .and_then(|i| i.get("state"))
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+}

@@ -16,7 +16,7 @@ use lambda_idempotency::{
 };
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{claim_request, claimed, post, Runs};
+use crate::fixture::{claim_request, claimed, dynamo_order_state, post, Runs};
 
 /// An application's `orders` table on one engine, and the writes a phase
 /// defers to it.
@@ -137,19 +137,7 @@ impl Orders for DynamoOrders {
     }
 
     async fn state(&self, id: &str) -> Option<String> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("order_id", AttributeValue::S(id.into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap();
-        out.item()
-            .and_then(|i| i.get("state"))
-            .and_then(|v| v.as_s().ok())
-            .cloned()
+        dynamo_order_state(&self.client, &self.table, id).await
     }
 }
 
