@@ -649,10 +649,14 @@ fn tls_url(host: &str, sslmode: &str, with_ca: bool) -> String {
     url
 }
 
-/// Whether the store's connection is encrypted, as the server sees it; an
-/// error when it cannot connect.
-async fn encrypted(url: &str) -> Result<bool, lambda_idempotency::Error> {
-    let store = PostgresStore::from_url(url)?;
+/// Whether the store's connection through [`tls_url`] of these arguments is
+/// encrypted, as the server sees it; an error when it cannot connect.
+async fn encrypted(
+    host: &str,
+    sslmode: &str,
+    with_ca: bool,
+) -> Result<bool, lambda_idempotency::Error> {
+    let store = PostgresStore::from_url(&tls_url(host, sslmode, with_ca))?;
     // Through the store first: its errors are the ones under test.
     let err = store.check_schema().await.unwrap_err();
     if err.kind() != ErrorKind::InvalidConfig {
@@ -673,26 +677,20 @@ async fn encrypted(url: &str) -> Result<bool, lambda_idempotency::Error> {
 async fn each_sslmode_means_what_it_means_to_libpq() {
     // The certificate is for the name `localhost` only, from a CA the system
     // does not trust.
-    assert!(!encrypted(&tls_url("127.0.0.1", "disable", false))
-        .await
-        .unwrap());
+    assert!(!encrypted("127.0.0.1", "disable", false).await.unwrap());
     assert!(
-        encrypted(&tls_url("127.0.0.1", "prefer", false))
-            .await
-            .unwrap(),
+        encrypted("127.0.0.1", "prefer", false).await.unwrap(),
         "prefer: TLS when the server offers it"
     );
     assert!(
-        encrypted(&tls_url("127.0.0.1", "require", false))
-            .await
-            .unwrap(),
+        encrypted("127.0.0.1", "require", false).await.unwrap(),
         "require: encrypted, the certificate not verified"
     );
-    let untrusted = encrypted(&tls_url("localhost", "verify-full", false))
+    let untrusted = encrypted("localhost", "verify-full", false)
         .await
         .unwrap_err();
     assert_eq!(untrusted.kind(), ErrorKind::StoreUnavailable, "{untrusted}");
-    let wrong_name = encrypted(&tls_url("127.0.0.1", "verify-full", true))
+    let wrong_name = encrypted("127.0.0.1", "verify-full", true)
         .await
         .unwrap_err();
     assert_eq!(
@@ -701,15 +699,11 @@ async fn each_sslmode_means_what_it_means_to_libpq() {
         "{wrong_name}"
     );
     assert!(
-        encrypted(&tls_url("localhost", "verify-full", true))
-            .await
-            .unwrap(),
+        encrypted("localhost", "verify-full", true).await.unwrap(),
         "verify-full: trusted chain, matching name"
     );
     assert!(
-        encrypted(&tls_url("127.0.0.1", "verify-ca", true))
-            .await
-            .unwrap(),
+        encrypted("127.0.0.1", "verify-ca", true).await.unwrap(),
         "verify-ca: trusted chain, the name not compared"
     );
 }
