@@ -8,7 +8,7 @@ use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use common::{id, json_lines, now_ms, stderr, stdout, succeeded};
+use common::{id, json_lines, now_ms, record_ids, stderr, stdout, stuck_lines, succeeded};
 use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
 use lambda_idempotency::{
     problem, Checkpoint, DynamoStore, IdempotencyLayer, Lease, Status, Store, StuckRecord,
@@ -129,20 +129,12 @@ async fn list_and_stats_show_stuck_live_and_recovery_points() {
     env.completed("done").await;
     tokio::time::sleep(Duration::from_millis(20)).await;
 
-    let stuck = succeeded(
-        env.cli()
-            .args(["--json", "list", "--stuck", "--grace", "0s"]),
-    );
     // Oldest lease first.
-    let lines = json_lines(&stuck);
-    let ids: Vec<&str> = lines
-        .iter()
-        .map(|l| l["record_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, [id("stuck-plain"), id("stuck-resumable")]);
-    assert!(lines
-        .iter()
-        .all(|l| l["stuck"] == true && l["status"] == "IN_PROGRESS"));
+    let lines = stuck_lines(&mut env.cli());
+    assert_eq!(
+        record_ids(&lines),
+        [id("stuck-plain"), id("stuck-resumable")]
+    );
     assert_eq!(lines[0]["recovery_point"], Value::Null);
     assert_eq!(lines[1]["recovery_point"], "charged");
     assert_eq!(lines[1]["response_status"], Value::Null);

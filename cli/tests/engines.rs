@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use common::{id, json_lines, now_ms, stderr, stdout, succeeded};
+use common::{id, json_lines, now_ms, record_ids, stderr, stdout, stuck_lines, succeeded};
 use lambda_idempotency::{ErrorKind, Lease, Status, Store, StoredBody, StoredResponse};
 use serde_json::Value;
 
@@ -134,19 +134,8 @@ async fn every_command_on(env: UrlEnv) {
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     // Stuck: oldest lease first, the live and the completed ones left out.
-    let stuck = succeeded(
-        env.cli()
-            .args(["--json", "list", "--stuck", "--grace", "0s"]),
-    );
-    let lines = json_lines(&stuck);
-    let ids: Vec<&str> = lines
-        .iter()
-        .map(|l| l["record_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, [id("stuck-a"), id("stuck-b")]);
-    assert!(lines
-        .iter()
-        .all(|l| l["stuck"] == true && l["status"] == "IN_PROGRESS"));
+    let lines = stuck_lines(&mut env.cli());
+    assert_eq!(record_ids(&lines), [id("stuck-a"), id("stuck-b")]);
 
     // With the default 60 s grace nothing is stuck; in progress, all three.
     let in_progress = succeeded(env.cli().args(["--json", "list"]));

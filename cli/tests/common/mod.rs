@@ -71,3 +71,23 @@ pub async fn completed(store: impl Store + 'static, key: &str) {
         .expect("response");
     assert_eq!(res.status(), 201);
 }
+
+/// The JSON lines of `list --stuck --grace 0s` through `cli`, each checked to
+/// be a stuck record in progress.
+pub fn stuck_lines(cli: &mut assert_cmd::Command) -> Vec<Value> {
+    let lines = json_lines(&succeeded(
+        cli.args(["--json", "list", "--stuck", "--grace", "0s"]),
+    ));
+    assert!(lines
+        .iter()
+        .all(|l| l["stuck"] == true && l["status"] == "IN_PROGRESS"));
+    lines
+}
+
+/// The `record_id` of each JSON line.
+pub fn record_ids(lines: &[Value]) -> Vec<&str> {
+    lines
+        .iter()
+        .map(|l| l["record_id"].as_str().unwrap())
+        .collect()
+}
