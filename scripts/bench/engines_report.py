@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
+
+from sections import replace_section
 
 START = "<!-- engines:start (scripts/bench/engines_report.py) -->"
 END = "<!-- engines:end -->"
@@ -76,14 +77,7 @@ def main() -> None:
     parser.add_argument("--md", required=True, type=Path)
     args = parser.parse_args()
     data = json.loads(args.engines.read_text())
-    text = args.md.read_text() if args.md.exists() else ""
-    new = section(data)
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END) + "\n?", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: new, text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + new
-    args.md.write_text(text)
+    replace_section(args.md, START, END, section(data))
 
 
 if __name__ == "__main__":
