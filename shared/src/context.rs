@@ -1,6 +1,7 @@
 //! What the handler learns about its claim, and what it can do with it.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
@@ -64,6 +65,24 @@ struct Claim {
     store: Arc<dyn Store>,
     lease: Lease,
     writes: Mutex<DeferredWrites>,
+    /// A recovery point's write failed in a way that leaves unknown whether
+    /// it committed (the connection lost, the store's answer never came):
+    /// the record must then be left to its lease, never released, so the
+    /// next attempt learns from the record itself what committed.
+    outcome_unknown: AtomicBool,
+}
+
+/// Did a failed write of a recovery point leave unknown whether it
+/// committed? Every kind below is an answer that nothing was written.
+fn outcome_unknown(err: &Error) -> bool {
+    !matches!(
+        err.kind(),
+        ErrorKind::Fenced
+            | ErrorKind::RecordGone
+            | ErrorKind::TransactionCancelled
+            | ErrorKind::TransactionRejected
+            | ErrorKind::InvalidConfig
+    )
 }
 
 impl fmt::Debug for IdempotencyContext {
@@ -109,6 +128,7 @@ impl IdempotencyContext {
                 store,
                 lease,
                 writes: Mutex::new(DeferredWrites::new()),
+                outcome_unknown: AtomicBool::new(false),
             })),
         }
     }
@@ -154,6 +174,14 @@ impl IdempotencyContext {
     /// if a newer attempt took the record over. Deferred writes are left for
     /// the completion; [`commit_with_writes`](Self::commit_with_writes)
     /// commits them with the recovery point instead.
+    ///
+    /// Once a recovery point is committed, a failure of the handler (an
+    /// error, a status that is not stored, a panic) never throws it away:
+    /// the record is kept with its lease ended, and the next retry takes it
+    /// over and resumes from it. When this call fails without telling
+    /// whether the point committed (the store did not answer), the record is
+    /// not even given up: it is left to its lease, after which the next
+    /// attempt finds what committed.
     pub async fn commit(&self, name: &str, data: serde_json::Value) -> Result<(), Error> {
         let claim = self.claim.as_ref().ok_or_else(|| {
             Error::new(
@@ -167,7 +195,11 @@ impl IdempotencyContext {
             data,
             attempt: self.attempt,
         };
-        claim.store.checkpoint(&claim.lease, &checkpoint).await?;
+        claim
+            .store
+            .checkpoint(&claim.lease, &checkpoint)
+            .await
+            .inspect_err(|err| claim.note_failure(err))?;
         tracing::info!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, "recovery point committed");
         Ok(())
     }
@@ -205,10 +237,11 @@ impl IdempotencyContext {
     ///   its recovery point, else it redoes the phase.
     ///
     /// In every case the handler should return the error rather than go on
-    /// (its writes are lost, the next phase would build on nothing): the key
-    /// is then released or left to its lease exactly as when a completion
-    /// fails, and the retry resumes from the last recovery point that
-    /// committed.
+    /// (its writes are lost, the next phase would build on nothing). The
+    /// record is then given up without losing a recovery point (kept with
+    /// its lease ended when it holds one), or, when this call could not tell
+    /// whether the phase committed, left to its lease; either way the retry
+    /// resumes from the last recovery point that committed.
     ///
     /// ```no_run
     /// # #[cfg(feature = "postgres")]
@@ -292,7 +325,8 @@ impl IdempotencyContext {
         claim
             .store
             .checkpoint_with_writes(&claim.lease, &checkpoint, writes)
-            .await?;
+            .await
+            .inspect_err(|err| claim.note_failure(err))?;
         tracing::info!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, writes = count, "recovery point committed with its writes");
         Ok(())
     }
@@ -339,12 +373,31 @@ impl IdempotencyContext {
         Ok(())
     }
 
+    /// True when a recovery point's write failed without saying whether it
+    /// committed: the middleware then leaves the record to its lease rather
+    /// than release it (see [`commit`](Self::commit)).
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        self.claim
+            .as_ref()
+            .is_some_and(|c| c.outcome_unknown.load(Ordering::SeqCst))
+    }
+
     /// The deferred writes, taken once by the completion.
     pub(crate) fn take_writes(&self) -> DeferredWrites {
         self.claim
             .as_ref()
             .map(|c| std::mem::take(&mut *c.writes.lock().unwrap_or_else(|p| p.into_inner())))
             .unwrap_or_default()
+    }
+}
+
+impl Claim {
+    /// Remember a failed recovery point whose outcome is unknown.
+    fn note_failure(&self, err: &Error) {
+        if outcome_unknown(err) {
+            self.outcome_unknown.store(true, Ordering::SeqCst);
+            tracing::warn!(record_id = %self.lease.record_id, attempt = self.lease.attempt, error = %err, "unknown whether the recovery point committed; the record will be left to its lease, not released");
+        }
     }
 }
 

@@ -13,6 +13,11 @@ pub enum ErrorKind {
     /// A write was rejected because this invocation no longer holds the record:
     /// its lease expired and a newer attempt took it over. Nothing was written.
     Fenced,
+    /// A write was rejected because the record this invocation held is gone:
+    /// an operator released it (`lambda-idempotency release --force`) or it
+    /// expired. Nothing was written, so the outcome is not recorded: a
+    /// duplicate runs again under a new claim.
+    RecordGone,
     /// The store could not be reached, throttled us past the SDK's retries, or
     /// answered with a server error. Safe to retry later.
     StoreUnavailable,
@@ -93,6 +98,17 @@ impl Error {
             format!(
                 "record {record_id} is no longer held by attempt {attempt}: its lease expired \
                  and a newer attempt took it over, so this write was rejected"
+            ),
+        )
+    }
+
+    /// Build a [`ErrorKind::RecordGone`] error; for implementors of
+    /// [`Store`](crate::Store) outside this crate.
+    pub fn record_gone(record_id: &str, attempt: u64) -> Self {
+        Self::new(
+            ErrorKind::RecordGone,
+            format!(
+                "record {record_id} is gone (released by an operator, or expired) while attempt                  {attempt} still ran, so this write was not stored; a duplicate of the request                  runs again"
             ),
         )
     }

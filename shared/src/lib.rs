@@ -138,8 +138,8 @@ pub use crate::store::url::{
     open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
 };
 pub use crate::store::{
-    ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage, Resolution, Resolve,
-    Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    resolver_owner, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
+    Resolution, Resolve, Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
     DEFAULT_MAX_RESPONSE_BYTES,
 };
 #[cfg(feature = "sweeper")]

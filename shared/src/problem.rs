@@ -75,6 +75,10 @@ problem_types! {
     ABANDONED = ("abandoned", 500, "The request with this Idempotency-Key was abandoned");
     /// The first request succeeded but its response was too large to store.
     RESPONSE_TOO_LARGE = ("response-too-large", 500, "The response to this Idempotency-Key is too large to replay");
+    /// The first call of an idempotent function ran, but its output could
+    /// not be serialised to JSON to store it: it is not run again, and its
+    /// duplicates get this in place of the output.
+    OUTPUT_NOT_STORED = ("output-not-stored", 500, "The output of the first call could not be stored for replay");
     /// The handler's writes and the completion were cancelled as one transaction.
     TRANSACTION_CANCELLED = ("transaction-cancelled", 409, "The request's writes were cancelled");
     /// DynamoDB refused the handler's transactional writes as invalid (more than
@@ -125,6 +129,7 @@ mod tests {
             STORE_UNAVAILABLE,
             ABANDONED,
             RESPONSE_TOO_LARGE,
+            OUTPUT_NOT_STORED,
             TRANSACTION_CANCELLED,
             TRANSACTION_REJECTED,
         ];

@@ -79,7 +79,9 @@ mod stream {
             let err = match result {
                 Ok(_) => continue,
                 Err(
-                    err @ (EventError::OutputTooLarge { .. } | EventError::CorruptOutput { .. }),
+                    err @ (EventError::OutputTooLarge { .. }
+                    | EventError::OutputNotStored { .. }
+                    | EventError::CorruptOutput { .. }),
                 ) => {
                     tracing::warn!(source, sequence_number = ?sequence_number, error = %err, "duplicate of a record that already completed; its output is not replayed, the record counts as processed");
                     continue;

@@ -460,13 +460,14 @@ impl IdempotentFunction {
         let output = match outcome {
             Ok(Ok(output)) => output,
             Ok(Err(err)) => {
-                self.release(&lease, "the function failed").await;
+                self.give_up(&lease, &context, "the function failed").await;
                 return Err(EventError::Handler(err));
             }
             Err(panic) => {
                 // Free the key for the retry now rather than at the lease's
                 // end, then let the panic go on to the runtime.
-                self.release(&lease, "the function panicked").await;
+                self.give_up(&lease, &context, "the function panicked")
+                    .await;
                 std::panic::resume_unwind(panic);
             }
         };
@@ -490,22 +491,24 @@ impl IdempotentFunction {
         let id = &lease.record_id;
         let writes = context.take_writes();
         let transactional = !writes.is_empty();
-        let json = match json {
-            Ok(json) => json,
+        let stored = match json {
+            Ok(json) => StoredResponse::new(200, Vec::new(), StoredBody::Text(json)),
             Err(source) => {
-                // Cannot be replayed, and its deferred writes were never sent.
-                self.release(lease, "its output cannot be serialised").await;
-                return Err(EventError::Serialization {
-                    what: format!(
-                        "the output of `{}` (to store it for replay; idempotency record {id}), \
-                         the key was released",
+                // The function ran (its work, deferred writes included,
+                // stands): completed with a marker, as an output too large
+                // to store is, so a duplicate never runs it again.
+                self.config.count(Event::OversizedResponse);
+                tracing::error!(record_id = %id, function = %self.name, error = %source, "the output cannot be serialised to JSON; the record completes with a marker, duplicates will get EventError::OutputNotStored");
+                StoredResponse::from_http(&crate::problem::response(
+                    crate::problem::OUTPUT_NOT_STORED,
+                    &format!(
+                        "the first call of `{}` ran, but its output could not be serialised to \
+                         store it ({source}); it was not run again",
                         self.name
                     ),
-                    source,
-                });
+                ))
             }
         };
-        let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(json));
         let expires = crate::clock::now_ms() / 1000 + self.config.expires_after.as_secs();
         let err = match self
             .config
@@ -552,6 +555,13 @@ impl IdempotentFunction {
                 self.release(lease, "its transactional completion was refused")
                     .await;
             }
+            ErrorKind::RecordGone => {
+                // Released by an operator (or expired) while the function
+                // ran: nothing is stored, so the event must come again and
+                // run (or replay) under a new claim.
+                self.config.count(Event::FencedWrite);
+                tracing::warn!(record_id = %id, attempt = lease.attempt, error = %err, "completion not stored: the record is gone; the event is reported failed")
+            }
             ErrorKind::Fenced => {
                 self.config.count(Event::FencedWrite);
                 tracing::warn!(record_id = %id, attempt = lease.attempt, "transactional completion fenced: a newer attempt took over, nothing of this one committed")
@@ -567,6 +577,18 @@ impl IdempotentFunction {
             record_id: id.clone(),
             source: err,
         })
+    }
+
+    /// Give the claim up after a failure: released (a recovery point is
+    /// kept, see [`Store::release`](crate::Store::release)), unless a
+    /// recovery point's write left unknown what committed: then the record
+    /// is left to its lease.
+    async fn give_up(&self, lease: &Lease, context: &IdempotencyContext, why: &str) {
+        if context.outcome_unknown() {
+            tracing::warn!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key left to its lease: unknown whether its last recovery point committed, so the next attempt resumes from what the record holds");
+            return;
+        }
+        self.release(lease, why).await;
     }
 
     /// Release `lease` (fenced) so the retry runs again (logged there).
@@ -735,8 +757,11 @@ fn replay<O: DeserializeOwned, E>(
             serde_json::from_slice(stored.body.bytes())
                 .map_err(|source| EventError::CorruptOutput { record_id, source })
         }
-        Some(stored) if is_too_large_marker(stored) => {
+        Some(stored) if is_marker(stored, crate::problem::RESPONSE_TOO_LARGE) => {
             Err(EventError::OutputTooLarge { record_id })
+        }
+        Some(stored) if is_marker(stored, crate::problem::OUTPUT_NOT_STORED) => {
+            Err(EventError::OutputNotStored { record_id })
         }
         _ => Err(EventError::Abandoned { record_id }),
     }
@@ -777,9 +802,9 @@ impl Key {
 }
 
 /// Is this stored response the marker of an output too large to keep?
-fn is_too_large_marker(stored: &StoredResponse) -> bool {
+fn is_marker(stored: &StoredResponse, kind: crate::problem::ProblemType) -> bool {
     serde_json::from_slice::<serde_json::Value>(stored.body.bytes())
-        .is_ok_and(|v| v["type"] == crate::problem::RESPONSE_TOO_LARGE.uri)
+        .is_ok_and(|v| v["type"] == kind.uri)
 }
 
 /// Why an idempotent function or event did not produce an output.
@@ -820,6 +845,12 @@ pub enum EventError<E> {
         /// The record id.
         record_id: String,
     },
+    /// The first call ran but its output could not be serialised to store
+    /// it; it is not run again.
+    OutputNotStored {
+        /// The record id.
+        record_id: String,
+    },
     /// The stored output does not deserialise into the output type (the type
     /// changed since it was stored).
     CorruptOutput {
@@ -840,8 +871,9 @@ pub enum EventError<E> {
         /// What the store or serde said.
         source: Error,
     },
-    /// A value could not be serialised to JSON: the argument (nothing ran)
-    /// or the output (it ran, nothing was recorded, the key was released).
+    /// The argument could not be serialised to JSON (to fingerprint it);
+    /// nothing ran. (An output that cannot be serialised completes the
+    /// record with a marker instead: [`OutputNotStored`](EventError::OutputNotStored).)
     Serialization {
         /// What could not be serialised, and what happened because of it.
         what: String,
@@ -884,6 +916,10 @@ impl<E: fmt::Display> fmt::Display for EventError<E> {
                 f,
                 "the output of idempotency record {record_id} was too large to store; the call was not run again"
             ),
+            EventError::OutputNotStored { record_id } => write!(
+                f,
+                "the output of idempotency record {record_id} could not be serialised to store it; the call was not run again"
+            ),
             EventError::CorruptOutput { record_id, source } => write!(
                 f,
                 "the stored output of idempotency record {record_id} does not fit the output type: {source}"
@@ -925,6 +961,7 @@ impl<E> EventError<E> {
             EventError::KeyMissing { .. } => "Idempotency.KeyMissing",
             EventError::Abandoned { .. } => "Idempotency.Abandoned",
             EventError::OutputTooLarge { .. } => "Idempotency.OutputTooLarge",
+            EventError::OutputNotStored { .. } => "Idempotency.OutputNotStored",
             EventError::CorruptOutput { .. } => "Idempotency.CorruptOutput",
             EventError::CompletionFailed { .. } => "Idempotency.CompletionFailed",
             EventError::Serialization { .. } => "Idempotency.Serialization",

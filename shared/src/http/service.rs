@@ -209,7 +209,7 @@ where
     let response = match called {
         Ok(Ok(response)) => response.into_response().await,
         Ok(Err(err)) => {
-            release(&config, &lease, "the handler returned an error")
+            give_up(&config, &lease, &context, "the handler returned an error")
                 .instrument(span)
                 .await;
             return Err(err);
@@ -217,7 +217,7 @@ where
         Err(panic) => {
             // Free the key for the retry now rather than at the lease's end,
             // then let the panic go on to the runtime as it would have.
-            release(&config, &lease, "the handler panicked")
+            give_up(&config, &lease, &context, "the handler panicked")
                 .instrument(span)
                 .await;
             std::panic::resume_unwind(panic);
@@ -245,9 +245,10 @@ async fn finish<E>(
     if !stored {
         // Deferred writes are dropped with the outcome: nothing of this attempt commits.
         context.take_writes();
-        release(
+        give_up(
             config,
             lease,
+            context,
             "the handler answered with a status that is not stored",
         )
         .await;
@@ -309,6 +310,20 @@ async fn finish<E>(
             }
             // The work is done and this response is its true outcome, so the
             // client gets it; the newer attempt's outcome is the one that replays.
+        }
+        Err(err) if err.kind() == ErrorKind::RecordGone => {
+            // Released by an operator (or expired) while the handler ran:
+            // nothing is stored, so a duplicate runs again under a new claim.
+            config.count(Event::FencedWrite);
+            tracing::warn!(attempt = lease.attempt, error = %err, "completion not stored: the record is gone; this response is not replayed");
+            if transactional {
+                return Ok(problem::response(
+                    problem::TRANSACTION_CANCELLED,
+                    "this request's idempotency record was released before its writes \
+                     committed, so nothing was written; retry with the same Idempotency-Key \
+                     to run it again",
+                ));
+            }
         }
         Err(err) if err.kind() == ErrorKind::TransactionCancelled => {
             tracing::warn!(attempt = lease.attempt, error = %err, "transactional completion cancelled; nothing written");
@@ -429,6 +444,22 @@ fn unavailable(config: &Config, err: &Error) -> Response<Body> {
          retry with the same Idempotency-Key after Retry-After seconds",
         config.unavailable_retry_after.as_secs(),
     )
+}
+
+/// Give the claim up after a failure: released (a recovery point is kept,
+/// see [`Store::release`](crate::Store::release)), unless a recovery point's
+/// write left unknown what committed: then the record is left to its lease.
+async fn give_up(config: &Config, lease: &Lease, context: &IdempotencyContext, why: &str) {
+    if context.outcome_unknown() {
+        tracing::warn!(
+            attempt = lease.attempt,
+            reason = why,
+            "idempotency key left to its lease: unknown whether its last recovery point \
+             committed, so the next attempt resumes from what the record holds"
+        );
+        return;
+    }
+    release(config, lease, why).await;
 }
 
 async fn release(config: &Config, lease: &Lease, why: &str) {

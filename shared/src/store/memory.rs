@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::error::Error;
 use crate::record::{Record, Status, StoredResponse};
 use crate::store::{
-    claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
-    Completion, Lease, RecordPage, Resolution, Resolve, Store, StoredRecord, StuckPage,
-    StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+    claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, resolver_owner,
+    Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, RecordPage, Resolution, Resolve,
+    Store, StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// An in-memory [`Store`] with the same semantics as the DynamoDB one, for unit
@@ -176,6 +176,9 @@ impl Store for MemoryStore {
             // is on DynamoDB): it stands, nothing changes.
             return Ok(completion);
         }
+        if !records.contains_key(&lease.record_id) {
+            return Err(Error::record_gone(&lease.record_id, lease.attempt));
+        }
         let record = Self::check_lease(&mut records, lease)?;
         record.status = Status::Completed;
         record.expires_at_s = expires_at_s;
@@ -278,6 +281,7 @@ impl Store for MemoryStore {
             } if !expired => {
                 let fitted = fit(response, self.inner.max_response_bytes);
                 current.status = Status::Completed;
+                current.owner = resolver_owner(&current.owner);
                 current.expires_at_s = expires_at_s;
                 current.response = Some(fitted.response.into_owned());
                 current.checkpoint = None;
@@ -301,8 +305,14 @@ impl Store for MemoryStore {
             // Gone already (released, swept): what a release wants.
             return Ok(());
         }
-        Self::check_lease(&mut records, lease)?;
-        records.remove(&lease.record_id);
+        let record = Self::check_lease(&mut records, lease)?;
+        if record.checkpoint.is_some() {
+            // Rule 4: the recovery point stays for the next retry, which may
+            // take the record over from now on.
+            record.lease_expires_at_ms = record.lease_expires_at_ms.min(lease_ended_at());
+        } else {
+            records.remove(&lease.record_id);
+        }
         Ok(())
     }
 }

@@ -156,9 +156,10 @@ pub enum Resolve<'a> {
     /// Delete it so the next retry runs again, unless it holds a recovery
     /// point (then it is left for that retry to resume).
     Release,
-    /// Complete it with `response`, kept until `expires_at_s`; a record
-    /// already past its own expiry is deleted instead (it is absent by
-    /// definition), never brought back.
+    /// Complete it with `response`, kept until `expires_at_s`, under a new
+    /// owner ([`resolver_owner`]) so the attempt it replaces is fenced if it
+    /// completes late; a record already past its own expiry is deleted
+    /// instead (it is absent by definition), never brought back.
     Fail {
         /// What every retry gets from now on.
         response: &'a StoredResponse,
@@ -199,9 +200,17 @@ pub enum Resolution {
 ///    Otherwise it returns the existing record in the same round trip.
 /// 2. [`Store::complete`] and [`Store::release`] succeed only while the record
 ///    is in progress under the same `attempt` and `owner`; otherwise they fail
-///    with [`ErrorKind::Fenced`](crate::ErrorKind::Fenced) and write nothing.
+///    with [`ErrorKind::Fenced`](crate::ErrorKind::Fenced) and write nothing
+///    (a completion that finds no record at all fails with
+///    [`ErrorKind::RecordGone`](crate::ErrorKind::RecordGone): nothing is
+///    stored, a duplicate runs again).
 /// 3. A claim that finds the record held by its own `owner` (the SDK retried a
 ///    write whose response was lost) counts as claimed.
+/// 4. A release never deletes a recovery point: a record holding one is kept
+///    with its lease ended, for the next retry to take over and resume.
+/// 5. A resolution of a stuck record ([`Store::resolve_stuck`]) that
+///    completes it writes a new owner ([`resolver_owner`]), so the attempt it
+///    replaced is fenced if it completes late.
 ///
 /// ```
 /// use lambda_idempotency::{ClaimOutcome, ClaimRequest, MemoryStore, Store, StoredBody, StoredResponse};
@@ -238,7 +247,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         expires_at_s: u64,
     ) -> Result<Completion, Error>;
 
-    /// Delete the record so the next retry runs again, if the lease is still ours.
+    /// Give the record up so the next retry runs, if the lease is still
+    /// ours (rule 4): delete it, or, when it holds a recovery point (one
+    /// this attempt committed or one it inherited), keep it with its lease
+    /// ended now, so the next retry takes it over and resumes from that
+    /// point instead of redoing committed work. A record already gone is
+    /// released.
     async fn release(&self, lease: &Lease) -> Result<(), Error>;
 
     /// Commit a recovery point, if the lease is still ours.
@@ -537,6 +551,25 @@ pub(crate) fn fit(response: &StoredResponse, limit: usize) -> Fitted<'_> {
         completion: Completion::Oversized { bytes },
     }
 }
+
+/// The owner a resolution writes when it completes a stuck record in place
+/// of `owner` (rule 5): not `owner`, so that attempt's late completion is
+/// fenced instead of taken for its own write coming back; derived, so every
+/// store (a Lua script, an SQL statement) writes the same.
+pub fn resolver_owner(owner: &str) -> String {
+    format!("{RESOLVER_OWNER_PREFIX}{owner}")
+}
+
+/// When a release that keeps a recovery point (rule 4) ends the lease: a
+/// millisecond ago, so a retry on this clock in this same millisecond may
+/// already take the record over (a takeover needs the lease to have ended
+/// strictly before its own clock).
+pub(crate) fn lease_ended_at() -> u64 {
+    crate::clock::now_ms().saturating_sub(1)
+}
+
+/// What [`resolver_owner`] puts before the owner it replaces.
+pub(crate) const RESOLVER_OWNER_PREFIX: &str = "resolved:";
 
 /// The claim rule, shared by every implementation that evaluates it itself:
 /// may `request` claim over `existing`?

@@ -17,6 +17,7 @@ mod orders;
 mod phases;
 mod postgres;
 mod process;
+mod rare_paths;
 mod redis_store;
 mod regressions;
 mod store_rules;

@@ -358,22 +358,31 @@ async fn an_event_whose_completion_outcome_is_unknown_fails_and_keeps_the_key() 
 }
 
 #[tokio::test]
-async fn an_output_that_cannot_be_serialised_fails_the_event_and_releases_the_key() {
-    use lambda_idempotency::{IdempotentFunction, MemoryStore};
+async fn an_output_that_cannot_be_serialised_completes_with_a_marker_and_never_runs_again() {
+    use lambda_idempotency::{IdempotentFunction, MemoryStore, Status};
     use std::collections::HashMap;
 
     let store = MemoryStore::new();
+    let runs = crate::fixture::Runs::default();
     let function = IdempotentFunction::new(store.clone(), "consumer").key_pointers(["/id"]);
     // JSON object keys must be strings: a map keyed by tuples cannot be stored.
-    let err = function
-        .call(serde_json::json!({"id": "e-1"}), |_| async {
+    let call = || {
+        let runs = runs.clone();
+        function.call(serde_json::json!({"id": "e-1"}), move |_| async move {
+            runs.bump();
             Ok::<_, String>(HashMap::from([((1, 2), 3)]))
         })
-        .await
-        .unwrap_err();
-    assert_eq!(err.error_type(), "Idempotency.Serialization", "{err}");
-    assert!(err.to_string().contains("output"), "{err}");
-    assert!(store.is_empty(), "released, so the redelivery runs again");
+    };
+    // The call that ran gets its output: its work stands.
+    let output = call().await.unwrap();
+    assert_eq!(output, HashMap::from([((1, 2), 3)]));
+    let record = store.get(&function.record_id("e-1")).expect("kept, not released");
+    assert_eq!(record.status, Status::Completed);
+    // A redelivery does not run it again: it is told the output was not stored.
+    let err = call().await.unwrap_err();
+    assert_eq!(err.error_type(), "Idempotency.OutputNotStored", "{err}");
+    assert!(err.to_string().contains("not run again"), "{err}");
+    assert_eq!(runs.count(), 1);
 }
 
 // Item 6: keys derived from a claim bind the request, not only the record.

@@ -23,9 +23,10 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{TransactWriteItem, Update};
 
 use crate::store::{
-    claimable, completed_by, fit, may_take_over, own_claim, Checkpoint, ClaimOutcome, ClaimRequest,
-    Completion, DeferredWrites, Fitted, Lease, RecordPage, Resolution, Resolve, Settlement, Store,
-    StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+    claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, resolver_owner,
+    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Fitted, Lease, RecordPage,
+    Resolution, Resolve, Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// Attribute and index names of the template's idempotency table: the
@@ -296,6 +297,11 @@ impl Store for DynamoStore {
                 {
                     Ok(completion)
                 }
+                // No item at all: released by an operator, or expired and
+                // deleted; nothing is stored.
+                Some(item) if item.is_empty() => {
+                    Err(Error::record_gone(&lease.record_id, lease.attempt))
+                }
                 Some(_) => Err(Error::fenced(&lease.record_id, lease.attempt)),
                 None => Err(self.unavailable("UpdateItem (complete)", err)),
             },
@@ -334,15 +340,21 @@ impl Store for DynamoStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        // Rule 4: the delete is conditioned on there being no recovery
+        // point; a record holding one has its lease ended instead (below).
         let mut request = self
             .client
             .delete_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(&lease.record_id)))
-            .condition_expression(Self::fence_condition())
+            .condition_expression(format!(
+                "{} AND attribute_not_exists(#checkpoint)",
+                Self::fence_condition()
+            ))
             .expression_attribute_names("#status", &self.layout.status)
             .expression_attribute_names("#attempt", &self.layout.attempt)
-            .expression_attribute_names("#owner", &self.layout.owner);
+            .expression_attribute_names("#owner", &self.layout.owner)
+            .expression_attribute_names("#checkpoint", &self.layout.checkpoint);
         for (name, value) in Self::fence_values(lease) {
             request = request.expression_attribute_values(name, value);
         }
@@ -360,6 +372,19 @@ impl Store for DynamoStore {
                     if e.item().is_none_or(HashMap::is_empty) =>
                 {
                     Ok(())
+                }
+                // Still ours, holding a recovery point: kept for the retry.
+                Some(DeleteItemError::ConditionalCheckFailedException(e))
+                    if e.item().is_some_and(|item| {
+                        decode(&self.layout, &lease.record_id, item).is_ok_and(|r| {
+                            r.status == Status::InProgress
+                                && r.attempt == lease.attempt
+                                && r.owner == lease.owner
+                                && r.checkpoint.is_some()
+                        })
+                    }) =>
+                {
+                    self.end_lease(lease).await
                 }
                 Some(DeleteItemError::ConditionalCheckFailedException(_)) => {
                     Err(Error::fenced(&lease.record_id, lease.attempt))
@@ -640,6 +665,12 @@ impl Store for DynamoStore {
                 names.insert("#lease".into(), self.layout.lease_expires_at.clone());
                 names.insert("#expires_at".into(), self.layout.expires_at.clone());
                 let mut values = update.values;
+                // Rule 5: a new owner, so the replaced attempt's late
+                // completion is fenced.
+                let expression = update
+                    .expression
+                    .replacen("SET ", "SET #owner = :resolver, ", 1);
+                values.insert(":resolver".into(), s(&resolver_owner(&record.owner)));
                 values.insert(":cutoff".into(), n(cutoff_ms));
                 values.insert(":now_s".into(), n(now_ms / 1000));
                 let result = self
@@ -650,7 +681,7 @@ impl Store for DynamoStore {
                     // Not expired: an expired record is absent, and failing
                     // it would bring it back with a fresh expiry.
                     .condition_expression(format!("{fence} AND #expires_at >= :now_s"))
-                    .update_expression(update.expression)
+                    .update_expression(expression)
                     .set_expression_attribute_names(Some(names))
                     .set_expression_attribute_values(Some(values))
                     .return_values_on_condition_check_failure(
@@ -755,6 +786,50 @@ impl DynamoStore {
         update
     }
 
+    /// End `lease` now, keeping the record and its recovery point (rule 4):
+    /// the next retry takes it over and resumes. Fenced like a release.
+    async fn end_lease(&self, lease: &Lease) -> Result<(), Error> {
+        let mut update = UpdateParts::fenced(
+            lease,
+            [
+                ("#status", &self.layout.status),
+                ("#attempt", &self.layout.attempt),
+                ("#owner", &self.layout.owner),
+                ("#lease", &self.layout.lease_expires_at),
+            ],
+        );
+        update.values.insert(":ended".into(), n(lease_ended_at()));
+        update.expression = "SET #lease = :ended".into();
+        if self.sweep_index {
+            // The index lists by lease end: it must see the record stuck now.
+            update
+                .names
+                .insert("#sweep_at".into(), self.layout.sweep_at.clone());
+            update.expression.push_str(", #sweep_at = :ended");
+        }
+        let result = self
+            .client
+            .update_item()
+            .table_name(&*self.table)
+            .set_key(Some(self.layout.key(&lease.record_id)))
+            .condition_expression(Self::fence_condition())
+            .update_expression(update.expression)
+            .set_expression_attribute_names(Some(update.names))
+            .set_expression_attribute_values(Some(update.values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(err) => match condition_failure_item(&err) {
+                // Gone meanwhile (expired): what a release wants.
+                Some(item) if item.is_empty() => Ok(()),
+                Some(_) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+                None => Err(self.unavailable("UpdateItem (end the lease)", err)),
+            },
+        }
+    }
+
     /// `update` of the record (fenced on `lease`; `what` it writes, for
     /// messages) and the handler's writes in one `TransactWriteItems`: both
     /// commit or neither does.
@@ -770,6 +845,8 @@ impl DynamoStore {
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(&lease.record_id)))
             .condition_expression(Self::fence_condition())
+            // Tells a record that is gone from one held by another attempt.
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .update_expression(update.expression)
             .set_expression_attribute_names(Some(update.names))
             .set_expression_attribute_values(Some(update.values))
@@ -791,21 +868,31 @@ impl DynamoStore {
             .send()
             .await;
         let Err(err) = result else { return Ok(()) };
-        let reasons: Option<Vec<String>> = err.as_service_error().and_then(|e| match e {
-            TransactWriteItemsError::TransactionCanceledException(c) => Some(
-                c.cancellation_reasons()
-                    .iter()
-                    .map(|r| r.code().unwrap_or("None").to_owned())
-                    .collect(),
-            ),
+        let cancelled = err.as_service_error().and_then(|e| match e {
+            TransactWriteItemsError::TransactionCanceledException(c) => Some(c),
             _ => None,
         });
+        let reasons: Option<Vec<String>> = cancelled.map(|c| {
+            c.cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or("None").to_owned())
+                .collect()
+        });
+        // The first item is the record; with no old image, it is gone.
+        let record_gone = cancelled
+            .and_then(|c| c.cancellation_reasons().first())
+            .is_some_and(|r| r.item().is_none_or(HashMap::is_empty));
         match reasons {
-            // The first item is the record: its condition failing means fenced.
+            // The first item is the record: its condition failing means
+            // fenced, or gone when there is no record at all.
             Some(reasons)
                 if reasons.first().map(String::as_str) == Some("ConditionalCheckFailed") =>
             {
-                Err(Error::fenced(&lease.record_id, lease.attempt))
+                if record_gone {
+                    Err(Error::record_gone(&lease.record_id, lease.attempt))
+                } else {
+                    Err(Error::fenced(&lease.record_id, lease.attempt))
+                }
             }
             Some(reasons) => Err(Error::new(
                 ErrorKind::TransactionCancelled,

@@ -23,9 +23,9 @@ pub use write::PgWrite;
 use crate::error::{Error, ErrorKind};
 use crate::record::{decode_body, Checkpoint, Record, Status, StoredBody, StoredResponse};
 use crate::store::{
-    claimable, fit, own_claim, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Fitted,
-    Lease, RecordPage, Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord,
-    SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+    claimable, fit, lease_ended_at, own_claim, resolver_owner, ClaimOutcome, ClaimRequest,
+    Completion, DeferredWrites, Fitted, Lease, RecordPage, Resolution, Resolve, Store,
+    StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// The SQL that creates the records table and its indexes (idempotent:
@@ -514,7 +514,23 @@ impl PostgresStore {
             return Err(TxFailure::Failed(cancelled));
         }
         self.count();
-        tx.commit().await.map_err(fail)
+        tx.commit().await.map_err(|err| match commit_refused(&err) {
+            // The server answered the COMMIT with a rollback (a deferred
+            // constraint, a serialisation failure): nothing committed, so
+            // this is as definite as a cancelled write.
+            Some(summary) => TxFailure::Failed(Error::with_source(
+                ErrorKind::TransactionCancelled,
+                format!(
+                    "PostgreSQL at {} rolled back {} and the handler's {total} write(s) at                      COMMIT: {summary}; nothing was written",
+                    self.label,
+                    head.what(&lease.record_id)
+                ),
+                err,
+            )),
+            // Anything else (the connection lost): whether it committed is
+            // unknown.
+            None => fail(err),
+        })
     }
 }
 
@@ -602,16 +618,23 @@ impl HotSql {
                RETURNING 1) \
              SELECT EXISTS (SELECT 1 FROM done) AS updated, \
                     EXISTS (SELECT 1 FROM {t} WHERE id = $1 AND status = 'COMPLETED' \
-                            AND attempt = $2 AND owner = $3) AS ours",
+                            AND attempt = $2 AND owner = $3) AS ours, \
+                    EXISTS (SELECT 1 FROM {t} WHERE id = $1) AS present",
         )
     }
 
+    /// Rule 4: deleted without a recovery point, else kept with its lease
+    /// ended at `$4`.
     fn release(t: &str) -> String {
         format!(
             "WITH gone AS ( \
                DELETE FROM {t} WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 \
-               AND owner = $3 RETURNING 1) \
-             SELECT EXISTS (SELECT 1 FROM gone) AS deleted, \
+               AND owner = $3 AND checkpoint IS NULL RETURNING 1), \
+             ended AS ( \
+               UPDATE {t} SET lease_expires_at = LEAST(lease_expires_at, $4) \
+               WHERE id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 AND owner = $3 \
+               AND checkpoint IS NOT NULL RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM gone) OR EXISTS (SELECT 1 FROM ended) AS deleted, \
                     EXISTS (SELECT 1 FROM {t} WHERE id = $1) AS present",
         )
     }
@@ -702,6 +725,16 @@ enum TxFailure {
     LostAtBegin(tokio_postgres::Error),
     /// Anything else, as the caller reports it.
     Failed(Error),
+}
+
+/// The server's own refusal of a COMMIT, which rolled the transaction back:
+/// an integrity constraint checked at commit (class 23) or a transaction
+/// rollback (class 40: serialisation failure, deadlock). `None` for anything
+/// that leaves the outcome unknown.
+fn commit_refused(err: &tokio_postgres::Error) -> Option<String> {
+    let db = err.as_db_error()?;
+    let code = db.code().code();
+    (code.starts_with("23") || code.starts_with("40")).then(|| format!("{} ({code})", db.message()))
 }
 
 /// Did `err` find the connection closed or broken (rather than the server
@@ -946,20 +979,23 @@ impl Store for PostgresStore {
                 &completion_params(&fence, &params),
             )
             .await?;
-        let (updated, ours) = rows
+        let (updated, ours, present) = rows
             .first()
             .map(|row| {
                 Ok::<_, Error>((
                     column::<bool>(row, &lease.record_id, "updated")?,
                     column::<bool>(row, &lease.record_id, "ours")?,
+                    column::<bool>(row, &lease.record_id, "present")?,
                 ))
             })
             .transpose()?
-            .unwrap_or((false, false));
+            .unwrap_or((false, false, false));
         if updated || ours {
             // `ours`: this lease's own completion is already there (a retry
             // of a completion whose answer was lost); it stands.
             Ok(fitted.completion)
+        } else if !present {
+            Err(Error::record_gone(&lease.record_id, lease.attempt))
         } else {
             Err(Error::fenced(&lease.record_id, lease.attempt))
         }
@@ -1000,6 +1036,7 @@ impl Store for PostgresStore {
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         let fence = Fence::of(lease);
+        let ended = to_i64(lease_ended_at());
         let rows = self
             .query(
                 "release",
@@ -1008,6 +1045,7 @@ impl Store for PostgresStore {
                     (&fence.id, Type::TEXT),
                     (&fence.attempt, Type::INT8),
                     (&fence.owner, Type::TEXT),
+                    (&ended, Type::INT8),
                 ],
             )
             .await?;
@@ -1162,10 +1200,10 @@ impl Store for PostgresStore {
                 // by definition, so deleted, never brought back to life.
                 let sql = format!(
                     "WITH failed AS ( \
-                       UPDATE {t} SET status = 'COMPLETED', expires_at = $6, response_status = $7, \
-                         response_header_names = $8, response_header_values = $9, \
-                         response_body = $10, response_body_kind = $11, response_encoding = $12, \
-                         checkpoint = NULL \
+                       UPDATE {t} SET status = 'COMPLETED', owner = $13, expires_at = $6, \
+                         response_status = $7, response_header_names = $8, \
+                         response_header_values = $9, response_body = $10, \
+                         response_body_kind = $11, response_encoding = $12, checkpoint = NULL \
                        WHERE {seen} AND expires_at >= $5 RETURNING 1), \
                      gone AS (DELETE FROM {t} WHERE {seen} AND expires_at < $5 RETURNING 1) \
                      SELECT EXISTS (SELECT 1 FROM failed) AS failed, \
@@ -1174,6 +1212,8 @@ impl Store for PostgresStore {
                 );
                 let fitted = fit(response, self.max_response_bytes);
                 let p = ResponseParams::new(&fitted, expires_at_s);
+                // Rule 5: the replaced attempt's late completion is fenced.
+                let resolver = resolver_owner(&record.owner);
                 let rows = self
                     .query(
                         "fail stuck record",
@@ -1191,6 +1231,7 @@ impl Store for PostgresStore {
                             (&p.body, Type::BYTEA),
                             (&p.kind, Type::TEXT),
                             (&p.encoding, Type::TEXT),
+                            (&resolver, Type::TEXT),
                         ],
                     )
                     .await?;

@@ -4,9 +4,13 @@
 -- body kind, body ('' for none), encoding ('' or 'gzip'), and when the key
 -- itself goes (epoch seconds, a grace after expires_at_s).
 -- Returns 1 when completed, 2 when it already is by this same lease (our own
--- write coming back), 0 when fenced (nothing written).
+-- write coming back), 0 when fenced, 3 when the record is gone (nothing
+-- written either way).
 local record, index = KEYS[1], KEYS[2]
 local f = redis.call('HMGET', record, 'status', 'attempt', 'owner')
+if not f[1] then
+  return 3
+end
 if f[2] ~= ARGV[2] or f[3] ~= ARGV[3] then
   return 0
 end

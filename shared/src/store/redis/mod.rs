@@ -32,8 +32,9 @@ use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, Script, ScriptInvocation, 
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, StoredResponse};
 use crate::store::{
-    fit, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Fitted, Lease, RecordPage, Resolution,
-    Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+    fit, lease_ended_at, resolver_owner, Checkpoint, ClaimOutcome, ClaimRequest, Completion,
+    Fitted, Lease, RecordPage, Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord,
+    SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 mod codec;
@@ -769,6 +770,7 @@ impl Store for RedisStore {
             // 2: completed by this very lease already (our own write again).
             Some(1 | 2) => Ok(completion),
             Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+            Some(3) => Err(Error::record_gone(&lease.record_id, lease.attempt)),
             _ => Err(self.unexpected("complete", &reply)),
         }
     }
@@ -783,11 +785,12 @@ impl Store for RedisStore {
                     .key(self.index_key(shard_of(&lease.record_id)))
                     .arg(&lease.record_id)
                     .arg(lease.attempt)
-                    .arg(&lease.owner),
+                    .arg(&lease.owner)
+                    .arg(lease_ended_at()),
             )
             .await?;
         match number(&reply) {
-            Some(1) => Ok(()),
+            Some(1 | 2) => Ok(()),
             Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
             _ => Err(self.unexpected("release", &reply)),
         }
@@ -888,6 +891,7 @@ impl Store for RedisStore {
             } => {
                 invocation.arg("fail");
                 self.completion_args(&mut invocation, response, expires_at_s);
+                invocation.arg(resolver_owner(&record.owner));
             }
         }
         let reply = self.eval("resolving a stuck record", &invocation).await?;

@@ -3,7 +3,8 @@
 -- KEYS[1]: the record, KEYS[2]: the stuck index of its hash slot.
 -- ARGV: id, attempt, owner, cutoff_ms, now_ms, 'release' or 'fail', then for
 -- 'fail': expires_at_s, response status, headers, body kind, body ('' for
--- none), encoding ('' or 'gzip'), when the key itself goes.
+-- none), encoding ('' or 'gzip'), when the key itself goes, and the owner
+-- the failed record gets (rule 5: the replaced attempt is fenced).
 -- Returns 'released', 'failed', 'resumable' or 'fenced'.
 local record, index = KEYS[1], KEYS[2]
 local f = redis.call('HMGET', record, 'status', 'attempt', 'owner', 'lease', 'expires', 'checkpoint')
@@ -23,7 +24,7 @@ if ARGV[6] == 'release' and f[6] then
   return 'resumable'
 end
 if ARGV[6] == 'fail' and not expired then
-  redis.call('HSET', record, 'status', 'COMPLETED', 'expires', ARGV[7],
+  redis.call('HSET', record, 'status', 'COMPLETED', 'owner', ARGV[14], 'expires', ARGV[7],
     'response_status', ARGV[8], 'response_headers', ARGV[9], 'response_body_kind', ARGV[10])
   if ARGV[11] == '' then
     redis.call('HDEL', record, 'response_body')

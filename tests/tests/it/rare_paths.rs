@@ -1,0 +1,248 @@
+//! The rare paths, on every engine: a failure after a committed recovery
+//! point never throws that point away (store rule 4), and a resolution by
+//! the sweeper or an operator fences the attempt it replaces (rule 5), or,
+//! when it deleted the record, the late completion is "not stored".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lambda_http::{Body, Request, Response};
+use lambda_idempotency::{
+    ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentFunction, Lease, RecordScope,
+    Resolution, Status, Store, StoredBody, StoredResponse, StuckRecord, SweepPolicy, Sweeper,
+};
+use tower::{Layer, ServiceExt};
+
+use crate::fixture::{claim_request, claimed, now_ms, on_both_stores, post, Fixture, Runs};
+
+on_both_stores!(
+    a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resumes,
+    a_release_keeps_an_inherited_recovery_point_too,
+    a_release_without_a_recovery_point_still_deletes,
+    a_completion_after_a_forced_release_says_the_record_is_gone,
+    a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays,
+    a_handler_error_after_a_recovery_point_resumes_on_retry,
+    a_5xx_after_a_recovery_point_resumes_on_retry,
+    an_event_whose_record_was_released_while_it_ran_is_reported_failed,
+);
+
+fn response() -> StoredResponse {
+    StoredResponse::new(201, vec![], StoredBody::Text("done".into()))
+}
+
+/// The record as a listing of stuck records would show it, for an
+/// operator's forced resolution.
+fn as_stuck(lease: &Lease) -> StuckRecord {
+    StuckRecord {
+        id: lease.record_id.clone(),
+        attempt: lease.attempt,
+        owner: lease.owner.clone(),
+        lease_expires_at_ms: now_ms() + 60_000,
+        has_checkpoint: false,
+    }
+}
+
+async fn commit(store: &Arc<dyn Store>, lease: &Lease, name: &str) {
+    IdempotencyContext::from_lease(store.clone(), lease.clone())
+        .commit(name, serde_json::json!({ "phase": name }))
+        .await
+        .unwrap();
+}
+
+async fn a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resumes(f: Fixture) {
+    let lease = claimed(f.store.claim(&claim_request("r", "a", 600_000)).await.unwrap());
+    commit(&f.store, &lease, "charged").await;
+
+    f.store.release(&lease).await.unwrap();
+
+    let record = f.store.get("r").await.unwrap().expect("kept").record;
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(record.checkpoint.as_ref().unwrap().name, "charged");
+    assert!(
+        record.lease_expires_at_ms <= now_ms(),
+        "the lease ended with the release: {} > now",
+        record.lease_expires_at_ms
+    );
+    // The retry does not wait for the old lease: it takes over and resumes.
+    let retry = claimed(f.store.claim(&claim_request("r", "b", 600_000)).await.unwrap());
+    assert_eq!(retry.attempt, 2);
+    assert_eq!(retry.recovered.unwrap().name, "charged");
+    // The released attempt is fenced from here on.
+    let err = f.store.release(&lease).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+}
+
+async fn a_release_keeps_an_inherited_recovery_point_too(f: Fixture) {
+    let first = claimed(f.store.claim(&claim_request("r", "a", 50)).await.unwrap());
+    commit(&f.store, &first, "charged").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = claimed(f.store.claim(&claim_request("r", "b", 600_000)).await.unwrap());
+    assert_eq!(second.recovered.as_ref().unwrap().name, "charged");
+
+    // The attempt that resumed fails before committing anything of its own.
+    f.store.release(&second).await.unwrap();
+
+    let third = claimed(f.store.claim(&claim_request("r", "c", 600_000)).await.unwrap());
+    assert_eq!(third.attempt, 3);
+    assert_eq!(third.recovered.unwrap().name, "charged");
+}
+
+async fn a_release_without_a_recovery_point_still_deletes(f: Fixture) {
+    let lease = claimed(f.store.claim(&claim_request("r", "a", 600_000)).await.unwrap());
+    f.store.release(&lease).await.unwrap();
+    assert!(f.store.get("r").await.unwrap().is_none());
+}
+
+async fn a_completion_after_a_forced_release_says_the_record_is_gone(f: Fixture) {
+    let lease = claimed(f.store.claim(&claim_request("r", "a", 600_000)).await.unwrap());
+    let forced = Sweeper::new(f.store.clone())
+        .policy(SweepPolicy::Release)
+        .resolve_live(&as_stuck(&lease), now_ms())
+        .await
+        .unwrap();
+    assert_eq!(forced, Resolution::Released);
+
+    let err = f
+        .store
+        .complete(&lease, &response(), now_ms() / 1000 + 3600)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RecordGone, "{err}");
+    assert!(
+        f.store.get("r").await.unwrap().is_none(),
+        "nothing stored: a duplicate runs again"
+    );
+}
+
+async fn a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays(f: Fixture) {
+    let lease = claimed(f.store.claim(&claim_request("r", "a", 600_000)).await.unwrap());
+    let forced = Sweeper::new(f.store.clone())
+        .policy(SweepPolicy::Fail)
+        .resolve_live(&as_stuck(&lease), now_ms())
+        .await
+        .unwrap();
+    assert_eq!(forced, Resolution::Failed);
+
+    // The live invocation completes late: it is told it was fenced.
+    let err = f
+        .store
+        .complete(&lease, &response(), now_ms() / 1000 + 3600)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    let record = f.store.get("r").await.unwrap().unwrap().record;
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.response.unwrap().status, 500, "the failure replays");
+    assert_ne!(record.owner, lease.owner, "the resolution took ownership");
+    assert_eq!(record.owner, lambda_idempotency::resolver_owner(&lease.owner));
+}
+
+/// A handler that commits the recovery point `charged` on its first run and
+/// then fails as `fail` says; later runs resume and answer 201 with where
+/// they started from. `charges` counts the work before the recovery point.
+fn failing_after_a_phase(
+    runs: Runs,
+    charges: Runs,
+    fail: fn() -> Result<Response<Body>, lambda_http::Error>,
+) -> impl integration_tests::Handler {
+    tower::service_fn(move |req: Request| {
+        let (runs, charges) = (runs.clone(), charges.clone());
+        async move {
+            runs.bump();
+            let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
+            match ctx.recovery_point() {
+                None => {
+                    charges.bump();
+                    ctx.commit("charged", serde_json::json!({})).await?;
+                    fail()
+                }
+                Some(point) => Ok(Response::builder()
+                    .status(201)
+                    .body(Body::from(format!("resumed from {}", point.name)))?),
+            }
+        }
+    })
+}
+
+async fn a_failure_after_a_phase_resumes(
+    f: Fixture,
+    fail: fn() -> Result<Response<Body>, lambda_http::Error>,
+) {
+    let (runs, charges) = (Runs::default(), Runs::default());
+    let svc = IdempotencyLayer::new(f.store.clone())
+        .layer(failing_after_a_phase(runs.clone(), charges.clone(), fail));
+    let id = RecordScope::new("POST", "/orders", "k1").record_id();
+
+    let first = svc.clone().oneshot(post("/orders", Some("k1"), "{}")).await;
+    assert!(
+        first.as_ref().map_or(true, |r| r.status().is_server_error()),
+        "the first run failed"
+    );
+    let kept = f.store.get(&id).await.unwrap().expect("the record is kept");
+    assert_eq!(kept.record.checkpoint.unwrap().name, "charged");
+
+    // The client retries at once: it resumes, the charge is not made again.
+    let retry = svc
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 201);
+    assert_eq!(retry.body().as_ref(), b"resumed from charged");
+    assert_eq!(runs.count(), 2);
+    assert_eq!(charges.count(), 1, "the work before the recovery point ran once");
+}
+
+async fn a_handler_error_after_a_recovery_point_resumes_on_retry(f: Fixture) {
+    a_failure_after_a_phase_resumes(f, || Err("confirm_order was throttled".into())).await
+}
+
+async fn a_5xx_after_a_recovery_point_resumes_on_retry(f: Fixture) {
+    a_failure_after_a_phase_resumes(f, || {
+        Ok(Response::builder().status(503).body(Body::Empty)?)
+    })
+    .await
+}
+
+async fn an_event_whose_record_was_released_while_it_ran_is_reported_failed(f: Fixture) {
+    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
+    let store = f.store.clone();
+    let runs = Runs::default();
+    let call = |runs: Runs, release: bool| {
+        let store = store.clone();
+        function.call_with_context(serde_json::json!({ "id": "e-1" }), move |_, ctx| {
+            async move {
+                runs.bump();
+                if release {
+                    // An operator's `release --force` while this runs.
+                    let ctx = ctx.expect("keyed");
+                    let stuck = StuckRecord {
+                        id: ctx.record_id().to_owned(),
+                        attempt: ctx.attempt(),
+                        owner: store
+                            .get(ctx.record_id())
+                            .await
+                            .unwrap()
+                            .unwrap()
+                            .record
+                            .owner,
+                        lease_expires_at_ms: 0,
+                        has_checkpoint: false,
+                    };
+                    let forced = Sweeper::new(store.clone())
+                        .policy(SweepPolicy::Release)
+                        .resolve_live(&stuck, now_ms())
+                        .await
+                        .unwrap();
+                    assert_eq!(forced, Resolution::Released);
+                }
+                Ok::<_, String>("sent".to_owned())
+            }
+        })
+    };
+    let err = call(runs.clone(), true).await.unwrap_err();
+    assert_eq!(err.error_type(), "Idempotency.CompletionFailed", "{err}");
+    // Redelivered: nothing was stored, so it runs again under a new claim.
+    let again: String = call(runs.clone(), false).await.unwrap();
+    assert_eq!(again, "sent");
+    assert_eq!(runs.count(), 2);
+}
