@@ -56,6 +56,58 @@ impl Intercept for RequestCounter {
     }
 }
 
+/// Fails, before it is sent, each of the next `n` requests whose body holds
+/// `needle` (an error the SDK does not retry): one write of a function's
+/// own, aimed at by what it writes, fails as a throttled or denied write
+/// would.
+#[derive(Debug, Clone)]
+pub struct FailRequests {
+    needle: &'static str,
+    remaining: Arc<AtomicU64>,
+}
+
+impl FailRequests {
+    /// Fail nothing yet; [`arm`](Self::arm) aims it.
+    pub fn new(needle: &'static str) -> Self {
+        FailRequests {
+            needle,
+            remaining: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Fail the next `n` requests holding the needle.
+    pub fn arm(&self, n: u64) {
+        self.remaining.store(n, Ordering::SeqCst);
+    }
+}
+
+impl Intercept for FailRequests {
+    fn name(&self) -> &'static str {
+        "FailRequests"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let aimed = context.request().body().bytes().is_some_and(|body| {
+            body.windows(self.needle.len())
+                .any(|w| w == self.needle.as_bytes())
+        });
+        if aimed
+            && self
+                .remaining
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(format!("injected failure of a request holding `{}`", self.needle).into());
+        }
+        Ok(())
+    }
+}
+
 /// Replaces the first `n` responses with HTTP 500 *after* DynamoDB processed
 /// the request: the write happened, the client never saw it, the SDK retries.
 /// This is exactly the lost-response case of docs/DESIGN.md section 4, rule 3.

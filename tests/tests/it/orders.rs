@@ -428,6 +428,41 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
     assert_eq!(item.item().unwrap()["resumed_runs"].as_n().unwrap(), "1");
 }
 
+/// Issue 25, item 1: the order is charged (`charged` committed), then the
+/// orders table refuses the confirmation and the handler answers 503. The
+/// record and its recovery point are kept (its lease ended), so the client's
+/// retry resumes after the charge: the provider is not called again.
+#[tokio::test]
+async fn a_failed_confirmation_after_the_charge_resumes_on_retry_without_a_second_charge() {
+    use aws_sdk_dynamodb::config::SharedInterceptor;
+    let app = App::new(0).await;
+    let fail = integration_tests::FailRequests::new(":confirmed");
+    let client = integration_tests::client_with(vec![SharedInterceptor::new(fail.clone())]).await;
+    let call = |req| orders_api::app(client.clone(), &app.config).oneshot(req);
+
+    fail.arm(1);
+    let first = call(order(Some("confirm-fails"), BODY)).await.unwrap();
+    assert_eq!(first.status(), 503, "{:?}", first.body());
+    let record =
+        lambda_idempotency::RecordScope::new("POST", "/orders", "confirm-fails").record_id();
+    let kept = lambda_idempotency::Store::get(&app.store(), &record)
+        .await
+        .unwrap()
+        .expect("the record is kept for the retry");
+    assert_eq!(kept.record.checkpoint.unwrap().name, "charged");
+
+    let retry = call(order(Some("confirm-fails"), BODY)).await.unwrap();
+    assert_eq!(retry.status(), 201, "{:?}", retry.body());
+    let body = json(&retry);
+    assert_eq!(body["resumed_from"], "charged");
+    assert_eq!(
+        body["provider_calls"], 1,
+        "the provider was not called again"
+    );
+    assert_eq!(body["status"], "confirmed");
+    assert_eq!(app.charges().await, 1);
+}
+
 #[tokio::test]
 async fn with_the_middleware_switched_off_orders_still_run_with_fresh_ids() {
     // What `LAMBDA_IDEMPOTENCY_DISABLED` does to the deployed function: the

@@ -812,6 +812,10 @@ fn order_writing_handler(table: String, runs: Runs) -> impl integration_tests::H
 struct StaleProxy {
     port: u16,
     generation: Arc<std::sync::atomic::AtomicU64>,
+    /// Armed: the next `COMMIT` a client sends reaches the server, and the
+    /// connection then closes without its answer (the transaction committed;
+    /// the client never learns it).
+    lose_commit_answer: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StaleProxy {
@@ -827,11 +831,13 @@ impl StaleProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let lose_commit_answer = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let current = generation.clone();
+        let lose = lose_commit_answer.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let born = current.load(SeqCst);
-                let (current, server) = (current.clone(), server.clone());
+                let (current, server, lose) = (current.clone(), server.clone(), lose.clone());
                 tokio::spawn(async move {
                     let Ok(upstream) = tokio::net::TcpStream::connect(&server).await else {
                         return;
@@ -846,6 +852,13 @@ impl StaleProxy {
                                 // both sockets close.
                                 Ok(n) if n > 0 && current.load(SeqCst) == born => {
                                     if to_server.write_all(&up[..n]).await.is_err() { return; }
+                                    let commit = up[..n].windows(6).any(|w| w == b"COMMIT");
+                                    if commit && lose.swap(false, SeqCst) {
+                                        // Let the server commit, then drop
+                                        // both sides before any answer.
+                                        tokio::time::sleep(Duration::from_millis(300)).await;
+                                        return;
+                                    }
                                 }
                                 _ => return,
                             },
@@ -860,7 +873,17 @@ impl StaleProxy {
                 });
             }
         });
-        StaleProxy { port, generation }
+        StaleProxy {
+            port,
+            generation,
+            lose_commit_answer,
+        }
+    }
+
+    /// The next `COMMIT` commits, and its answer is lost with the connection.
+    fn lose_next_commit_answer(&self) {
+        self.lose_commit_answer
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn url(&self) -> String {
@@ -930,4 +953,118 @@ async fn a_connection_that_died_between_invocations_is_replaced_without_failing_
         .unwrap()
         .get(0);
     assert_eq!(rows, 1);
+}
+
+/// Issue 25, item 1: a phase whose COMMIT reached PostgreSQL but whose answer
+/// was lost. Unknown to the handler whether it committed, the record is left
+/// to its lease (never released, which would delete the recovery point that
+/// did commit); after the lease the retry resumes after the phase, and the
+/// phase's row exists once (re-running it would break the row's key on every
+/// later retry).
+#[tokio::test]
+async fn a_phase_whose_commit_answer_is_lost_is_resumed_never_run_twice() {
+    let proxy = Arc::new(StaleProxy::start().await);
+    let store = integration_tests::postgres_store_at(&proxy.url()).await;
+    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    direct
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(&format!(
+            "CREATE TABLE {} (id text PRIMARY KEY, state text NOT NULL)",
+            orders(&store)
+        ))
+        .await
+        .unwrap();
+    let rows = || async {
+        let sql = format!("SELECT count(*) FROM {}", orders(&store));
+        let client = direct.pool().get().await.unwrap();
+        client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0)
+    };
+    let runs = Runs::default();
+    let handler = {
+        let (store, proxy, runs) = (store.clone(), proxy.clone(), runs.clone());
+        tower::service_fn(move |req: lambda_http::Request| {
+            let (store, proxy, runs) = (store.clone(), proxy.clone(), runs.clone());
+            async move {
+                runs.bump();
+                let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
+                if let Some(point) = ctx.recovery_point() {
+                    let body = format!("resumed from {}", point.name);
+                    return Ok(Response::builder().status(201).body(Body::from(body))?);
+                }
+                ctx.defer_write(insert_order(&store, "o-1"))?;
+                proxy.lose_next_commit_answer();
+                ctx.commit_with_writes("created", serde_json::json!({}))
+                    .await?;
+                Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::Empty)?)
+            }
+        })
+    };
+    let svc = IdempotencyLayer::new(store.clone())
+        .max_lease(Duration::from_millis(1500))
+        .layer(handler);
+    let id = lambda_idempotency::RecordScope::new("POST", "/orders", "k1").record_id();
+
+    let first = svc.clone().oneshot(post("/orders", Some("k1"), "{}")).await;
+    assert!(
+        first.is_err(),
+        "the handler returned the lost COMMIT's error"
+    );
+    assert_eq!(rows().await, 1, "the COMMIT reached the server");
+    let record = store.get(&id).await.unwrap().expect("not released");
+    assert_eq!(record.record.checkpoint.unwrap().name, "created");
+
+    // Left to its lease: a duplicate meanwhile is told it is in progress.
+    let early = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(early.status(), 409);
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    let retry = svc
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 201, "{:?}", retry.body());
+    assert_eq!(retry.body().as_ref(), b"resumed from created");
+    assert_eq!(rows().await, 1, "the phase's row was written once");
+    assert_eq!(runs.count(), 2);
+}
+
+/// Issue 25, item 4: a server error at COMMIT (a deferred constraint) means
+/// the transaction rolled back: the completion is cancelled (nothing was
+/// written, the key is free), not an unknown outcome held until the lease.
+#[tokio::test]
+async fn a_deferred_constraint_failing_at_commit_cancels_the_completion() {
+    let store = store_with_orders().await;
+    let admin = store.pool().get().await.unwrap();
+    let unique = format!("{}_deferred", orders(&store));
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {unique} (id text, state text NOT NULL, \
+             UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"
+        ))
+        .await
+        .unwrap();
+    let insert = || {
+        PgWrite::new(format!(
+            "INSERT INTO {unique} (id, state) VALUES ('o-1', 'created')"
+        ))
+    };
+    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let mut writes = DeferredWrites::new();
+    writes.push(insert());
+    writes.push(insert());
+    let err = complete_201_with(&store, &lease, writes).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TransactionCancelled, "{err}");
+    assert!(err.to_string().contains("COMMIT"), "{err}");
+    let count: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM {unique}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 0);
 }

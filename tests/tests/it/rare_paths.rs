@@ -50,7 +50,12 @@ async fn commit(store: &Arc<dyn Store>, lease: &Lease, name: &str) {
 }
 
 async fn a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resumes(f: Fixture) {
-    let lease = claimed(f.store.claim(&claim_request("r", "a", 600_000)).await.unwrap());
+    let lease = claimed(
+        f.store
+            .claim(&claim_request("r", "a", 600_000))
+            .await
+            .unwrap(),
+    );
     commit(&f.store, &lease, "charged").await;
 
     f.store.release(&lease).await.unwrap();
@@ -64,7 +69,12 @@ async fn a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resume
         record.lease_expires_at_ms
     );
     // The retry does not wait for the old lease: it takes over and resumes.
-    let retry = claimed(f.store.claim(&claim_request("r", "b", 600_000)).await.unwrap());
+    let retry = claimed(
+        f.store
+            .claim(&claim_request("r", "b", 600_000))
+            .await
+            .unwrap(),
+    );
     assert_eq!(retry.attempt, 2);
     assert_eq!(retry.recovered.unwrap().name, "charged");
     // The released attempt is fenced from here on.
@@ -76,25 +86,45 @@ async fn a_release_keeps_an_inherited_recovery_point_too(f: Fixture) {
     let first = claimed(f.store.claim(&claim_request("r", "a", 50)).await.unwrap());
     commit(&f.store, &first, "charged").await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = claimed(f.store.claim(&claim_request("r", "b", 600_000)).await.unwrap());
+    let second = claimed(
+        f.store
+            .claim(&claim_request("r", "b", 600_000))
+            .await
+            .unwrap(),
+    );
     assert_eq!(second.recovered.as_ref().unwrap().name, "charged");
 
     // The attempt that resumed fails before committing anything of its own.
     f.store.release(&second).await.unwrap();
 
-    let third = claimed(f.store.claim(&claim_request("r", "c", 600_000)).await.unwrap());
+    let third = claimed(
+        f.store
+            .claim(&claim_request("r", "c", 600_000))
+            .await
+            .unwrap(),
+    );
     assert_eq!(third.attempt, 3);
     assert_eq!(third.recovered.unwrap().name, "charged");
 }
 
 async fn a_release_without_a_recovery_point_still_deletes(f: Fixture) {
-    let lease = claimed(f.store.claim(&claim_request("r", "a", 600_000)).await.unwrap());
+    let lease = claimed(
+        f.store
+            .claim(&claim_request("r", "a", 600_000))
+            .await
+            .unwrap(),
+    );
     f.store.release(&lease).await.unwrap();
     assert!(f.store.get("r").await.unwrap().is_none());
 }
 
 async fn a_completion_after_a_forced_release_says_the_record_is_gone(f: Fixture) {
-    let lease = claimed(f.store.claim(&claim_request("r", "a", 600_000)).await.unwrap());
+    let lease = claimed(
+        f.store
+            .claim(&claim_request("r", "a", 600_000))
+            .await
+            .unwrap(),
+    );
     let forced = Sweeper::new(f.store.clone())
         .policy(SweepPolicy::Release)
         .resolve_live(&as_stuck(&lease), now_ms())
@@ -115,7 +145,12 @@ async fn a_completion_after_a_forced_release_says_the_record_is_gone(f: Fixture)
 }
 
 async fn a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays(f: Fixture) {
-    let lease = claimed(f.store.claim(&claim_request("r", "a", 600_000)).await.unwrap());
+    let lease = claimed(
+        f.store
+            .claim(&claim_request("r", "a", 600_000))
+            .await
+            .unwrap(),
+    );
     let forced = Sweeper::new(f.store.clone())
         .policy(SweepPolicy::Fail)
         .resolve_live(&as_stuck(&lease), now_ms())
@@ -134,7 +169,10 @@ async fn a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays(f:
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.response.unwrap().status, 500, "the failure replays");
     assert_ne!(record.owner, lease.owner, "the resolution took ownership");
-    assert_eq!(record.owner, lambda_idempotency::resolver_owner(&lease.owner));
+    assert_eq!(
+        record.owner,
+        lambda_idempotency::resolver_owner(&lease.owner)
+    );
 }
 
 /// A handler that commits the recovery point `charged` on its first run and
@@ -169,13 +207,18 @@ async fn a_failure_after_a_phase_resumes(
     fail: fn() -> Result<Response<Body>, lambda_http::Error>,
 ) {
     let (runs, charges) = (Runs::default(), Runs::default());
-    let svc = IdempotencyLayer::new(f.store.clone())
-        .layer(failing_after_a_phase(runs.clone(), charges.clone(), fail));
+    let svc = IdempotencyLayer::new(f.store.clone()).layer(failing_after_a_phase(
+        runs.clone(),
+        charges.clone(),
+        fail,
+    ));
     let id = RecordScope::new("POST", "/orders", "k1").record_id();
 
     let first = svc.clone().oneshot(post("/orders", Some("k1"), "{}")).await;
     assert!(
-        first.as_ref().map_or(true, |r| r.status().is_server_error()),
+        first
+            .as_ref()
+            .map_or(true, |r| r.status().is_server_error()),
         "the first run failed"
     );
     let kept = f.store.get(&id).await.unwrap().expect("the record is kept");
@@ -189,7 +232,11 @@ async fn a_failure_after_a_phase_resumes(
     assert_eq!(retry.status(), 201);
     assert_eq!(retry.body().as_ref(), b"resumed from charged");
     assert_eq!(runs.count(), 2);
-    assert_eq!(charges.count(), 1, "the work before the recovery point ran once");
+    assert_eq!(
+        charges.count(),
+        1,
+        "the work before the recovery point ran once"
+    );
 }
 
 async fn a_handler_error_after_a_recovery_point_resumes_on_retry(f: Fixture) {
@@ -244,5 +291,91 @@ async fn an_event_whose_record_was_released_while_it_ran_is_reported_failed(f: F
     // Redelivered: nothing was stored, so it runs again under a new claim.
     let again: String = call(runs.clone(), false).await.unwrap();
     assert_eq!(again, "sent");
+    assert_eq!(runs.count(), 2);
+}
+
+/// A phase whose transaction DynamoDB applied but whose every answer was
+/// lost (the SDK's retries too): unknown to the handler whether it
+/// committed, the record is left to its lease, never released; after it the
+/// retry resumes after the phase, and the phase's `ADD stock :-1` was
+/// applied once.
+#[tokio::test]
+async fn dynamodb_a_phase_whose_answers_are_lost_is_resumed_and_applied_once() {
+    use aws_sdk_dynamodb::config::SharedInterceptor;
+    use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+    use integration_tests::LoseResponses;
+
+    let lose = LoseResponses::new(0);
+    let client = integration_tests::client_with(vec![SharedInterceptor::new(lose.clone())]).await;
+    let table = integration_tests::create_table(&integration_tests::client().await).await;
+    let stock = integration_tests::unique_name("stock");
+    integration_tests::create_table_from_template(&client, "OrdersTable", &stock)
+        .await
+        .unwrap();
+    let store = lambda_idempotency::DynamoStore::new(client.clone(), table);
+    let runs = Runs::default();
+    let handler = {
+        let (stock, lose, runs) = (stock.clone(), lose.clone(), runs.clone());
+        tower::service_fn(move |req: Request| {
+            let (stock, lose, runs) = (stock.clone(), lose.clone(), runs.clone());
+            async move {
+                runs.bump();
+                let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
+                if let Some(point) = ctx.recovery_point() {
+                    let body = format!("resumed from {}", point.name);
+                    return Ok(Response::builder().status(201).body(Body::from(body))?);
+                }
+                let take_one = Update::builder()
+                    .table_name(&stock)
+                    .key("order_id", AttributeValue::S("sku-1".into()))
+                    .update_expression("ADD stock :minus_one")
+                    .expression_attribute_values(":minus_one", AttributeValue::N("-1".into()))
+                    .build()?;
+                ctx.defer_write(TransactWriteItem::builder().update(take_one).build())?;
+                // Every answer of the phase's transaction is lost.
+                lose.arm(100);
+                let committed = ctx
+                    .commit_with_writes("reserved", serde_json::json!({}))
+                    .await;
+                lose.arm(0);
+                committed?;
+                Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::Empty)?)
+            }
+        })
+    };
+    let svc = IdempotencyLayer::new(store.clone())
+        .max_lease(Duration::from_millis(1500))
+        .layer(handler);
+    let left = || async {
+        let item = client
+            .get_item()
+            .table_name(&stock)
+            .key("order_id", AttributeValue::S("sku-1".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        item.item().and_then(|i| i.get("stock")).cloned()
+    };
+
+    let first = svc.clone().oneshot(post("/orders", Some("k1"), "{}")).await;
+    assert!(
+        first.is_err(),
+        "the handler returned the lost answer's error"
+    );
+    assert_eq!(left().await, Some(AttributeValue::N("-1".into())));
+
+    tokio::time::sleep(Duration::from_millis(1700)).await;
+    let retry = svc
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 201, "{:?}", retry.body());
+    assert_eq!(retry.body().as_ref(), b"resumed from reserved");
+    assert_eq!(
+        left().await,
+        Some(AttributeValue::N("-1".into())),
+        "the phase's ADD was applied once"
+    );
     assert_eq!(runs.count(), 2);
 }

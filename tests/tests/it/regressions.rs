@@ -376,7 +376,9 @@ async fn an_output_that_cannot_be_serialised_completes_with_a_marker_and_never_r
     // The call that ran gets its output: its work stands.
     let output = call().await.unwrap();
     assert_eq!(output, HashMap::from([((1, 2), 3)]));
-    let record = store.get(&function.record_id("e-1")).expect("kept, not released");
+    let record = store
+        .get(&function.record_id("e-1"))
+        .expect("kept, not released");
     assert_eq!(record.status, Status::Completed);
     // A redelivery does not run it again: it is told the output was not stored.
     let err = call().await.unwrap_err();
