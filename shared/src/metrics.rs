@@ -70,6 +70,11 @@ pub enum Event {
     /// A covered request had no tenant where the tenant source requires one
     /// (answered `401`).
     TenantMissing,
+    /// A Kinesis or DynamoDB Streams record whose outcome no redelivery can
+    /// change before its idempotency record expires (abandoned and failed
+    /// by the sweeper, no key, a stored output that cannot be read back) was logged and counted as
+    /// processed, so its shard goes on instead of stalling for a day.
+    StreamRecordSkipped,
 }
 
 impl Event {
@@ -87,6 +92,7 @@ impl Event {
             Event::OversizedResponse => "OversizedResponse",
             Event::LeaseCapped => "LeaseCapped",
             Event::TenantMissing => "TenantMissing",
+            Event::StreamRecordSkipped => "StreamRecordSkipped",
         }
     }
 }

@@ -52,7 +52,11 @@ mod stream {
     /// A duplicate of a completed record counts as processed: its replay, or
     /// a stored output that is too large to keep or no longer fits the
     /// output type (the batch discards outputs; failing it would block the
-    /// shard on a record that already ran). A record that failed without a
+    /// shard on a record that already ran). So does a record whose outcome
+    /// no redelivery can change before its idempotency record expires
+    /// (abandoned and failed by the sweeper, no key, a stored output gone
+    /// from S3): logged and counted
+    /// (`StreamRecordSkipped`) rather than stalling the shard for a day. A record that failed without a
     /// sequence number cannot be named: the whole invocation fails with an
     /// [`ErrorKind::InvalidEvent`] error, so Lambda retries the batch.
     ///
@@ -86,6 +90,17 @@ mod stream {
                     tracing::warn!(source, sequence_number = ?sequence_number, error = %err, "duplicate of a record that already completed; its output is not replayed, the record counts as processed");
                     continue;
                 }
+                Err(
+                    err @ (EventError::Abandoned { .. } | EventError::KeyMissing { .. }),
+                ) => {
+                    super::skipped(function, source, sequence_number.as_deref(), &err);
+                    continue;
+                }
+                Err(EventError::Store(e)) if e.kind() == ErrorKind::CorruptRecord => {
+                    let err = EventError::<E>::Store(e);
+                    super::skipped(function, source, sequence_number.as_deref(), &err);
+                    continue;
+                }
                 Err(err) => err,
             };
             let not_run = total - index - 1;
@@ -104,6 +119,23 @@ mod stream {
         }
         Ok(None)
     }
+}
+
+/// A stream record whose outcome no redelivery can change before its
+/// idempotency record expires (a day by default): retrying it would hold the
+/// whole shard that long, so it is logged (with everything needed to replay
+/// it by hand), counted (`StreamRecordSkipped`, to alarm on) and treated as
+/// processed. Transient failures (the store unreachable, a lost completion,
+/// the handler's own error) still stop the batch at the record.
+#[cfg(any(feature = "kinesis", feature = "dynamodb-stream-events"))]
+fn skipped<E: std::fmt::Display>(
+    function: &super::function::IdempotentFunction,
+    source: &str,
+    sequence_number: Option<&str>,
+    err: &super::function::EventError<E>,
+) {
+    function.count(crate::metrics::Event::StreamRecordSkipped);
+    tracing::error!(source, sequence_number = ?sequence_number, error_type = err.error_type(), error = %err, "stream record skipped: a redelivery cannot change its outcome before its idempotency record expires, so the shard goes on");
 }
 
 #[cfg(test)]

@@ -322,6 +322,11 @@ impl IdempotentFunction {
         self.run_keyed(key, fingerprint, arg, f).await
     }
 
+    /// Count `event` in this function's metrics.
+    pub(crate) fn count(&self, event: Event) {
+        self.config.count(event);
+    }
+
     pub(crate) fn key_of(&self, json: &serde_json::Value) -> Option<Key> {
         match &self.key {
             KeySource::Whole => Some(Key::text(json.to_string())),

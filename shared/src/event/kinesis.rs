@@ -58,7 +58,12 @@ impl std::fmt::Debug for KinesisKey {
 /// A duplicate of a record that completed counts as processed even when its
 /// stored output cannot be replayed (too large to keep, or no longer of the
 /// output type): the batch does not use outputs, and failing it would hold
-/// the shard on a record that already ran.
+/// the shard on a record that already ran. A record whose outcome no
+/// redelivery can change before its idempotency record expires (abandoned
+/// and failed by the sweeper, no key, a stored output gone from S3) is
+/// logged with its sequence number, counted
+/// (metric `StreamRecordSkipped`, to alarm on) and treated as processed, so
+/// the shard goes on instead of stalling for a day.
 ///
 /// ```
 /// use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};

@@ -239,6 +239,12 @@ async fn check(
                     (false, Err(e)) if e.is_fenced() && !m.completed_by(&lease) => {
                         tally.add("fenced completions refused")
                     }
+                    (false, Err(e))
+                        if e.kind() == lambda_idempotency::ErrorKind::RecordGone
+                            && m.record.is_none() =>
+                    {
+                        tally.add("completions of a gone record refused")
+                    }
                     (true, Err(e)) => return Err(ctx(format!("holder's completion refused: {e}"))),
                     (false, Ok(_)) => return Err(ctx("a fenced attempt completed".into())),
                     (false, Err(e)) => return Err(ctx(format!("unexpected error {e}"))),
@@ -249,11 +255,23 @@ async fn check(
                     continue;
                 };
                 let allowed = m.holds(&lease);
+                let before = crate::fixture::now_ms();
                 match (allowed, store.release(&lease).await) {
-                    (true, Ok(())) => {
-                        tally.add("releases");
-                        m.record = None;
-                    }
+                    (true, Ok(())) => match m.record.as_mut() {
+                        // Rule 4: kept with its lease ended (on the store's
+                        // clock, a moment before now), for the retry to
+                        // resume. The model's clock moves past that moment,
+                        // so both agree the lease is over.
+                        Some(r) if r.checkpoint.is_some() => {
+                            tally.add("releases keeping a recovery point");
+                            r.lease_end = r.lease_end.min(before.saturating_sub(1));
+                            m.now = m.now.max(crate::fixture::now_ms() + 5);
+                        }
+                        _ => {
+                            tally.add("releases");
+                            m.record = None;
+                        }
+                    },
                     // Nothing left to release: what a release wants.
                     (false, Ok(())) if m.record.is_none() => tally.add("releases of a gone record"),
                     (false, Err(e)) if e.is_fenced() && m.record.is_some() => {

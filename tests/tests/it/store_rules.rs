@@ -175,12 +175,15 @@ async fn complete_and_release_by_a_stranger_are_fenced(f: Fixture) {
     // Nothing to release is not a fence: the record is gone, which is what a
     // release wants (and what an SDK-retried release finds).
     f.store.release(&missing).await.unwrap();
-    assert!(f
-        .store
-        .complete(&missing, &response(), now_ms() / 1000 + 60)
-        .await
-        .unwrap_err()
-        .is_fenced());
+    // Nor is a completion of a gone record: it is not stored, and says so.
+    assert_eq!(
+        f.store
+            .complete(&missing, &response(), now_ms() / 1000 + 60)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::RecordGone
+    );
     f.store
         .complete(&lease, &response(), now_ms() / 1000 + 60)
         .await

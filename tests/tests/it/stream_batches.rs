@@ -24,6 +24,7 @@ on_both_stores!(
     kinesis_partition_key_and_a_closure_are_key_sources,
     kinesis_failed_record_without_a_sequence_number_fails_the_invocation,
     completed_record_whose_output_no_longer_fits_counts_as_processed,
+    an_abandoned_record_or_a_missing_key_does_not_stall_the_shard,
     dynamodb_redelivered_batch_runs_each_record_once,
     dynamodb_first_failure_stops_the_batch_and_is_the_only_identifier,
     dynamodb_item_keys_ignore_attribute_order_and_keep_types_apart,
@@ -237,7 +238,8 @@ async fn kinesis_data_pointer_keeps_types_apart_and_numbers_exact(f: Fixture) {
                 // Two numbers a float would not tell apart.
                 kinesis_record("4", r#"{"id":12345678901234567890123}"#),
                 kinesis_record("5", r#"{"id":12345678901234567890124}"#),
-                // Data that is not JSON has no key: it fails and stops.
+                // Data that is not JSON has no key: no redelivery gives
+                // it one, so it is skipped (logged, counted), not retried.
                 kinesis_record("6", "id=5"),
                 kinesis_record("7", r#"{"id":7}"#),
             ]),
@@ -245,8 +247,8 @@ async fn kinesis_data_pointer_keeps_types_apart_and_numbers_exact(f: Fixture) {
         )
         .await
         .unwrap();
-    assert_eq!(kinesis_failed(&response), ["6"]);
-    assert_eq!(seen.all(), ["1", "2", "4", "5"]);
+    assert_eq!(kinesis_failed(&response), Vec::<&str>::new());
+    assert_eq!(seen.all(), ["1", "2", "4", "5", "7"]);
 }
 
 async fn kinesis_partition_key_and_a_closure_are_key_sources(f: Fixture) {
@@ -349,6 +351,87 @@ async fn completed_record_whose_output_no_longer_fits_counts_as_processed(f: Fix
         .unwrap();
     assert!(again.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["1", "2"]);
+}
+
+/// Issue 25, item 4: a record the sweeper failed (`Abandoned`) or one
+/// without a key cannot change on redelivery until its record expires (a
+/// day): it is counted (`StreamRecordSkipped`) and the shard goes on, where
+/// it used to be named as the batch's failure on every redelivery.
+async fn an_abandoned_record_or_a_missing_key_does_not_stall_the_shard(f: Fixture) {
+    use lambda_idempotency::metrics::Metrics;
+    use lambda_idempotency::{IdempotencyConfig, StuckRecord, SweepPolicy, Sweeper};
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let config = IdempotencyConfig::new(f.store.clone())
+        .metrics(Metrics::new("Test").sink(move |l| sink.lock().unwrap().push(l.to_owned())));
+    let batch = KinesisBatch::new(IdempotentFunction::with_config(config, "consumer"))
+        .key_data_pointer("/event_id");
+    let seen = Seen::default();
+    let store = f.store.clone();
+    // The first delivery of e1 is abandoned: the sweeper (forced, as an
+    // operator would) fails it while it runs.
+    let first = batch
+        .process(
+            kinesis_event(vec![kinesis_record("1", r#"{"event_id":"e1"}"#)]),
+            |record, ctx| {
+                let store = store.clone();
+                seen.push(record.kinesis.sequence_number.clone());
+                async move {
+                    let ctx = ctx.expect("keyed");
+                    let owner = store
+                        .get(ctx.record_id())
+                        .await
+                        .unwrap()
+                        .unwrap()
+                        .record
+                        .owner;
+                    let stuck = StuckRecord {
+                        id: ctx.record_id().to_owned(),
+                        attempt: ctx.attempt(),
+                        owner,
+                        lease_expires_at_ms: 0,
+                        has_checkpoint: false,
+                    };
+                    Sweeper::new(store.clone())
+                        .policy(SweepPolicy::Fail)
+                        .resolve_live(&stuck, crate::fixture::now_ms())
+                        .await
+                        .unwrap();
+                    Ok::<String, String>("late".into())
+                }
+            },
+        )
+        .await
+        .unwrap();
+    assert!(first.batch_item_failures.is_empty());
+
+    let again = batch
+        .process(
+            kinesis_event(vec![
+                kinesis_record("1", r#"{"event_id":"e1"}"#),
+                kinesis_record("2", r#"{"n":2}"#),
+                kinesis_record("3", r#"{"event_id":"e3"}"#),
+            ]),
+            |record, _| {
+                seen.push(record.kinesis.sequence_number.clone());
+                async { Ok::<String, String>("ok".into()) }
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        kinesis_failed(&again),
+        Vec::<&str>::new(),
+        "the shard goes on"
+    );
+    assert_eq!(seen.all(), ["1", "3"], "the abandoned e1 did not run again");
+    let skipped = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("StreamRecordSkipped"))
+        .count();
+    assert_eq!(skipped, 2, "the abandoned record and the one without a key");
 }
 
 /// A DynamoDB Streams record, as Lambda sends it (DynamoDB JSON images).
@@ -482,7 +565,7 @@ async fn dynamodb_item_keys_ignore_attribute_order_and_keep_types_apart(f: Fixtu
                     json!({"pk": {"S": "a"}, "sk": {"S": "5"}}),
                     json!({}),
                 ),
-                // No keys at all: no key, it fails and stops.
+                // No keys at all: no key, ever; skipped, not retried.
                 dynamodb_record("ev-4", "400", json!({}), json!({})),
                 dynamodb_record("ev-5", "500", json!({"pk": {"S": "b"}}), json!({})),
             ]),
@@ -490,8 +573,8 @@ async fn dynamodb_item_keys_ignore_attribute_order_and_keep_types_apart(f: Fixtu
         )
         .await
         .unwrap();
-    assert_eq!(dynamodb_failed(&response), ["400"]);
-    assert_eq!(seen.all(), ["100", "300"]);
+    assert_eq!(dynamodb_failed(&response), Vec::<&str>::new());
+    assert_eq!(seen.all(), ["100", "300", "500"]);
 }
 
 async fn dynamodb_validation_applies_to_the_new_image(f: Fixture) {
