@@ -255,7 +255,9 @@ async fn release_refuses_a_live_lease_and_force_still_fences() {
         )
         .await
         .unwrap_err();
-    assert_eq!(late.kind(), lambda_idempotency::ErrorKind::Fenced);
+    // The record is gone: the late completion is not stored, and says so
+    // (an event would be reported failed and redelivered).
+    assert_eq!(late.kind(), lambda_idempotency::ErrorKind::RecordGone);
 
     // A forced resolution of what was read, after a newer attempt claimed
     // the record: the newer attempt wins, nothing is written.

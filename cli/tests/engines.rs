@@ -274,7 +274,8 @@ async fn every_command_on(env: UrlEnv) {
         )
         .await
         .unwrap_err();
-    assert_eq!(late.kind(), ErrorKind::Fenced);
+    // Gone: the late completion is not stored, and says so.
+    assert_eq!(late.kind(), ErrorKind::RecordGone);
 
     // A completed record is not released.
     let done = env.cli().args(["release", &id("done")]).output().unwrap();
