@@ -90,9 +90,7 @@ mod stream {
                     tracing::warn!(source, sequence_number = ?sequence_number, error = %err, "duplicate of a record that already completed; its output is not replayed, the record counts as processed");
                     continue;
                 }
-                Err(
-                    err @ (EventError::Abandoned { .. } | EventError::KeyMissing { .. }),
-                ) => {
+                Err(err @ (EventError::Abandoned { .. } | EventError::KeyMissing { .. })) => {
                     super::skipped(function, source, sequence_number.as_deref(), &err);
                     continue;
                 }

@@ -24,6 +24,8 @@ on_both_stores!(
     a_handler_error_after_a_recovery_point_resumes_on_retry,
     a_5xx_after_a_recovery_point_resumes_on_retry,
     an_event_whose_record_was_released_while_it_ran_is_reported_failed,
+    a_forced_failure_during_an_invocation_is_what_its_own_instance_replays,
+    derived_keys_repeat_in_a_new_life_of_the_same_request,
 );
 
 fn response() -> StoredResponse {
@@ -378,4 +380,98 @@ async fn dynamodb_a_phase_whose_answers_are_lost_is_resumed_and_applied_once() {
         "the phase's ADD was applied once"
     );
     assert_eq!(runs.count(), 2);
+}
+
+/// `fail --force` while the invocation runs: its completion is fenced, so
+/// it neither caches nor stores its own 201; its own instance (local cache
+/// on) replays the 500 like every other.
+async fn a_forced_failure_during_an_invocation_is_what_its_own_instance_replays(f: Fixture) {
+    let store = f.store.clone();
+    let handler = tower::service_fn(move |req: Request| {
+        let store = store.clone();
+        async move {
+            let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
+            let owner = store
+                .get(ctx.record_id())
+                .await?
+                .ok_or("no record")?
+                .record
+                .owner;
+            let stuck = StuckRecord {
+                id: ctx.record_id().to_owned(),
+                attempt: ctx.attempt(),
+                owner,
+                lease_expires_at_ms: 0,
+                has_checkpoint: false,
+            };
+            let forced = Sweeper::new(store.clone())
+                .policy(SweepPolicy::Fail)
+                .resolve_live(&stuck, now_ms())
+                .await?;
+            assert_eq!(forced, Resolution::Failed);
+            Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::Empty)?)
+        }
+    });
+    let svc = IdempotencyLayer::new(f.store.clone())
+        .local_cache(100, Duration::from_secs(60))
+        .layer(handler);
+    let first = svc
+        .clone()
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.status(),
+        201,
+        "the invocation's own client gets its answer"
+    );
+    let replay = svc
+        .oneshot(post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        replay.status(),
+        500,
+        "the resolution's outcome, not a cached 201"
+    );
+    assert_eq!(
+        replay.headers()[lambda_idempotency::REPLAYED_HEADER],
+        "true"
+    );
+}
+
+/// Derived keys repeat across lives of the same request (a day-late retry is
+/// still deduplicated downstream), and differ for another request.
+async fn derived_keys_repeat_in_a_new_life_of_the_same_request(f: Fixture) {
+    let first = claimed(
+        f.store
+            .claim(&claim_request("r", "a", 60_000))
+            .await
+            .unwrap(),
+    );
+    let old_key =
+        IdempotencyContext::from_lease(f.store.clone(), first.clone()).derived_key("charge");
+    // The first life completes and expires.
+    f.store
+        .complete(&first, &response(), now_ms() / 1000 - 1)
+        .await
+        .unwrap();
+    let second = claimed(
+        f.store
+            .claim(&claim_request("r", "b", 60_000))
+            .await
+            .unwrap(),
+    );
+    assert!(second.recovered.is_none(), "a new life");
+    let new_key =
+        IdempotencyContext::from_lease(f.store.clone(), second.clone()).derived_key("charge");
+    assert_eq!(new_key, old_key);
+    let other = Lease {
+        fingerprint: "another body".into(),
+        ..second
+    };
+    assert_ne!(
+        IdempotencyContext::from_lease(f.store.clone(), other).derived_key("charge"),
+        old_key
+    );
 }
