@@ -514,7 +514,8 @@ impl IdempotentFunction {
                 ))
             }
         };
-        let expires = crate::clock::now_ms() / 1000 + self.config.expires_after.as_secs();
+        let expires =
+            (crate::clock::now_ms() / 1000).saturating_add(self.config.expires_after.as_secs());
         let err = match self
             .config
             .store

@@ -255,7 +255,7 @@ async fn finish<E>(
         return Ok(response);
     }
     let stored = StoredResponse::from_http(&response);
-    let expires_at = now_ms() / 1000 + config.shared.expires_after.as_secs();
+    let expires_at = (now_ms() / 1000).saturating_add(config.shared.expires_after.as_secs());
     let writes = context.take_writes();
     let transactional = !writes.is_empty();
     match config

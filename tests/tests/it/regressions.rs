@@ -924,3 +924,49 @@ fn a_pointer_without_its_leading_slash_is_refused_when_built() {
         .key_pointers(["/order_id"])
         .validate(["/amount", ""]);
 }
+
+// Issue 25, item 4: expiry arithmetic saturates. An absurd `expires_after`
+// (a library user's, not validated at start like the functions' variable)
+// must not overflow into a panic after the handler ran.
+
+#[tokio::test]
+async fn an_expiry_past_the_end_of_time_saturates_on_both_paths() {
+    use lambda_idempotency::{IdempotencyLayer, IdempotentFunction, MemoryStore, Status};
+    use tower::{Layer, ServiceExt};
+
+    let forever = Duration::from_secs(u64::MAX);
+    let store = MemoryStore::new();
+    let runs = crate::fixture::Runs::default();
+    let svc = IdempotencyLayer::new(store.clone())
+        .expires_after(forever)
+        .layer(crate::fixture::counting_handler(
+            runs.clone(),
+            Duration::ZERO,
+        ));
+    let first = svc
+        .clone()
+        .oneshot(crate::fixture::post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 201);
+    let replay = svc
+        .oneshot(crate::fixture::post("/orders", Some("k1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 201);
+    assert_eq!(runs.count(), 1, "stored, then replayed");
+
+    let function = IdempotentFunction::new(store.clone(), "consumer")
+        .key_pointers(["/id"])
+        .expires_after(forever);
+    let out: String = function
+        .call(serde_json::json!({"id": "e-1"}), |_| async {
+            Ok::<_, String>("done".to_owned())
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, "done");
+    let record = store.get(&function.record_id("e-1")).unwrap();
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.expires_at_s, u64::MAX);
+}
