@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::clock::{millis, now_ms};
 
+use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::hash::hex;
 use crate::record::{Record, Status};
@@ -175,6 +176,18 @@ pub(crate) enum Release {
     Failed,
 }
 
+impl Release {
+    /// The metric that counts this outcome.
+    pub(crate) fn event(self) -> crate::metrics::Event {
+        use crate::metrics::Event;
+        match self {
+            Release::Done => Event::Released,
+            Release::Fenced => Event::FencedWrite,
+            Release::Failed => Event::StoreError,
+        }
+    }
+}
+
 /// Release `lease` (fenced) so the next retry runs again, saying `why` in
 /// the log. A failure only delays that retry until the lease ends, so it is
 /// logged, not raised.
@@ -193,6 +206,24 @@ pub(crate) async fn release(store: &dyn Store, lease: &Lease, why: &str) -> Rele
             Release::Failed
         }
     }
+}
+
+/// Give the claim up after a failure of its handler: [`release`]d (a
+/// record holding a recovery point is kept with its lease ended, see
+/// [`Store::release`]), unless a recovery point's write left unknown what
+/// committed: then the record is left to its lease (`None`), so the next
+/// attempt learns from the record itself whether the point committed.
+pub(crate) async fn give_up(
+    store: &dyn Store,
+    lease: &Lease,
+    context: &IdempotencyContext,
+    why: &str,
+) -> Option<Release> {
+    if context.outcome_unknown() {
+        tracing::warn!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key left to its lease: unknown whether its last recovery point committed, so the next attempt resumes from what the record holds");
+        return None;
+    }
+    Some(release(store, lease, why).await)
 }
 
 #[cfg(test)]

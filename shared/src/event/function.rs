@@ -11,7 +11,7 @@ use lambda_runtime::Diagnostic;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::claim::{self, Found, Release};
+use crate::claim::{self, Found};
 use crate::clock::millis;
 use crate::config::IdempotencyConfig;
 use crate::context::IdempotencyContext;
@@ -585,26 +585,21 @@ impl IdempotentFunction {
         })
     }
 
-    /// Give the claim up after a failure: released (a recovery point is
-    /// kept, see [`Store::release`](crate::Store::release)), unless a
-    /// recovery point's write left unknown what committed: then the record
-    /// is left to its lease.
+    /// Give the claim up after a failure (see [`claim::give_up`]), counted.
     async fn give_up(&self, lease: &Lease, context: &IdempotencyContext, why: &str) {
-        if context.outcome_unknown() {
-            tracing::warn!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key left to its lease: unknown whether its last recovery point committed, so the next attempt resumes from what the record holds");
-            return;
+        if let Some(released) =
+            claim::give_up(self.config.store.as_ref(), lease, context, why).await
+        {
+            self.config.count(released.event());
         }
-        self.release(lease, why).await;
     }
 
     /// Release `lease` (fenced) so the retry runs again (logged there).
     async fn release(&self, lease: &Lease, why: &str) {
         self.config.count(
-            match claim::release(self.config.store.as_ref(), lease, why).await {
-                Release::Done => Event::Released,
-                Release::Fenced => Event::FencedWrite,
-                Release::Failed => Event::StoreError,
-            },
+            claim::release(self.config.store.as_ref(), lease, why)
+                .await
+                .event(),
         );
     }
 

@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::layer::{Config, HookFn, StatusFn};
 use super::{stored_by_default, ResponseFuture, REPLAYED_HEADER};
-use crate::claim::{self, Found, Release};
+use crate::claim::{self, Found};
 use crate::clock::{millis, now_ms};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
@@ -446,28 +446,18 @@ fn unavailable(config: &Config, err: &Error) -> Response<Body> {
     )
 }
 
-/// Give the claim up after a failure: released (a recovery point is kept,
-/// see [`Store::release`](crate::Store::release)), unless a recovery point's
-/// write left unknown what committed: then the record is left to its lease.
+/// Give the claim up after a failure (see [`claim::give_up`]), counted.
 async fn give_up(config: &Config, lease: &Lease, context: &IdempotencyContext, why: &str) {
-    if context.outcome_unknown() {
-        tracing::warn!(
-            attempt = lease.attempt,
-            reason = why,
-            "idempotency key left to its lease: unknown whether its last recovery point \
-             committed, so the next attempt resumes from what the record holds"
-        );
-        return;
+    if let Some(released) = claim::give_up(config.shared.store.as_ref(), lease, context, why).await
+    {
+        config.count(released.event());
     }
-    release(config, lease, why).await;
 }
 
 async fn release(config: &Config, lease: &Lease, why: &str) {
     config.count(
-        match claim::release(config.shared.store.as_ref(), lease, why).await {
-            Release::Done => Event::Released,
-            Release::Fenced => Event::FencedWrite,
-            Release::Failed => Event::StoreError,
-        },
+        claim::release(config.shared.store.as_ref(), lease, why)
+            .await
+            .event(),
     );
 }
