@@ -292,3 +292,33 @@ pub async fn dynamo_order_state(
         .and_then(|v| v.as_s().ok())
         .cloned()
 }
+
+/// What an operator's `release --force` or `fail --force` does to record
+/// `record_id` while its attempt `attempt` runs: the sweeper's resolution
+/// of the record as read now, whether or not its lease is over.
+pub async fn force_resolution(
+    store: &Arc<dyn Store>,
+    record_id: &str,
+    attempt: u64,
+    policy: lambda_idempotency::SweepPolicy,
+) -> lambda_idempotency::Resolution {
+    let owner = store
+        .get(record_id)
+        .await
+        .expect("the store answers")
+        .expect("the record exists")
+        .record
+        .owner;
+    let stuck = lambda_idempotency::StuckRecord {
+        id: record_id.to_owned(),
+        attempt,
+        owner,
+        lease_expires_at_ms: 0,
+        has_checkpoint: false,
+    };
+    Sweeper::new(store.clone())
+        .policy(policy)
+        .resolve_live(&stuck, now_ms())
+        .await
+        .expect("the store answers")
+}

@@ -9,11 +9,13 @@ use std::time::Duration;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
     ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentFunction, Lease, RecordScope,
-    Resolution, Status, Store, StoredBody, StoredResponse, StuckRecord, SweepPolicy, Sweeper,
+    Resolution, Status, Store, StoredBody, StoredResponse, SweepPolicy,
 };
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{claim_request, claimed, now_ms, on_both_stores, post, Fixture, Runs};
+use crate::fixture::{
+    claim_request, claimed, force_resolution, now_ms, on_both_stores, post, Fixture, Runs,
+};
 
 on_both_stores!(
     a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resumes,
@@ -30,18 +32,6 @@ on_both_stores!(
 
 fn response() -> StoredResponse {
     StoredResponse::new(201, vec![], StoredBody::Text("done".into()))
-}
-
-/// The record as a listing of stuck records would show it, for an
-/// operator's forced resolution.
-fn as_stuck(lease: &Lease) -> StuckRecord {
-    StuckRecord {
-        id: lease.record_id.clone(),
-        attempt: lease.attempt,
-        owner: lease.owner.clone(),
-        lease_expires_at_ms: now_ms() + 60_000,
-        has_checkpoint: false,
-    }
 }
 
 async fn commit(store: &Arc<dyn Store>, lease: &Lease, name: &str) {
@@ -127,11 +117,7 @@ async fn a_completion_after_a_forced_release_says_the_record_is_gone(f: Fixture)
             .await
             .unwrap(),
     );
-    let forced = Sweeper::new(f.store.clone())
-        .policy(SweepPolicy::Release)
-        .resolve_live(&as_stuck(&lease), now_ms())
-        .await
-        .unwrap();
+    let forced = force_resolution(&f.store, "r", lease.attempt, SweepPolicy::Release).await;
     assert_eq!(forced, Resolution::Released);
 
     let err = f
@@ -153,11 +139,7 @@ async fn a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays(f:
             .await
             .unwrap(),
     );
-    let forced = Sweeper::new(f.store.clone())
-        .policy(SweepPolicy::Fail)
-        .resolve_live(&as_stuck(&lease), now_ms())
-        .await
-        .unwrap();
+    let forced = force_resolution(&f.store, "r", lease.attempt, SweepPolicy::Fail).await;
     assert_eq!(forced, Resolution::Failed);
 
     // The live invocation completes late: it is told it was fenced.
@@ -258,35 +240,24 @@ async fn an_event_whose_record_was_released_while_it_ran_is_reported_failed(f: F
     let runs = Runs::default();
     let call = |runs: Runs, release: bool| {
         let store = store.clone();
-        function.call_with_context(serde_json::json!({ "id": "e-1" }), move |_, ctx| {
-            async move {
+        function.call_with_context(
+            serde_json::json!({ "id": "e-1" }),
+            move |_, ctx| async move {
                 runs.bump();
                 if release {
-                    // An operator's `release --force` while this runs.
                     let ctx = ctx.expect("keyed");
-                    let stuck = StuckRecord {
-                        id: ctx.record_id().to_owned(),
-                        attempt: ctx.attempt(),
-                        owner: store
-                            .get(ctx.record_id())
-                            .await
-                            .unwrap()
-                            .unwrap()
-                            .record
-                            .owner,
-                        lease_expires_at_ms: 0,
-                        has_checkpoint: false,
-                    };
-                    let forced = Sweeper::new(store.clone())
-                        .policy(SweepPolicy::Release)
-                        .resolve_live(&stuck, now_ms())
-                        .await
-                        .unwrap();
+                    let forced = force_resolution(
+                        &store,
+                        ctx.record_id(),
+                        ctx.attempt(),
+                        SweepPolicy::Release,
+                    )
+                    .await;
                     assert_eq!(forced, Resolution::Released);
                 }
                 Ok::<_, String>("sent".to_owned())
-            }
-        })
+            },
+        )
     };
     let err = call(runs.clone(), true).await.unwrap_err();
     assert_eq!(err.error_type(), "Idempotency.CompletionFailed", "{err}");
@@ -391,23 +362,8 @@ async fn a_forced_failure_during_an_invocation_is_what_its_own_instance_replays(
         let store = store.clone();
         async move {
             let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
-            let owner = store
-                .get(ctx.record_id())
-                .await?
-                .ok_or("no record")?
-                .record
-                .owner;
-            let stuck = StuckRecord {
-                id: ctx.record_id().to_owned(),
-                attempt: ctx.attempt(),
-                owner,
-                lease_expires_at_ms: 0,
-                has_checkpoint: false,
-            };
-            let forced = Sweeper::new(store.clone())
-                .policy(SweepPolicy::Fail)
-                .resolve_live(&stuck, now_ms())
-                .await?;
+            let forced =
+                force_resolution(&store, ctx.record_id(), ctx.attempt(), SweepPolicy::Fail).await;
             assert_eq!(forced, Resolution::Failed);
             Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::Empty)?)
         }

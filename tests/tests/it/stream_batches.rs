@@ -359,7 +359,7 @@ async fn completed_record_whose_output_no_longer_fits_counts_as_processed(f: Fix
 /// it used to be named as the batch's failure on every redelivery.
 async fn an_abandoned_record_or_a_missing_key_does_not_stall_the_shard(f: Fixture) {
     use lambda_idempotency::metrics::Metrics;
-    use lambda_idempotency::{IdempotencyConfig, StuckRecord, SweepPolicy, Sweeper};
+    use lambda_idempotency::{IdempotencyConfig, SweepPolicy};
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let sink = lines.clone();
     let config = IdempotencyConfig::new(f.store.clone())
@@ -378,25 +378,13 @@ async fn an_abandoned_record_or_a_missing_key_does_not_stall_the_shard(f: Fixtur
                 seen.push(record.kinesis.sequence_number.clone());
                 async move {
                     let ctx = ctx.expect("keyed");
-                    let owner = store
-                        .get(ctx.record_id())
-                        .await
-                        .unwrap()
-                        .unwrap()
-                        .record
-                        .owner;
-                    let stuck = StuckRecord {
-                        id: ctx.record_id().to_owned(),
-                        attempt: ctx.attempt(),
-                        owner,
-                        lease_expires_at_ms: 0,
-                        has_checkpoint: false,
-                    };
-                    Sweeper::new(store.clone())
-                        .policy(SweepPolicy::Fail)
-                        .resolve_live(&stuck, crate::fixture::now_ms())
-                        .await
-                        .unwrap();
+                    crate::fixture::force_resolution(
+                        &store,
+                        ctx.record_id(),
+                        ctx.attempt(),
+                        SweepPolicy::Fail,
+                    )
+                    .await;
                     Ok::<String, String>("late".into())
                 }
             },
