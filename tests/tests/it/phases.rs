@@ -299,6 +299,68 @@ where
     assert_eq!(recovery_point(&*store, "r").await.unwrap().name, "third");
 }
 
+/// (e) Issue 25, item 1: a phase commits (its row and its recovery point),
+/// then the handler fails: an `Err`, then on another key a `503`. The record
+/// keeps the recovery point (its lease ended), so the client's immediate
+/// retry resumes after the phase; the row is written once (re-running the
+/// phase would break its key and cancel every later retry).
+async fn a_failure_after_a_phase_keeps_it_and_the_retry_resumes<S, O>(store: S, orders: O)
+where
+    S: Store + Clone + 'static,
+    O: Orders,
+{
+    for (key, order, answer_503) in [("k-err", "o-err", false), ("k-503", "o-503", true)] {
+        let runs = Runs::default();
+        let handler = {
+            let (orders, runs) = (orders.clone(), runs.clone());
+            tower::service_fn(move |req: Request| {
+                let (orders, runs) = (orders.clone(), runs.clone());
+                async move {
+                    runs.bump();
+                    let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
+                    if let Some(point) = ctx.recovery_point() {
+                        ctx.defer_write(orders.set_state(order, "charged"))?;
+                        let body = format!("resumed from {}", point.name);
+                        return Ok(Response::builder().status(201).body(Body::from(body))?);
+                    }
+                    ctx.defer_write(orders.create(order))?;
+                    ctx.commit_with_writes("created", serde_json::json!({}))
+                        .await?;
+                    if answer_503 {
+                        return Ok(Response::builder().status(503).body(Body::Empty)?);
+                    }
+                    Err::<Response<Body>, lambda_http::Error>("the provider timed out".into())
+                }
+            })
+        };
+        let svc = IdempotencyLayer::new(store.clone()).layer(handler);
+        let first = svc.clone().oneshot(post("/orders", Some(key), "{}")).await;
+        assert!(
+            first.map_or(true, |r| r.status() == 503),
+            "{key}: the first run failed"
+        );
+        assert_eq!(orders.state(order).await.as_deref(), Some("created"));
+
+        let retry = svc.oneshot(post("/orders", Some(key), "{}")).await.unwrap();
+        assert_eq!(retry.status(), 201, "{key}: {:?}", retry.body());
+        assert_eq!(retry.body().as_ref(), b"resumed from created");
+        assert_eq!(orders.state(order).await.as_deref(), Some("charged"));
+        assert_eq!(runs.count(), 2);
+    }
+}
+
+#[tokio::test]
+async fn postgres_a_failure_after_a_phase_keeps_it_and_the_retry_resumes() {
+    let orders = PgOrders::new().await;
+    a_failure_after_a_phase_keeps_it_and_the_retry_resumes(orders.store.clone(), orders).await;
+}
+
+#[tokio::test]
+async fn dynamodb_a_failure_after_a_phase_keeps_it_and_the_retry_resumes() {
+    let (store, orders) = DynamoOrders::new().await;
+    a_failure_after_a_phase_keeps_it_and_the_retry_resumes(Arc::new(store), orders).await;
+}
+
 #[tokio::test]
 async fn postgres_a_phase_survives_a_crash_and_the_retry_resumes_after_it() {
     let orders = PgOrders::new().await;
