@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::Client;
-use lambda_idempotency::{open_url, schema, DynamoStore, OpenOptions, Store, UrlStore};
+use lambda_idempotency::{
+    open_url, schema, streams_endpoint, DynamoStore, OpenOptions, Store, UrlStore,
+    DYNAMODB_ENDPOINT_ENV,
+};
 
 use crate::{Failure, StoreArgs};
 
@@ -97,7 +100,10 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
     if let Some(region) = &args.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }
-    if let Some(endpoint) = &args.endpoint_url {
+    // An empty --endpoint-url (or AWS_ENDPOINT_URL_DYNAMODB) is unset: the
+    // SDK panics on an empty endpoint.
+    let endpoint = args.endpoint_url.clone().filter(|e| !e.trim().is_empty());
+    if let Some(endpoint) = &endpoint {
         loader = loader.endpoint_url(endpoint);
     }
     let shared = loader.load().await;
@@ -108,7 +114,7 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
                 .into(),
         ));
     };
-    let place = match &args.endpoint_url {
+    let place = match &endpoint {
         Some(endpoint) => format!("table `{table}` at {endpoint}"),
         None => format!("table `{table}` in {region}"),
     };
@@ -134,10 +140,24 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
         .unwrap_or(false);
     let store = DynamoStore::new(client, table);
     let (store, discovery) = match (has_stream, has_index) {
-        (true, _) => (
-            store.with_stream(aws_sdk_dynamodbstreams::Client::new(&shared)),
-            "stream",
-        ),
+        (true, _) => {
+            // Where the functions read it: its own variable, else where
+            // DynamoDB is (here --endpoint-url, or AWS_ENDPOINT_URL_DYNAMODB).
+            let streams = streams_endpoint(|name| {
+                if name == DYNAMODB_ENDPOINT_ENV {
+                    endpoint.clone()
+                } else {
+                    std::env::var(name).ok()
+                }
+            });
+            (
+                store.with_stream_at(
+                    aws_sdk_dynamodbstreams::config::Builder::from(&shared),
+                    streams,
+                ),
+                "stream",
+            )
+        }
         (false, true) => (store.with_sweep_index(), "index"),
         (false, false) => {
             return Err(Failure::Store(format!(

@@ -461,3 +461,17 @@ async fn errors_are_one_line_with_documented_exit_codes() {
     assert_eq!(bare.status.code(), Some(2));
     assert!(stderr(&bare).contains("Usage"));
 }
+
+/// The stream is read where DynamoDB is, as the functions read it: with
+/// only `AWS_ENDPOINT_URL_DYNAMODB` set, and with the streams variable set
+/// empty (as `sam local` sets the template's declared variables).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_follows_the_dynamodb_endpoint() {
+    let env = Env::new().await;
+    env.claim("order-streams", "crashed", 1).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let unset = stuck_lines(env.cli().env_remove("AWS_ENDPOINT_URL_DYNAMODB_STREAMS"));
+    assert_eq!(record_ids(&unset), [id("order-streams")]);
+    let empty = stuck_lines(env.cli().env("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", ""));
+    assert_eq!(record_ids(&empty), [id("order-streams")]);
+}
