@@ -31,16 +31,23 @@ pub(crate) struct Connected {
 
 /// Connect to the store the options name: the engine a store URL names
 /// (checked as the functions check it at start), or else the DynamoDB table.
+/// The functions' rule: a store URL wins over a table, so the environment a
+/// function runs with works here as it is; a note on stderr says the table
+/// is not read.
 pub(crate) async fn connect(args: &StoreArgs) -> Result<Connected, Failure> {
-    let table = args.table.as_deref().filter(|t| !t.is_empty());
-    let url = args.store_url.as_deref().filter(|u| !u.is_empty());
+    let table = args.table.as_deref().filter(|t| !t.trim().is_empty());
+    let url = args.store_url.as_deref().filter(|u| !u.trim().is_empty());
     match (url, table) {
-        (Some(_), Some(_)) => Err(Failure::Usage(
-            "both a store URL (--store-url, IDEMPOTENCY_STORE_URL) and a DynamoDB table \
-             (--table, IDEMPOTENCY_TABLE) are given: pick one (unset the other variable)"
-                .into(),
-        )),
-        (Some(url), None) => connect_url(url, args.redis_cluster).await,
+        (Some(url), table) => {
+            if let Some(table) = table {
+                eprintln!(
+                    "note: the store URL (--store-url, IDEMPOTENCY_STORE_URL) names where the \
+                     records are, as it does for the functions: table `{table}` is not read \
+                     (--table, IDEMPOTENCY_TABLE)"
+                );
+            }
+            connect_url(url, args.redis_cluster).await
+        }
         (None, _) if args.redis_cluster => Err(Failure::Usage(
             "--redis-cluster (IDEMPOTENCY_REDIS_CLUSTER) needs a redis:// or rediss:// store \
              URL (--store-url, IDEMPOTENCY_STORE_URL)"
