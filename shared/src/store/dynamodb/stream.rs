@@ -578,21 +578,21 @@ mod tests {
 
     #[test]
     fn the_stream_follows_dynamodb_unless_its_own_variable_is_set() {
-        let local = "http://127.0.0.1:8000";
+        const LOCAL: &str = "http://127.0.0.1:8000";
         assert_eq!(streams_endpoint(env(&[])), None);
         // The README's one variable for DynamoDB Local.
         assert_eq!(
-            streams_endpoint(env(&[(DYNAMODB_ENDPOINT_ENV, local)])).as_deref(),
-            Some(local)
+            streams_endpoint(env(&[(DYNAMODB_ENDPOINT_ENV, LOCAL)])).as_deref(),
+            Some(LOCAL)
         );
         // `sam local`: declared in the template, so set, and empty.
         assert_eq!(
             streams_endpoint(env(&[
-                (DYNAMODB_ENDPOINT_ENV, local),
+                (DYNAMODB_ENDPOINT_ENV, LOCAL),
                 (STREAMS_ENDPOINT_ENV, "")
             ]))
             .as_deref(),
-            Some(local)
+            Some(LOCAL)
         );
         assert_eq!(
             streams_endpoint(env(&[
@@ -603,7 +603,7 @@ mod tests {
         );
         assert_eq!(
             streams_endpoint(env(&[
-                (DYNAMODB_ENDPOINT_ENV, local),
+                (DYNAMODB_ENDPOINT_ENV, LOCAL),
                 (STREAMS_ENDPOINT_ENV, "http://streams:9")
             ]))
             .as_deref(),
@@ -615,10 +615,21 @@ mod tests {
         );
         assert_eq!(
             streams_endpoint(env(&[
-                (DYNAMODB_ENDPOINT_ENV, local),
+                (DYNAMODB_ENDPOINT_ENV, LOCAL),
                 ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
             ])),
             None
+        );
+    }
+
+    #[test]
+    fn the_templates_put_item_grant_covers_the_position_items() {
+        // template.yaml scopes the sweeper's PutItem to these keys
+        // (dynamodb:LeadingKeys); scripts/check-template.py checks the rest.
+        let template = include_str!("../../../../template.yaml");
+        assert!(
+            template.contains(&format!("dynamodb:LeadingKeys: [\"{POSITION_PREFIX}*\"]")),
+            "template.yaml's sweeper PutItem condition must name {POSITION_PREFIX}*"
         );
     }
 
