@@ -266,7 +266,7 @@ mod tests {
             let shown = redacted(url);
             let (left, right) = secret.split_at(secret.len() / 2);
             assert!(
-                !shown.contains(secret) && !(shown.contains(left) && shown.contains(right)),
+                !(shown.contains(left) && shown.contains(right)),
                 "{url} shown as {shown}"
             );
             let err = engine_of(

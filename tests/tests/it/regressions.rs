@@ -702,7 +702,11 @@ async fn the_query_string_is_part_of_the_request(f: crate::fixture::Fixture) {
         reordered.headers()[lambda_idempotency::REPLAYED_HEADER],
         "true"
     );
-    assert_eq!(runs.count(), 2);
+    // A repeated name's values are a list: their order counts.
+    send(&svc, post("/orders?tag=a&tag=b", Some("k3"), "{}")).await;
+    let swapped = send(&svc, post("/orders?tag=b&tag=a", Some("k3"), "{}")).await;
+    assert_eq!(swapped.status(), 422, "tag=b&tag=a is another request");
+    assert_eq!(runs.count(), 3);
 }
 
 // Item 7: one route is one scope.
