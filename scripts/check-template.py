@@ -100,7 +100,8 @@ def malformed_intrinsics(node, path="$"):
 LOCAL_OVERRIDES = {
     "OrdersApiFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE", "SIMULATED_PROVIDER_LATENCY_MS"],
     "OrderEventsFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE"],
-    "SweeperFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS", "IDEMPOTENCY_TABLE", "SWEEP_GRACE_SECONDS"],
+    # Its stream follows AWS_ENDPOINT_URL_DYNAMODB: no streams variable needed.
+    "SweeperFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE"],
 }
 
 
