@@ -100,7 +100,8 @@ def malformed_intrinsics(node, path="$"):
 LOCAL_OVERRIDES = {
     "OrdersApiFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE", "SIMULATED_PROVIDER_LATENCY_MS"],
     "OrderEventsFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE"],
-    "SweeperFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS", "IDEMPOTENCY_TABLE", "SWEEP_GRACE_SECONDS"],
+    # Its stream follows AWS_ENDPOINT_URL_DYNAMODB: no streams variable needed.
+    "SweeperFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE"],
 }
 
 
@@ -277,6 +278,10 @@ ENGINE_TEMPLATES = {
     },
 }
 # What only the DynamoDB store (and `sam local` against DynamoDB Local) reads.
+# The sweeper's items that keep its place in each shard of the stream
+# (POSITION_PREFIX in shared/src/store/dynamodb/stream.rs, whose tests check
+# this pattern is in template.yaml).
+SWEEPER_POSITIONS = "~sweeper/stream/*"
 DYNAMODB_ONLY_ENV = {"IDEMPOTENCY_TABLE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS"}
 
 
@@ -295,6 +300,22 @@ def statements(props):
 def actions(statement):
     action = statement["Action"]
     return action if isinstance(action, list) else [action]
+
+
+def check_sweeper_writes(template, check):
+    """The sweeper's PutItem writes only its own position items."""
+    props = template["Resources"]["SweeperFunction"]["Properties"]
+    puts = [st for st in statements(props) if "dynamodb:PutItem" in actions(st)]
+    scoped = [
+        st
+        for st in puts
+        if actions(st) == ["dynamodb:PutItem"]
+        and st.get("Condition") == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [SWEEPER_POSITIONS]}}
+    ]
+    check(
+        len(puts) == 1 and scoped == puts,
+        f"SweeperFunction: PutItem is granted alone, only on keys {SWEEPER_POSITIONS} (its positions in the stream)",
+    )
 
 
 def check_engine_template(path, spec, base, check):
@@ -458,6 +479,7 @@ def main():
 
     template = yaml_parse((ROOT / "template.yaml").read_text())
     check_bounds(template, check)
+    check_sweeper_writes(template, check)
     check_engine_templates(check)
 
     if failures:

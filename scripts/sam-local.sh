@@ -146,12 +146,19 @@ if [ "${1:-}" = "--with-dynamodb" ]; then
   "$SAM_LOCAL_DEMO" create-tables
   endpoint="http://host.docker.internal:$port"
   # --env-vars: SAM passes these only because the template declares them.
-  for latency in 0 1500; do
-    cat >"$SAM_LOCAL_RUN/env-$latency.json" <<EOF
-{"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "$endpoint", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": "$endpoint", "IDEMPOTENCY_TABLE": "$IDEMPOTENCY_TABLE",
- "ORDERS_TABLE": "$ORDERS_TABLE", "SIMULATED_PROVIDER_LATENCY_MS": "$latency", "SWEEP_GRACE_SECONDS": "0"}}
+  # The invokes get exactly the README's env.json (the sweeper included: its
+  # stream follows AWS_ENDPOINT_URL_DYNAMODB, and SAM sets the declared
+  # AWS_ENDPOINT_URL_DYNAMODB_STREAMS to an empty string); start-api adds a
+  # 1.5 s provider.
+  cat >"$SAM_LOCAL_RUN/env-0.json" <<EOF
+{"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "$endpoint",
+  "IDEMPOTENCY_TABLE": "$IDEMPOTENCY_TABLE", "ORDERS_TABLE": "$ORDERS_TABLE"}}
 EOF
-  done
+  cat >"$SAM_LOCAL_RUN/env-1500.json" <<EOF
+{"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "$endpoint",
+  "IDEMPOTENCY_TABLE": "$IDEMPOTENCY_TABLE", "ORDERS_TABLE": "$ORDERS_TABLE",
+  "SIMULATED_PROVIDER_LATENCY_MS": "1500"}}
+EOF
   # SAM asks STS for the caller's identity on every invoke: a closed local
   # port answers at once (otherwise ~10 s of retries per invoke). Nothing here
   # can reach AWS anyway.

@@ -149,7 +149,13 @@ async fn list(c: &Connected, args: &ListArgs, json: bool) -> Result<(), Failure>
         }
         scan_records(c, limit, &keep, &bar).await?
     } else {
-        discovered_records(c, cutoff, limit, &keep, &bar).await?
+        let (records, more, listed) = discovered_records(c, cutoff, limit, &keep, &bar).await?;
+        if listed == 0 {
+            if let Some(note) = empty_index_note(c).await? {
+                eprintln!("{note}");
+            }
+        }
+        (records, more)
     };
     bar.finish_and_clear();
     // Oldest lease first: the longest stuck is what an operator looks at first.
@@ -208,18 +214,66 @@ where
     }
 }
 
+/// When DynamoDB's sparse `sweep` index (a table without a stream) listed
+/// nothing at all: is that because nothing is in progress, or because the
+/// table's writers never opted into the index (`with_sweep_index`), which
+/// then stays empty while records are in progress? One page of the table
+/// (up to 100 items) is read to tell, and the note says which.
+async fn empty_index_note(c: &Connected) -> Result<Option<String>, Failure> {
+    if c.discovery != Some("index") {
+        return Ok(None);
+    }
+    // The listing asked for leases over before a cutoff: a live one in the
+    // index means it is filled.
+    let any = c
+        .store
+        .stuck(u64::MAX, None, 1)
+        .await
+        .map_err(|err| store_error(&c.place, err))?;
+    if !any.records.is_empty() {
+        return Ok(None);
+    }
+    let page = c
+        .store
+        .scan(None, PAGE)
+        .await
+        .map_err(|err| store_error(&c.place, err))?;
+    let unindexed = page
+        .records
+        .iter()
+        .find(|found| found.record.status == Status::InProgress);
+    Ok(Some(match unindexed {
+        Some(found) => format!(
+            "note: the `sweep` index of {} is empty, yet record `{}` is in progress: the \
+             table's writers did not opt into the index (DynamoStore::with_sweep_index), so \
+             neither this listing nor the sweeper finds their records; enable the table's \
+             stream (the default discovery), opt every writer in, or list with --scan",
+            c.place, found.record.id
+        ),
+        None => format!(
+            "note: the `sweep` index of {} is empty: nothing is in progress, or the table's \
+             writers did not opt into the index (DynamoStore::with_sweep_index) and it stays \
+             empty; --scan reads the table itself",
+            c.place
+        ),
+    }))
+}
+
 /// Up to `limit` records through the sweeper's discovery, each read again
-/// (the listing lags the table and does not carry every attribute).
+/// (the listing lags the table and does not carry every attribute), whether
+/// more were left, and how many the listing held before `keep` chose.
 async fn discovered_records(
     c: &Connected,
     cutoff: u64,
     limit: usize,
     keep: &dyn Fn(&Record) -> bool,
     bar: &ProgressBar,
-) -> Result<(Vec<Record>, bool), Failure> {
+) -> Result<(Vec<Record>, bool, u64), Failure> {
     let pages = std::cell::Cell::new(0u64);
-    collect(limit, keep, bar, |cursor| {
+    let listed = std::cell::Cell::new(0u64);
+    let (records, more) = collect(limit, keep, bar, |cursor| {
         let pages = &pages;
+        let listed = &listed;
         async move {
             pages.set(pages.get() + 1);
             let page = c
@@ -233,11 +287,12 @@ async fn discovered_records(
                     c.place
                 )));
             }
+            listed.set(listed.get() + page.records.len() as u64);
             let mut records = Vec::new();
-            for listed in page.records {
+            for entry in page.records {
                 let found = c
                     .store
-                    .get(&listed.id)
+                    .get(&entry.id)
                     .await
                     .map_err(|err| store_error(&c.place, err))?;
                 records.extend(found.map(|f| f.record));
@@ -249,7 +304,8 @@ async fn discovered_records(
             ))
         }
     })
-    .await
+    .await?;
+    Ok((records, more, listed.get()))
 }
 
 /// Up to `limit` records by reading every item.
@@ -529,6 +585,11 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
     }
     bar.finish_and_clear();
     let in_progress = counts.live + counts.ages.iter().sum::<u64>();
+    if in_progress == 0 && !args.scan {
+        if let Some(note) = empty_index_note(c).await? {
+            eprintln!("{note}");
+        }
+    }
     let oldest = counts.oldest_stuck.as_ref().map(
         |(id, lease)| json!({ "record_id": id, "lease_expires_at": view::rfc3339_ms(*lease) }),
     );

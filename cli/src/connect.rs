@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::Client;
-use lambda_idempotency::{open_url, schema, DynamoStore, OpenOptions, Store, UrlStore};
+use lambda_idempotency::{
+    open_url, schema, streams_endpoint, DynamoStore, OpenOptions, Store, UrlStore,
+    DYNAMODB_ENDPOINT_ENV,
+};
 
 use crate::{Failure, StoreArgs};
 
@@ -28,16 +31,23 @@ pub(crate) struct Connected {
 
 /// Connect to the store the options name: the engine a store URL names
 /// (checked as the functions check it at start), or else the DynamoDB table.
+/// The functions' rule: a store URL wins over a table, so the environment a
+/// function runs with works here as it is; a note on stderr says the table
+/// is not read.
 pub(crate) async fn connect(args: &StoreArgs) -> Result<Connected, Failure> {
-    let table = args.table.as_deref().filter(|t| !t.is_empty());
-    let url = args.store_url.as_deref().filter(|u| !u.is_empty());
+    let table = args.table.as_deref().filter(|t| !t.trim().is_empty());
+    let url = args.store_url.as_deref().filter(|u| !u.trim().is_empty());
     match (url, table) {
-        (Some(_), Some(_)) => Err(Failure::Usage(
-            "both a store URL (--store-url, IDEMPOTENCY_STORE_URL) and a DynamoDB table \
-             (--table, IDEMPOTENCY_TABLE) are given: pick one (unset the other variable)"
-                .into(),
-        )),
-        (Some(url), None) => connect_url(url, args.redis_cluster).await,
+        (Some(url), table) => {
+            if let Some(table) = table {
+                eprintln!(
+                    "note: the store URL (--store-url, IDEMPOTENCY_STORE_URL) names where the \
+                     records are, as it does for the functions: table `{table}` is not read \
+                     (--table, IDEMPOTENCY_TABLE)"
+                );
+            }
+            connect_url(url, args.redis_cluster).await
+        }
         (None, _) if args.redis_cluster => Err(Failure::Usage(
             "--redis-cluster (IDEMPOTENCY_REDIS_CLUSTER) needs a redis:// or rediss:// store \
              URL (--store-url, IDEMPOTENCY_STORE_URL)"
@@ -97,7 +107,10 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
     if let Some(region) = &args.region {
         loader = loader.region(aws_config::Region::new(region.clone()));
     }
-    if let Some(endpoint) = &args.endpoint_url {
+    // An empty --endpoint-url (or AWS_ENDPOINT_URL_DYNAMODB) is unset: the
+    // SDK panics on an empty endpoint.
+    let endpoint = args.endpoint_url.clone().filter(|e| !e.trim().is_empty());
+    if let Some(endpoint) = &endpoint {
         loader = loader.endpoint_url(endpoint);
     }
     let shared = loader.load().await;
@@ -108,7 +121,7 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
                 .into(),
         ));
     };
-    let place = match &args.endpoint_url {
+    let place = match &endpoint {
         Some(endpoint) => format!("table `{table}` at {endpoint}"),
         None => format!("table `{table}` in {region}"),
     };
@@ -134,10 +147,24 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
         .unwrap_or(false);
     let store = DynamoStore::new(client, table);
     let (store, discovery) = match (has_stream, has_index) {
-        (true, _) => (
-            store.with_stream(aws_sdk_dynamodbstreams::Client::new(&shared)),
-            "stream",
-        ),
+        (true, _) => {
+            // Where the functions read it: its own variable, else where
+            // DynamoDB is (here --endpoint-url, or AWS_ENDPOINT_URL_DYNAMODB).
+            let streams = streams_endpoint(|name| {
+                if name == DYNAMODB_ENDPOINT_ENV {
+                    endpoint.clone()
+                } else {
+                    std::env::var(name).ok()
+                }
+            });
+            (
+                store.with_stream_at(
+                    aws_sdk_dynamodbstreams::config::Builder::from(&shared),
+                    streams,
+                ),
+                "stream",
+            )
+        }
         (false, true) => (store.with_sweep_index(), "index"),
         (false, false) => {
             return Err(Failure::Store(format!(

@@ -5,7 +5,8 @@
 //! one record, `release` and `fail`. Configured like the functions
 //! (`IDEMPOTENCY_TABLE`, the standard AWS variables and profiles), with
 //! `--endpoint-url` for DynamoDB Local, or `IDEMPOTENCY_STORE_URL` for
-//! Redis, Valkey or PostgreSQL. Exit codes: 0 done, 1 not found,
+//! Redis, Valkey or PostgreSQL (which wins over the table, as it does for
+//! the functions). Exit codes: 0 done, 1 not found,
 //! 2 usage (or a write refused without `--force`), 3 store error, 4 nothing
 //! written (fenced, or kept for its recovery point).
 
@@ -52,6 +53,7 @@ pub(crate) struct StoreArgs {
     pub(crate) profile: Option<String>,
     /// Records in Redis, Valkey or PostgreSQL instead of DynamoDB, as the
     /// functions read them: redis://, rediss://, postgres://, postgresql://.
+    /// Wins over --table, as it does for the functions.
     #[arg(
         long,
         env = "IDEMPOTENCY_STORE_URL",

@@ -463,3 +463,52 @@ async fn errors_are_one_line_with_documented_exit_codes() {
     assert_eq!(bare.status.code(), Some(2));
     assert!(stderr(&bare).contains("Usage"));
 }
+
+/// The stream is read where DynamoDB is, as the functions read it: with
+/// only `AWS_ENDPOINT_URL_DYNAMODB` set, and with the streams variable set
+/// empty (as `sam local` sets the template's declared variables).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_follows_the_dynamodb_endpoint() {
+    let env = Env::new().await;
+    env.claim("order-streams", "crashed", 1).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let unset = stuck_lines(env.cli().env_remove("AWS_ENDPOINT_URL_DYNAMODB_STREAMS"));
+    assert_eq!(record_ids(&unset), [id("order-streams")]);
+    let empty = stuck_lines(env.cli().env("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", ""));
+    assert_eq!(record_ids(&empty), [id("order-streams")]);
+}
+
+/// A table whose only discovery is the sparse index, written by a writer
+/// that never opted into it: `list` does not answer a silent "no records",
+/// it says the index is empty because the writers did not opt in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_no_writer_fills_is_named_not_listed_as_empty() {
+    let client = integration_tests::client().await;
+    let mut definition = integration_tests::table_definition("IdempotencyTable").unwrap();
+    definition.stream_specification = None;
+    let table = integration_tests::unique_name("idempotency");
+    integration_tests::create_table_from_definition(&client, definition, &table)
+        .await
+        .unwrap();
+    // The writer keeps no index keys: DynamoStore without with_sweep_index.
+    let env = Env {
+        store: DynamoStore::new(client, table.clone()),
+        endpoint: integration_tests::endpoint(),
+    };
+    env.claim("order-unindexed", "writer", 60_000).await;
+    for args in [
+        &["list"][..],
+        &["--json", "list", "--stuck", "--grace", "0s"],
+        &["stats"],
+    ] {
+        let output = succeeded(env.cli().args(args));
+        let note = stderr(&output);
+        assert!(
+            note.contains("`sweep` index")
+                && note.contains("did not opt in")
+                && note.contains(&id("order-unindexed"))
+                && note.contains("--scan"),
+            "{args:?}: {note}"
+        );
+    }
+}

@@ -28,9 +28,13 @@ async fn main() -> Result<(), Error> {
     let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
     let aws = aws_config::load_from_env().await;
     // Stuck records are found in the table's stream (view type NEW_IMAGE):
-    // the hot path writes nothing for the sweeper.
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table)
-        .with_stream(aws_sdk_dynamodbstreams::Client::new(&aws));
+    // the hot path writes nothing for the sweeper. The stream is read where
+    // AWS_ENDPOINT_URL_DYNAMODB points when its own variable is unset.
+    let streams = lambda_idempotency::streams_endpoint(|name| std::env::var(name).ok());
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table).with_stream_at(
+        aws_sdk_dynamodbstreams::config::Builder::from(&aws),
+        streams,
+    );
     let sweeper = Sweeper::new(store)
         .policy(SweepPolicy::Release) // the next retry runs again
         .grace(Duration::from_secs(60));

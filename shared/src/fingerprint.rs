@@ -10,7 +10,8 @@ use crate::hash::hex;
 /// Request fingerprints: is a retry the *same* request as the first one?
 ///
 /// A fingerprint is a SHA-256 over the method, the path, the query string (its
-/// parameters decoded and sorted), any selected headers and the body. A JSON
+/// parameters decoded and sorted by name, a repeated name's values in the
+/// order sent), any selected headers (every value, in order) and the body. A JSON
 /// body is canonicalised first (object keys sorted, whitespace dropped), so
 /// `{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` fingerprint alike; any other body
 /// is hashed byte for byte. The body part can be restricted to selected fields
@@ -105,11 +106,39 @@ impl Fingerprinter {
         self.fingerprint_with_query(method, path, None, headers, body)
     }
 
+    /// Fingerprint a request with its query string and every value of each
+    /// selected header, in the order received (a header sent twice is not
+    /// the same request as one of its values). One value, or none,
+    /// fingerprints as [`fingerprint_with_query`](Self::fingerprint_with_query)
+    /// does with it.
+    pub fn fingerprint_request(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> String {
+        let values: Vec<Vec<&[u8]>> = self
+            .headers
+            .iter()
+            .map(|name| {
+                headers
+                    .get_all(name)
+                    .iter()
+                    .map(http::HeaderValue::as_bytes)
+                    .collect()
+            })
+            .collect();
+        self.hash(method, path, query, &values, body)
+    }
+
     /// Fingerprint a request with its query string (what follows `?`). The
     /// parameters are read as `application/x-www-form-urlencoded` pairs
     /// (percent-decoded to bytes, `+` as a space; bytes that are not UTF-8
-    /// stay apart) and sorted, so their order does not matter but names,
-    /// values and repeats do; an empty query is no query.
+    /// stay apart) and sorted by name, so the order of different names does
+    /// not matter but names, values, repeats and the order of a repeated
+    /// name's values do; an empty query is no query.
     pub fn fingerprint_with_query(
         &self,
         method: &str,
@@ -118,17 +147,43 @@ impl Fingerprinter {
         headers: &[Option<&[u8]>],
         body: &[u8],
     ) -> String {
+        let values: Vec<Vec<&[u8]>> = headers
+            .iter()
+            .map(|v| v.iter().copied().collect())
+            .collect();
+        self.hash(method, path, query, &values, body)
+    }
+
+    /// The fingerprint, with `headers` holding every value of each selected
+    /// header (none when absent).
+    fn hash(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        headers: &[Vec<&[u8]>],
+        body: &[u8],
+    ) -> String {
         let mut h = Sha256::new();
         // Every part is length-prefixed so no two different requests can
         // produce the same byte stream.
         put(&mut h, b"fp2");
         put(&mut h, method.as_bytes());
         put(&mut h, path.as_bytes());
-        for (name, value) in self.headers.iter().zip(headers) {
+        for (name, values) in self.headers.iter().zip(headers) {
             put(&mut h, name.as_str().as_bytes());
-            match value {
-                Some(v) => put(&mut h, v),
-                None => put(&mut h, b"\0absent"),
+            match values.as_slice() {
+                [] => put(&mut h, b"\0absent"),
+                [value] => put(&mut h, value),
+                // A tag no header value can be (they hold no NUL), the
+                // count, then each value: one value's stream is unchanged.
+                many => {
+                    put(&mut h, b"\0values");
+                    put(&mut h, &(many.len() as u64).to_be_bytes());
+                    for value in many {
+                        put(&mut h, value);
+                    }
+                }
             }
         }
         // A query is one tagged part before the body's tag. Its tag differs
@@ -137,7 +192,9 @@ impl Fingerprinter {
         // was before queries counted, so older fingerprints still match.
         let mut pairs = query_pairs(query.unwrap_or_default());
         if !pairs.is_empty() {
-            pairs.sort();
+            // By name only, and stable: names count in any order, the values
+            // of a repeated name in the order sent (`a=1&a=2` is a list).
+            pairs.sort_by(|a, b| a.0.cmp(&b.0));
             let mut part = Vec::new();
             for (name, value) in &pairs {
                 for bytes in [name.as_slice(), value.as_slice()] {
@@ -1386,5 +1443,60 @@ mod tests {
         let none = f.fingerprint("POST", "/", &[None], b"{}");
         assert_ne!(json, text);
         assert_ne!(json, none);
+    }
+
+    #[test]
+    fn every_value_of_a_repeated_header_counts_in_order() {
+        let f = Fingerprinter::new().headers([http::header::ACCEPT]);
+        let with = |values: &[&str]| {
+            let mut headers = http::HeaderMap::new();
+            for value in values {
+                headers.append(http::header::ACCEPT, value.parse().unwrap());
+            }
+            f.fingerprint_request("POST", "/", None, &headers, b"{}")
+        };
+        assert_ne!(with(&["a", "b"]), with(&["a"]));
+        assert_ne!(with(&["a", "b"]), with(&["b"]));
+        assert_ne!(with(&["a", "b"]), with(&["b", "a"]));
+        assert_ne!(with(&["a", "b"]), with(&["a, b"]));
+        // One value, or none, fingerprints as it always has.
+        assert_eq!(
+            with(&["a"]),
+            f.fingerprint("POST", "/", &[Some(b"a")], b"{}")
+        );
+        assert_eq!(with(&[]), f.fingerprint("POST", "/", &[None], b"{}"));
+    }
+
+    #[test]
+    fn repeated_query_values_keep_their_order() {
+        let f = Fingerprinter::new();
+        let q = |query: &str| f.fingerprint_with_query("POST", "/orders", Some(query), &[], b"{}");
+        assert_ne!(q("a=1&a=2"), q("a=2&a=1"));
+        assert_ne!(q("tag=x&tag=y&b=1"), q("b=1&tag=y&tag=x"));
+        // Different names still count in any order, repeats kept as sent.
+        assert_eq!(q("tag=x&b=1&tag=y"), q("b=1&tag=x&tag=y"));
+    }
+
+    #[test]
+    fn a_big_integer_is_the_float_of_its_value_a_small_one_is_not() {
+        // serde_json reads an integer beyond 64 bits as a float: it is the
+        // same number as a float of that exact value. Up to 64 bits an
+        // integer is its own kind.
+        let same = [
+            "[20000000000000000000]",
+            "[2e19]",
+            "[20000000000000000000.0]",
+        ];
+        for other in &same[1..] {
+            assert_eq!(fp(same[0].as_bytes()), fp(other.as_bytes()), "{other}");
+        }
+        for (a, b) in [
+            ("[100]", "[100.0]"),
+            ("[18446744073709551615]", "[18446744073709551615.0]"),
+            ("[-9223372036854775808]", "[-9223372036854775808.0]"),
+            ("[20000000000000000001]", "[2e19]"),
+        ] {
+            assert_ne!(fp(a.as_bytes()), fp(b.as_bytes()), "{a} vs {b}");
+        }
     }
 }

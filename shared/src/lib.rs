@@ -127,6 +127,8 @@ pub use crate::record::{
 pub use crate::scope::{RecordScope, TenantSource};
 #[cfg(feature = "dynamodb")]
 pub use crate::store::dynamodb::{schema, DynamoStore, KeyValue, TableLayout};
+#[cfg(feature = "streams")]
+pub use crate::store::dynamodb::{streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV};
 pub use crate::store::memory::MemoryStore;
 #[cfg(feature = "s3-offload")]
 pub use crate::store::offload::S3Offload;

@@ -87,6 +87,7 @@ impl TenantSource {
                 .as_ref()?
                 .claims
                 .get(&claim)
+                .filter(|c| !c.contains('\0'))
                 .cloned(),
             RequestContext::ApiGatewayV1(ctx) => {
                 json_string(ctx.authorizer.fields.get("claims")?.get(&claim)?)
@@ -96,7 +97,9 @@ impl TenantSource {
     }
 
     /// A field of a Lambda authorizer's context (`context.authorizer.lambda.<field>`
-    /// on HTTP APIs, `context.authorizer.<field>` on REST APIs).
+    /// on HTTP APIs, `context.authorizer.<field>` on REST APIs). A number or
+    /// a boolean is a tenant of its own, not its string form: `3` resolves
+    /// as `"\0json:3"`, `"3"` as `"3"`; a string holding a NUL is none.
     pub fn authorizer_field(field: impl Into<String>) -> Self {
         let field = field.into();
         Self::named("authorizer_field", move |req| {
@@ -192,11 +195,20 @@ impl fmt::Debug for TenantSource {
     }
 }
 
+/// What starts the tenant of a number or a boolean field: a NUL, which no
+/// string tenant read from a field holds (one that does is no tenant).
+const TYPED_TENANT: &str = "\0json:";
+
+/// The tenant a JSON field names: a string as it is; a number or a boolean
+/// as [`TYPED_TENANT`] and its JSON text, so `3`, `"3"` and `true`,
+/// `"true"` are four tenants, and no string can name a typed one.
 fn json_string(value: &serde_json::Value) -> Option<String> {
     match value {
+        serde_json::Value::String(s) if s.contains('\0') => None,
         serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        serde_json::Value::Bool(b) => Some(b.to_string()),
+        serde_json::Value::Number(_) | serde_json::Value::Bool(_) => {
+            Some(format!("{TYPED_TENANT}{value}"))
+        }
         _ => None,
     }
 }
@@ -384,7 +396,7 @@ mod tests {
             TenantSource::authorizer_field("plan")
                 .resolve(&lambda_v2)
                 .as_deref(),
-            Some("3")
+            Some("\0json:3")
         );
         let lambda_v1 = v1(
             serde_json::json!({"tenant": "t-8", "principalId": "p"}),
@@ -425,6 +437,44 @@ mod tests {
         assert_eq!(TenantSource::anonymous().resolve(&jwt), None);
         let empty = v2(serde_json::json!({"jwt": {"claims": {"sub": ""}, "scopes": null}}));
         assert_eq!(TenantSource::jwt_sub().resolve(&empty), None);
+    }
+
+    #[test]
+    fn a_typed_authorizer_field_is_not_the_tenant_of_its_string_form() {
+        let field = TenantSource::authorizer_field("tenant");
+        let v2_of = |value: serde_json::Value| {
+            field.resolve(&v2(serde_json::json!({"lambda": {"tenant": value}})))
+        };
+        let v1_of = |value: serde_json::Value| {
+            field.resolve(&v1(
+                serde_json::json!({"tenant": value, "principalId": "p"}),
+                serde_json::json!({}),
+            ))
+        };
+        for resolve in [
+            &v2_of as &dyn Fn(serde_json::Value) -> Option<String>,
+            &v1_of,
+        ] {
+            let text = resolve(serde_json::json!("3"));
+            assert_eq!(text.as_deref(), Some("3"));
+            let number = resolve(serde_json::json!(3));
+            assert!(number.is_some());
+            assert_ne!(number, text, "3 and \"3\"");
+            let boolean = resolve(serde_json::json!(true));
+            assert!(boolean.is_some());
+            assert_ne!(
+                boolean,
+                resolve(serde_json::json!("true")),
+                "true and \"true\""
+            );
+            // No string can take a typed value's tenant: a string with a NUL
+            // is no tenant at all.
+            assert_eq!(
+                resolve(serde_json::Value::String(number.clone().unwrap())),
+                None
+            );
+            assert_eq!(resolve(serde_json::json!("a\u{0}b")), None);
+        }
     }
 
     #[test]

@@ -223,7 +223,7 @@ impl Sweeper {
             SweepPolicy::Release => Resolve::Release,
             SweepPolicy::Fail => Resolve::Fail {
                 response: &problem,
-                expires_at_s: now_ms / 1000 + self.failed_expires_after.as_secs(),
+                expires_at_s: (now_ms / 1000).saturating_add(self.failed_expires_after.as_secs()),
             },
         };
         self.store
@@ -540,5 +540,21 @@ mod tests {
         assert_eq!(failed.status, Status::Completed);
         assert_eq!(failed.response.unwrap().status, 500);
         assert!(store.get("expired-again").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_failed_record_life_past_the_clock_saturates() {
+        let store = MemoryStore::new();
+        let hour = crate::clock::now_ms() / 1000 + 3600;
+        claim(&store, "stuck", 1, hour).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let summary = Sweeper::new(store.clone())
+            .policy(SweepPolicy::Fail)
+            .grace(Duration::ZERO)
+            .failed_expires_after(Duration::MAX)
+            .sweep(None)
+            .await;
+        assert_eq!((summary.failed, summary.errors), (1, 0), "{summary:?}");
+        assert_eq!(store.get("stuck").map(|r| r.expires_at_s), Some(u64::MAX));
     }
 }

@@ -201,15 +201,18 @@ pub async fn client_for(endpoint: String, max_attempts: u32) -> Client {
 /// A DynamoDB Streams client for DynamoDB Local (it serves streams on the
 /// same port).
 pub async fn streams_client() -> aws_sdk_dynamodbstreams::Client {
-    let endpoint = endpoint();
+    let config = streams_config().await.endpoint_url(endpoint()).build();
+    aws_sdk_dynamodbstreams::Client::from_conf(config)
+}
+
+/// A DynamoDB Streams configuration as a function builds it from its
+/// environment (region us-east-1), with no endpoint chosen yet.
+pub async fn streams_config() -> aws_sdk_dynamodbstreams::config::Builder {
     let shared = aws_config::from_env()
         .region(aws_config::Region::new("us-east-1"))
         .load()
         .await;
-    let config = aws_sdk_dynamodbstreams::config::Builder::from(&shared)
-        .endpoint_url(endpoint)
-        .build();
-    aws_sdk_dynamodbstreams::Client::from_conf(config)
+    aws_sdk_dynamodbstreams::config::Builder::from(&shared)
 }
 
 /// A plain client for DynamoDB Local.

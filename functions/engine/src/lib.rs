@@ -20,7 +20,8 @@
 //!   fails the start.
 //!
 //! A bad URL, an unreachable server or a missing schema fails the start with
-//! one line naming the variable.
+//! one line naming the variable. [`expires_after`] reads the functions'
+//! `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` with the same care.
 
 use lambda_idempotency::{
     open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
@@ -28,6 +29,38 @@ use lambda_idempotency::{
 
 /// The variable naming the PostgreSQL password's secret.
 pub const SECRET_ARN_ENV: &str = "IDEMPOTENCY_STORE_SECRET_ARN";
+
+/// The variable of how long a completed record replays.
+pub const EXPIRES_AFTER_ENV: &str = "IDEMPOTENCY_EXPIRES_AFTER_SECONDS";
+
+/// The longest record life a function accepts: 365 days. Longer is a typo
+/// (a value in milliseconds, an extra digit), and near `u64::MAX` the
+/// expiry (now + life) would not even be a time.
+pub const MAX_EXPIRES_AFTER_SECONDS: u64 = 365 * 24 * 3600;
+
+/// `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` through `lookup`: `None` when unset
+/// or empty, else a whole number of seconds from 1 to
+/// [`MAX_EXPIRES_AFTER_SECONDS`]; anything else fails the start with a
+/// message naming the variable and the range (`hint` says what the value
+/// must cover).
+pub fn expires_after(
+    lookup: impl Fn(&str) -> Option<String>,
+    hint: &str,
+) -> Result<Option<std::time::Duration>, String> {
+    let Some(text) = lookup(EXPIRES_AFTER_ENV).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(seconds) if (1..=MAX_EXPIRES_AFTER_SECONDS).contains(&seconds) => {
+            Ok(Some(std::time::Duration::from_secs(seconds)))
+        }
+        _ => Err(format!(
+            "{EXPIRES_AFTER_ENV}={text:?} is not a whole number of seconds from 1 to \
+             {MAX_EXPIRES_AFTER_SECONDS} (365 days): how long a completed record replays; \
+             {hint}"
+        )),
+    }
+}
 
 /// Where the records live, as the environment says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

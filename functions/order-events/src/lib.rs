@@ -176,17 +176,12 @@ impl Consumer {
                 Self::with_store(client, offload, &orders_table)
             }
         };
-        match lookup("IDEMPOTENCY_EXPIRES_AFTER_SECONDS").filter(|v| !v.is_empty()) {
+        match idempotency_engine::expires_after(
+            &lookup,
+            "set it to at least the queues' message retention",
+        )? {
             None => Ok(consumer),
-            Some(text) => match text.parse::<u64>() {
-                Ok(seconds) if seconds > 0 => {
-                    Ok(consumer.expires_after(std::time::Duration::from_secs(seconds)))
-                }
-                _ => Err(format!(
-                    "IDEMPOTENCY_EXPIRES_AFTER_SECONDS={text:?} is not a positive whole number of \
-                     seconds; set it to at least the queues' message retention"
-                )),
-            },
+            Some(life) => Ok(consumer.expires_after(life)),
         }
     }
 

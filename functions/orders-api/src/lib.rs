@@ -105,10 +105,11 @@ impl Config {
             engine,
             orders_table: required("ORDERS_TABLE")?,
             provider_latency: Duration::from_millis(number("SIMULATED_PROVIDER_LATENCY_MS", 0)?),
-            expires_after: Duration::from_secs(number(
-                "IDEMPOTENCY_EXPIRES_AFTER_SECONDS",
-                86_400,
-            )?),
+            expires_after: idempotency_engine::expires_after(
+                &lookup,
+                "set it to at least your clients' retry window",
+            )?
+            .unwrap_or(Duration::from_secs(86_400)),
             max_lease: Duration::from_secs(number("IDEMPOTENCY_MAX_LEASE_SECONDS", 900)?),
             demo_crashes: lookup("ORDERS_API_DEMO_CRASHES").as_deref() == Some("1"),
             metrics_namespace: lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()),
@@ -792,6 +793,26 @@ mod tests {
         assert_eq!(ok.provider_latency, Duration::from_millis(25));
         assert_eq!(ok.expires_after, Duration::from_secs(86_400));
         assert_eq!(ok.offload, None, "no offload unless a bucket is named");
+        let with_expiry = |expiry: &'static str| {
+            move |name: &str| match name {
+                "IDEMPOTENCY_TABLE" => Some("i".to_owned()),
+                "ORDERS_TABLE" => Some("o".to_owned()),
+                "IDEMPOTENCY_EXPIRES_AFTER_SECONDS" => Some(expiry.to_owned()),
+                _ => None,
+            }
+        };
+        // A record that expires as it is written, or in centuries (an
+        // expiry past what the arithmetic and TTL hold), is a typo: refused
+        // at start, by name.
+        for absurd in ["0", "31536001", "18446744073709551615"] {
+            let err = Config::from_lookup(with_expiry(absurd)).unwrap_err();
+            assert!(
+                err.contains("IDEMPOTENCY_EXPIRES_AFTER_SECONDS") && err.contains("31536000"),
+                "{absurd}: {err}"
+            );
+        }
+        let year = Config::from_lookup(with_expiry("31536000")).unwrap();
+        assert_eq!(year.expires_after, Duration::from_secs(31_536_000));
         let offloaded = Config::from_lookup(env(&[
             ("IDEMPOTENCY_TABLE", "i"),
             ("ORDERS_TABLE", "o"),

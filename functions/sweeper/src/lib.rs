@@ -4,7 +4,10 @@
 //! Environment: `IDEMPOTENCY_TABLE`, `SWEEP_POLICY` (`release` | `fail`, default
 //! `release`), `SWEEP_GRACE_SECONDS` (default 60), `SWEEP_DISCOVERY` (`stream`,
 //! the default: stuck records are found in the table's stream; `index`: in
-//! the sparse `sweep` index, for tables whose writers opted into it), and
+//! the sparse `sweep` index, for tables whose writers opted into it),
+//! `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` (where the stream is read; unset or
+//! empty: where `AWS_ENDPOINT_URL_DYNAMODB` points, so DynamoDB Local needs
+//! only that one, see `lambda_idempotency::streams_endpoint`), and
 //! `IDEMPOTENCY_STORE_URL` with its companions (the `idempotency_engine`
 //! crate): the records in Redis, Valkey or PostgreSQL, listed through the
 //! store (`IDEMPOTENCY_TABLE` is then not needed); on PostgreSQL each run
@@ -31,6 +34,9 @@ pub struct Config {
     /// `SWEEP_DISCOVERY`: find stuck records in the sparse index instead of
     /// the table's stream.
     pub index: bool,
+    /// Where the table's stream is read (`None`: the region's endpoint):
+    /// `AWS_ENDPOINT_URL_DYNAMODB_STREAMS`, else `AWS_ENDPOINT_URL_DYNAMODB`.
+    pub streams_endpoint: Option<String>,
 }
 
 impl Config {
@@ -78,21 +84,23 @@ impl Config {
             policy,
             grace: Duration::from_secs(grace),
             index,
+            streams_endpoint: lambda_idempotency::streams_endpoint(&lookup),
         })
     }
 
     /// The sweeper these settings describe, reading the table's stream with
-    /// `streams` (or the index, with `SWEEP_DISCOVERY=index`).
+    /// a client built from `streams` at [`streams_endpoint`](Self::streams_endpoint)
+    /// (or the index, with `SWEEP_DISCOVERY=index`).
     pub fn sweeper(
         &self,
         client: aws_sdk_dynamodb::Client,
-        streams: aws_sdk_dynamodbstreams::Client,
+        streams: aws_sdk_dynamodbstreams::config::Builder,
     ) -> Sweeper {
         let store = DynamoStore::new(client, self.table.clone());
         let store = if self.index {
             store.with_sweep_index()
         } else {
-            store.with_stream(streams)
+            store.with_stream_at(streams, self.streams_endpoint.clone())
         };
         self.sweeper_on(store)
     }
@@ -163,8 +171,9 @@ pub async fn handle(
     if summary.pages == 0 && summary.errors > 0 {
         return Err(format!(
             "the sweep could not list stuck records of {} ({} failed reads, see the error \
-             log lines): check IDEMPOTENCY_TABLE, the table's stream (or the index, with \
-             SWEEP_DISCOVERY=index) and the function's permissions on them",
+             log lines): check IDEMPOTENCY_TABLE, the endpoint (AWS_ENDPOINT_URL_DYNAMODB), \
+             the table's stream (or the index, with SWEEP_DISCOVERY=index) and the \
+             function's permissions on them",
             sweeper.store_description(),
             summary.errors
         )

@@ -19,7 +19,7 @@ async fn main() -> Result<(), Error> {
         None => (
             config.sweeper(
                 aws_sdk_dynamodb::Client::new(&aws),
-                aws_sdk_dynamodbstreams::Client::new(&aws),
+                aws_sdk_dynamodbstreams::config::Builder::from(&aws),
             ),
             None,
         ),

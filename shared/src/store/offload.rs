@@ -321,6 +321,22 @@ impl<S: Store> S3Offload<S> {
                 ),
             ));
         }
+        // Objects of this record live under `<prefix><record id>/` (see
+        // `key_of`): a pointer elsewhere, another record's object with its
+        // right size and hash included, would replay a response that is
+        // not this record's. Refused before anything is read.
+        let own = format!("{}{record_id}/", self.prefix);
+        if !pointer.key.starts_with(&own) || pointer.key.len() == own.len() {
+            return Err(corrupt(
+                record_id,
+                &format!(
+                    "its pointer names {place}, which is not one of this record's objects \
+                     (they are under s3://{}/{own}): the pointer was altered, or the key prefix \
+                     changed since the record was written",
+                    self.bucket
+                ),
+            ));
+        }
         if pointer.bytes > MAX_OBJECT_BYTES {
             return Err(corrupt(
                 record_id,

@@ -81,21 +81,27 @@ fn engine_of(url: &str) -> Result<Engine, Error> {
     }
 }
 
-/// `url` without its password, for messages.
+/// `url` without its password, for messages. Parsed as a URL parser reads
+/// it (the `url` crate): a `/`, `?` or `#` left unencoded in a password
+/// ends the authority there, so the rest of the password would read as a
+/// path; an `@` after the host says so, and then nothing but the scheme is
+/// shown. A URL that does not parse is not shown at all.
 fn redacted(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split(':').next().unwrap_or_default();
-                    format!("{scheme}://{user}:***@{host}{path}")
-                }
-                None => url.to_owned(),
-            }
-        }
-        None => "(not a URL)".to_owned(),
+    const ENCODE: &str = "percent-encode `/`, `?`, `#` and `@` in a password";
+    let mut parsed = match url::Url::parse(url) {
+        Ok(parsed) => parsed,
+        Err(err) => return format!("(not shown: it does not parse as a URL, {err}; {ENCODE})"),
+    };
+    if parsed[url::Position::BeforePath..].contains('@') {
+        return format!(
+            "{}://(not shown: an `@` after the host is part of a password; {ENCODE})",
+            parsed.scheme()
+        );
     }
+    if parsed.password().is_some() && parsed.set_password(Some("***")).is_err() {
+        return format!("{}://(not shown)", parsed.scheme());
+    }
+    parsed.to_string()
 }
 
 /// `url` with `password` set in its user information (percent-encoded).
@@ -241,8 +247,35 @@ mod tests {
             "postgres://app:***@db/x?sslmode=require"
         );
         assert_eq!(redacted("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redacted("redis://:s3cret@h:6379"), "redis://:***@h:6379");
         let err = engine_of("mysql://root:hunter2@db/x").unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn a_password_with_an_unencoded_delimiter_is_not_shown() {
+        // `/`, `?` or `#` unencoded in a password end the authority for any
+        // URL parser: what follows must not be printed as a path.
+        for (url, secret) in [
+            ("redis://user:pa/ss@h:6379/1", "pa/ss"),
+            ("redis://user:1234/x@h:6379", "1234/x"),
+            ("postgres://app:p?ss@db/x", "p?ss"),
+            ("postgres://app:p#ss@db/x", "p#ss"),
+            ("rediss://default:s3/cr3t@cache.example:6380", "s3/cr3t"),
+        ] {
+            let shown = redacted(url);
+            let (left, right) = secret.split_at(secret.len() / 2);
+            assert!(
+                !(shown.contains(left) && shown.contains(right)),
+                "{url} shown as {shown}"
+            );
+            let err = engine_of(
+                &url.replacen("redis", "mysql", 1)
+                    .replacen("postgres", "mysql", 1),
+            )
+            .unwrap_err();
+            assert!(!err.to_string().contains(secret), "{err}");
+        }
     }
 
     #[cfg(feature = "postgres")]

@@ -420,7 +420,59 @@ async fn small_responses_never_touch_s3(fixture: Fixture) {
     assert_eq!(bucket.requests.get(), 1, "one PUT for a large response");
 }
 
+/// A pointer is only followed to its own record's objects: one that names
+/// another record's object (same bucket, right size and hash, so every
+/// later check would pass) or a key outside the prefix is refused before
+/// anything is read from S3, so a record never replays another's response.
+async fn a_pointer_to_another_records_object_is_refused_unread(fixture: Fixture) {
+    let bucket = Bucket::new().await;
+    let store = bucket.offload(fixture.store.clone());
+    let mut svc =
+        IdempotencyLayer::new(store.clone()).layer(large_handler(Runs::default(), large_body(9)));
+    let first = call(&mut svc, post("/exports", Some("k-theirs"), "{}")).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let theirs = only_record(fixture.store.as_ref()).await;
+    let pointer = theirs.response.clone().expect("a pointer");
+    let pointer_text = String::from_utf8_lossy(pointer.body.bytes()).into_owned();
+
+    // Another record completed, in the store itself, with that pointer, and
+    // with the same pointer moved outside the prefix.
+    let moved = StoredResponse::new(
+        pointer.status,
+        pointer.headers.clone(),
+        StoredBody::Text(pointer_text.replace("\"key\":\"it/", "\"key\":\"elsewhere/")),
+    );
+    for (id, response) in [("a".repeat(64), pointer), ("b".repeat(64), moved)] {
+        let lease = claimed(
+            fixture
+                .store
+                .claim(&claim_request(&id, "forger", 60_000))
+                .await
+                .unwrap(),
+        );
+        let expires_at_s = crate::fixture::now_ms() / 1000 + 3600;
+        fixture
+            .store
+            .complete(&lease, &response, expires_at_s)
+            .await
+            .unwrap();
+        let reads = bucket.requests.get();
+        let err = store.get(&id).await.expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::CorruptRecord, "{err}");
+        assert!(
+            err.to_string().contains(&id) && err.to_string().contains("it/"),
+            "{err}"
+        );
+        assert_eq!(bucket.requests.get(), reads, "nothing read from S3");
+    }
+    // The record the object belongs to still replays.
+    let replay = call(&mut svc, post("/exports", Some("k-theirs"), "{}")).await;
+    assert_eq!(replay.status(), StatusCode::CREATED);
+    assert!(replay.headers().get(REPLAYED_HEADER).is_some());
+}
+
 on_both_stores!(
+    a_pointer_to_another_records_object_is_refused_unread,
     a_large_http_response_replays_byte_for_byte,
     a_large_event_output_replays,
     a_fenced_completion_deletes_its_object_and_leaves_no_pointer,

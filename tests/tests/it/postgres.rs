@@ -1068,3 +1068,48 @@ async fn a_deferred_constraint_failing_at_commit_cancels_the_completion() {
         .get(0);
     assert_eq!(count, 0);
 }
+
+/// A claim blocked on a row another transaction holds locked (a stuck
+/// transactional completion, an operator's session) gives up on the
+/// server's lock timeout and answers `StoreUnavailable` (a 503), directly
+/// and through the transaction-pooling proxy, instead of waiting until the
+/// Lambda deadline.
+#[tokio::test]
+async fn a_claim_blocked_on_a_locked_row_answers_unavailable() {
+    for url in [
+        integration_tests::postgres_url(),
+        integration_tests::postgres_pooler_url(),
+    ] {
+        let store = integration_tests::postgres_store_at(&url).await;
+        let id = "d".repeat(64);
+        claimed(store.claim(&claim_request(&id, "first", 1)).await.unwrap());
+        let holder = store.pool().get().await.unwrap();
+        holder.batch_execute("BEGIN").await.unwrap();
+        holder
+            .query(
+                &format!("SELECT 1 FROM {} WHERE id = $1 FOR UPDATE", store.table()),
+                &[&id],
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // A takeover of the expired lease must wait for the row: it gives up.
+        let blocked = tokio::time::timeout(
+            Duration::from_secs(60),
+            store.claim(&claim_request(&id, "second", 60_000)),
+        )
+        .await
+        .expect("the claim gave up on the lock instead of hanging");
+        let err = blocked.expect_err("the row is locked");
+        assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{url}: {err}");
+        assert!(err.to_string().contains("lock"), "{url}: {err}");
+        holder.batch_execute("ROLLBACK").await.unwrap();
+        // Unlocked, the same claim goes through on the same pool.
+        claimed(
+            store
+                .claim(&claim_request(&id, "second", 60_000))
+                .await
+                .unwrap(),
+        );
+    }
+}

@@ -5,17 +5,22 @@ use std::time::Duration;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use serde_json::{json, Value};
 
-/// The debug binary next to this test's own (built by `make test`).
-fn orders_api_bin() -> std::path::PathBuf {
+/// The debug binary of function `name` next to this test's own (built by
+/// `make test`).
+fn function_bin(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target/debug");
-    let bin = dir.join("orders-api");
+    let bin = dir.join(name);
     assert!(
         bin.exists(),
-        "{} is missing: build it first (`cargo build -p orders-api`, done by `make test`)",
+        "{} is missing: build it first (`cargo build -p {name}`, done by `make test`)",
         bin.display()
     );
     bin
+}
+
+fn orders_api_bin() -> std::path::PathBuf {
+    function_bin("orders-api")
 }
 
 fn event(key: &str, crash: bool) -> String {
@@ -100,4 +105,77 @@ async fn a_process_killed_after_the_charge_is_resumed_by_the_retry() {
         (&json!(2), &json!(1))
     );
     assert_eq!(order["status"], "confirmed");
+}
+
+/// The sweeper process, configured as a new user configures it for
+/// DynamoDB Local: the README's variables, `AWS_ENDPOINT_URL_DYNAMODB` and
+/// no streams variable (`streams: None`), or the streams variable `sam
+/// local` sets empty because the template declares it. Either way the
+/// stream is read where DynamoDB is, and the scheduled event's sweep
+/// releases the stuck record.
+async fn sweep_as_configured(streams: Option<&str>) -> Value {
+    let client = integration_tests::client().await;
+    let table = integration_tests::unique_name("idempotency");
+    integration_tests::create_table_from_template(&client, "IdempotencyTable", &table)
+        .await
+        .unwrap();
+    let store = lambda_idempotency::DynamoStore::new(client, table.clone());
+    let stuck = crate::fixture::claim_request(&"5".repeat(64), "crashed", 1);
+    lambda_idempotency::Store::claim(&store, &stuck)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let api = RuntimeApi::start().await.unwrap();
+    let mut env = api.function_env("sweeper");
+    env.extend([
+        ("IDEMPOTENCY_TABLE".to_owned(), table),
+        ("SWEEP_GRACE_SECONDS".to_owned(), "0".to_owned()),
+        (
+            "AWS_ENDPOINT_URL_DYNAMODB".to_owned(),
+            integration_tests::endpoint(),
+        ),
+        ("RUST_LOG".to_owned(), "error".to_owned()),
+    ]);
+    let mut command = tokio::process::Command::new(function_bin("sweeper"));
+    command
+        .env_remove("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
+        .env_remove("AWS_ENDPOINT_URL")
+        .envs(env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(value) = streams {
+        command.env("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", value);
+    }
+    let _sweeper = command.spawn().expect("spawn sweeper");
+    let event = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../events/scheduled-sweep.json"
+    ))
+    .unwrap();
+    match api.invoke(event, Duration::from_secs(30)).await {
+        Outcome::Response(body) => serde_json::from_slice(&body).unwrap(),
+        other => panic!("the sweep failed: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_sweeper_reads_the_stream_where_dynamodb_is() {
+    let summary = sweep_as_configured(None).await;
+    assert_eq!(
+        (&summary["found"], &summary["released"], &summary["errors"]),
+        (&json!(1), &json!(1), &json!(0)),
+        "{summary}"
+    );
+}
+
+#[tokio::test]
+async fn an_empty_streams_variable_is_not_an_endpoint() {
+    let summary = sweep_as_configured(Some("")).await;
+    assert_eq!(
+        (&summary["found"], &summary["released"], &summary["errors"]),
+        (&json!(1), &json!(1), &json!(0)),
+        "{summary}"
+    );
 }

@@ -509,6 +509,7 @@ crate::fixture::on_both_stores!(
     an_sqs_record_without_a_message_id_that_fails_fails_the_whole_batch,
     a_tenant_source_that_resolves_nothing_answers_401,
     the_query_string_is_part_of_the_request,
+    every_value_of_a_repeated_fingerprinted_header_counts,
     a_trailing_slash_or_doubled_slash_is_the_same_route,
     the_matched_route_template_is_the_scope,
     transient_client_errors_are_released_not_stored,
@@ -713,7 +714,48 @@ async fn the_query_string_is_part_of_the_request(f: crate::fixture::Fixture) {
         reordered.headers()[lambda_idempotency::REPLAYED_HEADER],
         "true"
     );
-    assert_eq!(runs.count(), 2);
+    // A repeated name's values are a list: their order counts.
+    send(&svc, post("/orders?tag=a&tag=b", Some("k3"), "{}")).await;
+    let swapped = send(&svc, post("/orders?tag=b&tag=a", Some("k3"), "{}")).await;
+    assert_eq!(swapped.status(), 422, "tag=b&tag=a is another request");
+    assert_eq!(runs.count(), 3);
+}
+
+// Issue 25, item 4: every value of a repeated fingerprinted header counts.
+
+async fn every_value_of_a_repeated_fingerprinted_header_counts(f: crate::fixture::Fixture) {
+    let runs = crate::fixture::Runs::default();
+    let svc = counting_service(
+        &f,
+        |l| l.fingerprint(lambda_idempotency::Fingerprinter::new().headers(["accept"])),
+        runs.clone(),
+    );
+    let with_accept = |values: &[&str]| {
+        let mut req = crate::fixture::post("/orders", Some("k1"), "{}");
+        for value in values {
+            req.headers_mut().append(
+                http::header::ACCEPT,
+                http::HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        req
+    };
+    let first = send(&svc, with_accept(&["application/json", "text/csv"])).await;
+    assert_eq!(first.status(), 201);
+    let replay = send(&svc, with_accept(&["application/json", "text/csv"])).await;
+    assert_eq!(
+        replay.headers()[lambda_idempotency::REPLAYED_HEADER],
+        "true"
+    );
+    let fewer = send(&svc, with_accept(&["application/json"])).await;
+    assert_eq!(
+        fewer.status(),
+        422,
+        "one Accept value is another request than two"
+    );
+    let swapped = send(&svc, with_accept(&["text/csv", "application/json"])).await;
+    assert_eq!(swapped.status(), 422, "the values' order counts");
+    assert_eq!(runs.count(), 1);
 }
 
 // Item 7: one route is one scope.

@@ -576,11 +576,12 @@ async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) 
         policy: SweepPolicy::Release,
         grace: Duration::ZERO,
         index: mode == Discovery::Index,
+        streams_endpoint: Some(integration_tests::endpoint()),
     };
     let err = sweeper::handle(
         &config.sweeper(
             store.dynamo().client().clone(),
-            integration_tests::streams_client().await,
+            integration_tests::streams_config().await,
         ),
         lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
     )
@@ -610,11 +611,12 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         policy: SweepPolicy::Release,
         grace: Duration::ZERO,
         index: mode == Discovery::Index,
+        streams_endpoint: Some(integration_tests::endpoint()),
     };
     let summary: SweepSummary = sweeper::handle(
         &config.sweeper(
             store.dynamo().client().clone(),
-            integration_tests::streams_client().await,
+            integration_tests::streams_config().await,
         ),
         lambda_runtime::LambdaEvent::new(payload, context),
     )
@@ -779,4 +781,39 @@ async fn a_record_left_resumable_is_failed_by_a_later_fail_sweep(mode: Discovery
     assert_eq!((failed.found, failed.failed), (1, 1), "{failed:?}");
     let record = item(&store, &id).await.expect("failed record kept");
     assert_eq!(record.status, Status::Completed);
+}
+
+/// A stream the function cannot reach (a new user's DynamoDB Local setup
+/// gone wrong, say) fails the invocation with an error naming the endpoint
+/// it tried, not the table's permissions alone.
+#[tokio::test]
+async fn an_unreachable_stream_is_named_in_the_sweepers_error() {
+    let client = integration_tests::client().await;
+    let table = integration_tests::unique_name("idempotency");
+    integration_tests::create_table_from_template(&client, "IdempotencyTable", &table)
+        .await
+        .unwrap();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port())
+    };
+    let env = [
+        ("IDEMPOTENCY_TABLE", table.clone()),
+        ("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", closed.clone()),
+    ];
+    let config = sweeper::Config::from_lookup(|name| {
+        env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
+    })
+    .unwrap();
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 60_000;
+    let err = sweeper::handle(
+        &config.sweeper(client, integration_tests::streams_config().await),
+        lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains(&closed) && err.contains(&table), "{err}");
+    assert!(err.contains("AWS_ENDPOINT_URL_DYNAMODB"), "{err}");
 }

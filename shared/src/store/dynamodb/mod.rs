@@ -88,6 +88,8 @@ mod codec;
 mod layout;
 #[cfg(feature = "streams")]
 mod stream;
+#[cfg(feature = "streams")]
+pub use stream::{streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV};
 
 use codec::{checkpoint_value, corrupt, decode, headers_value, item_size, n, number, s};
 pub use layout::{KeyValue, TableLayout};
@@ -115,6 +117,10 @@ pub struct DynamoStore {
     /// Listings read the table's stream.
     #[cfg(feature = "streams")]
     stream: Option<aws_sdk_dynamodbstreams::Client>,
+    /// Where the stream is read, for messages, when known
+    /// ([`with_stream_at`](Self::with_stream_at)).
+    #[cfg(feature = "streams")]
+    stream_endpoint: Option<Arc<str>>,
 }
 
 impl DynamoStore {
@@ -128,6 +134,8 @@ impl DynamoStore {
             sweep_index: false,
             #[cfg(feature = "streams")]
             stream: None,
+            #[cfg(feature = "streams")]
+            stream_endpoint: None,
         }
     }
 
@@ -138,6 +146,38 @@ impl DynamoStore {
     #[cfg(feature = "streams")]
     pub fn with_stream(mut self, streams: aws_sdk_dynamodbstreams::Client) -> Self {
         self.stream = Some(streams);
+        self.stream_endpoint = None;
+        self
+    }
+
+    /// [`with_stream`](Self::with_stream), with the client built from
+    /// `config` (`aws_sdk_dynamodbstreams::config::Builder::from(&sdk_config)`)
+    /// at `endpoint`, `None` meaning the region's own, whatever `config`
+    /// holds: pass [`streams_endpoint`](crate::streams_endpoint) of the
+    /// environment, so that the stream follows `AWS_ENDPOINT_URL_DYNAMODB`
+    /// (DynamoDB Local serves both) and an empty variable never reaches the
+    /// SDK, which panics on one. Errors reading the stream name the
+    /// endpoint.
+    #[cfg(feature = "streams")]
+    pub fn with_stream_at(
+        mut self,
+        mut config: aws_sdk_dynamodbstreams::config::Builder,
+        endpoint: Option<String>,
+    ) -> Self {
+        config.set_endpoint_url(endpoint.clone());
+        let config = config.build();
+        let place = match (endpoint, config.region()) {
+            (Some(endpoint), _) => endpoint,
+            (None, Some(region)) => format!(
+                "https://streams.dynamodb.{region}.amazonaws.com (the region's endpoint: \
+                 neither {} nor {} is set)",
+                stream::STREAMS_ENDPOINT_ENV,
+                stream::DYNAMODB_ENDPOINT_ENV
+            ),
+            (None, None) => "the region's endpoint, with no region set (AWS_REGION)".to_owned(),
+        };
+        self.stream = Some(aws_sdk_dynamodbstreams::Client::from_conf(config));
+        self.stream_endpoint = Some(Arc::from(place));
         self
     }
 
@@ -715,6 +755,13 @@ impl Store for DynamoStore {
     }
 
     fn describe(&self) -> String {
+        #[cfg(feature = "streams")]
+        if let (Some(_), Some(endpoint)) = (&self.stream, &self.stream_endpoint) {
+            return format!(
+                "DynamoDB table `{}` (its stream read at {endpoint})",
+                self.table
+            );
+        }
         format!("DynamoDB table `{}`", self.table)
     }
 

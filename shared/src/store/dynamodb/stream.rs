@@ -35,6 +35,34 @@ use crate::error::{Error, ErrorKind};
 use crate::record::Status;
 use crate::store::{Settlement, StuckPage, StuckRecord};
 
+/// The AWS SDK's variable for DynamoDB Streams' endpoint.
+pub const STREAMS_ENDPOINT_ENV: &str = "AWS_ENDPOINT_URL_DYNAMODB_STREAMS";
+/// The AWS SDK's variable for DynamoDB's endpoint, which the stream follows.
+pub const DYNAMODB_ENDPOINT_ENV: &str = "AWS_ENDPOINT_URL_DYNAMODB";
+
+/// Where the table's stream is read, as the environment (`lookup`) says:
+/// `AWS_ENDPOINT_URL_DYNAMODB_STREAMS`, else `AWS_ENDPOINT_URL_DYNAMODB`
+/// (DynamoDB Local serves its streams on the same port, so a local setup
+/// needs one variable), else `AWS_ENDPOINT_URL`; `None`, the region's
+/// endpoint, when none is set, or under
+/// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`. A variable set to an empty
+/// string counts as unset: `sam local` sets every variable the template
+/// declares, empty when not given, and the SDK panics on an empty endpoint.
+/// For [`DynamoStore::with_stream_at`]; the sweeper and the CLI both use it.
+pub fn streams_endpoint(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let set = |name: &str| {
+        lookup(name)
+            .map(|value| value.trim().to_owned())
+            .filter(|value| !value.is_empty())
+    };
+    if set("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return None;
+    }
+    set(STREAMS_ENDPOINT_ENV)
+        .or_else(|| set(DYNAMODB_ENDPOINT_ENV))
+        .or_else(|| set("AWS_ENDPOINT_URL"))
+}
+
 /// Id prefix of the items that keep the sweeper's place in each shard.
 const POSITION_PREFIX: &str = "~sweeper/stream/";
 /// Position attribute: `at:<seq>` (start at) or `after:<seq>` (start after).
@@ -122,15 +150,33 @@ impl DynamoStore {
         E: std::error::Error + Send + Sync + 'static,
         R: std::fmt::Debug + Send + Sync + 'static,
     {
-        Error::new(
-            ErrorKind::StoreUnavailable,
+        use aws_sdk_dynamodbstreams::error::SdkError;
+        let endpoint = self
+            .stream_endpoint
+            .as_deref()
+            .unwrap_or("the endpoint its client was built with");
+        let detail = aws_sdk_dynamodbstreams::error::DisplayErrorContext(&err);
+        // Not reached at all is a matter of where, not of permissions.
+        let message = if matches!(
+            err,
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_)
+        ) {
             format!(
-                "DynamoDB Streams {op} on the stream of table `{}` failed: {}; the sweeper \
-                 needs dynamodb:DescribeStream, GetShardIterator and GetRecords on it",
-                self.table,
-                aws_sdk_dynamodbstreams::error::DisplayErrorContext(&err)
-            ),
-        )
+                "DynamoDB Streams {op} for the stream of table `{}` could not reach {endpoint}: \
+                 {detail}; on DynamoDB Local set {DYNAMODB_ENDPOINT_ENV} (the stream follows \
+                 it) or {STREAMS_ENDPOINT_ENV}, in AWS check the region (AWS_REGION) and the \
+                 network",
+                self.table
+            )
+        } else {
+            format!(
+                "DynamoDB Streams {op} at {endpoint} on the stream of table `{}` failed: \
+                 {detail}; the sweeper needs dynamodb:DescribeStream, GetShardIterator and \
+                 GetRecords on it",
+                self.table
+            )
+        };
+        Error::new(ErrorKind::StoreUnavailable, message)
     }
 
     /// The table's current stream, or a configuration error saying how to
@@ -519,6 +565,72 @@ mod tests {
         assert!(POSITION_PREFIX.starts_with(super::super::SWEEPER_ITEM_PREFIX));
         // The layout refuses key and expiry attributes of these names.
         assert_eq!(super::super::layout::POSITION_ATTRS, [POSITION, CARRY]);
+    }
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn the_stream_follows_dynamodb_unless_its_own_variable_is_set() {
+        const LOCAL: &str = "http://127.0.0.1:8000";
+        assert_eq!(streams_endpoint(env(&[])), None);
+        // The README's one variable for DynamoDB Local.
+        assert_eq!(
+            streams_endpoint(env(&[(DYNAMODB_ENDPOINT_ENV, LOCAL)])).as_deref(),
+            Some(LOCAL)
+        );
+        // `sam local`: declared in the template, so set, and empty.
+        assert_eq!(
+            streams_endpoint(env(&[
+                (DYNAMODB_ENDPOINT_ENV, LOCAL),
+                (STREAMS_ENDPOINT_ENV, "")
+            ]))
+            .as_deref(),
+            Some(LOCAL)
+        );
+        assert_eq!(
+            streams_endpoint(env(&[
+                (DYNAMODB_ENDPOINT_ENV, " "),
+                (STREAMS_ENDPOINT_ENV, "")
+            ])),
+            None
+        );
+        assert_eq!(
+            streams_endpoint(env(&[
+                (DYNAMODB_ENDPOINT_ENV, LOCAL),
+                (STREAMS_ENDPOINT_ENV, "http://streams:9")
+            ]))
+            .as_deref(),
+            Some("http://streams:9")
+        );
+        assert_eq!(
+            streams_endpoint(env(&[("AWS_ENDPOINT_URL", "http://all:1")])).as_deref(),
+            Some("http://all:1")
+        );
+        assert_eq!(
+            streams_endpoint(env(&[
+                (DYNAMODB_ENDPOINT_ENV, LOCAL),
+                ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+            ])),
+            None
+        );
+    }
+
+    #[test]
+    fn the_templates_put_item_grant_covers_the_position_items() {
+        // template.yaml scopes the sweeper's PutItem to these keys
+        // (dynamodb:LeadingKeys); scripts/check-template.py checks the rest.
+        let template = include_str!("../../../../template.yaml");
+        assert!(
+            template.contains(&format!("dynamodb:LeadingKeys: [\"{POSITION_PREFIX}*\"]")),
+            "template.yaml's sweeper PutItem condition must name {POSITION_PREFIX}*"
+        );
     }
 
     #[test]

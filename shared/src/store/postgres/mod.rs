@@ -4,7 +4,9 @@
 //! (`query_typed`: parse, bind and execute in one round trip), never a named
 //! prepared statement, and no session state is set outside a transaction, so
 //! the store works through a transaction-pooling proxy (RDS Proxy,
-//! PgBouncer). The table is [`POSTGRES_SCHEMA`], created by
+//! PgBouncer). Every statement runs under `lock_timeout` and
+//! `statement_timeout`, set with `SET LOCAL` for its own transaction and
+//! pipelined with it (see `limited`). The table is [`POSTGRES_SCHEMA`], created by
 //! [`PostgresStore::migrate`], never silently.
 
 mod connect;
@@ -350,10 +352,25 @@ impl PostgresStore {
     /// An error of a statement: a missing table says what to do; anything
     /// else is the store being unavailable.
     fn failed(&self, op: &str, err: tokio_postgres::Error) -> Error {
-        if err.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
+        use tokio_postgres::error::SqlState;
+        if err.code() == Some(&SqlState::UNDEFINED_TABLE) {
             return self.missing_table();
         }
         let detail = match err.as_db_error() {
+            Some(db) if db.code() == &SqlState::LOCK_NOT_AVAILABLE => format!(
+                "the record's row stayed locked by another transaction for longer than \
+                 lock_timeout ({} s): {} ({}); retry later",
+                LOCK_TIMEOUT.as_secs(),
+                db.message(),
+                db.code().code()
+            ),
+            Some(db) if db.code() == &SqlState::QUERY_CANCELED => format!(
+                "the statement ran past statement_timeout ({} s) and was cancelled: {} ({}); \
+                 retry later",
+                STATEMENT_TIMEOUT.as_secs(),
+                db.message(),
+                db.code().code()
+            ),
             Some(db) => format!("{} ({})", db.message(), db.code().code()),
             None => err.to_string(),
         };
@@ -384,15 +401,14 @@ impl PostgresStore {
     ) -> Result<Vec<Row>, Error> {
         let client = self.client(op).await?;
         self.count();
-        match client.query_typed(sql, params).await {
+        match limited(&client, sql, params).await {
             Err(err) if connection_lost(&err) => {
                 // Dropped first: the pool discards a closed connection.
                 drop(client);
                 tracing::warn!(op, server = %self.label, error = %err, "PostgreSQL connection lost; the statement is sent again on a new one");
                 let client = self.client(op).await?;
                 self.count();
-                client
-                    .query_typed(sql, params)
+                limited(&client, sql, params)
                     .await
                     .map_err(|err| self.failed(op, err))
             }
@@ -451,32 +467,41 @@ impl PostgresStore {
         };
         // The fenced update of the record first: its row lock holds every
         // takeover off until the transaction ends, so the writes commit only
-        // under this attempt.
+        // under this attempt. The limits go with it (pipelined, no round
+        // trip of their own).
         self.count();
+        let limits = set_limits();
         let updated = match head {
-            TxHead::Completion(params) => tx
-                .query_typed(&self.sql.complete, &completion_params(fence, params))
-                .await
-                .map_err(fail)?
-                .first()
-                .map(|row| column::<bool>(row, &lease.record_id, "updated"))
-                .transpose()
-                .map_err(TxFailure::Failed)?
-                .unwrap_or(false),
+            TxHead::Completion(params) => {
+                let completion_params = completion_params(fence, params);
+                let (limited, updated) = tokio::join!(
+                    biased;
+                    tx.batch_execute(&limits),
+                    tx.query_typed(&self.sql.complete, &completion_params),
+                );
+                limited.map_err(fail)?;
+                updated
+            }
+            .map_err(fail)?
+            .first()
+            .map(|row| column::<bool>(row, &lease.record_id, "updated"))
+            .transpose()
+            .map_err(TxFailure::Failed)?
+            .unwrap_or(false),
             TxHead::RecoveryPoint { json, .. } => {
-                tx.query_typed(
-                    &self.sql.checkpoint,
-                    &[
-                        (&fence.id, Type::TEXT),
-                        (&fence.attempt, Type::INT8),
-                        (&fence.owner, Type::TEXT),
-                        (json, Type::TEXT),
-                    ],
-                )
-                .await
-                .map_err(fail)?
-                .len()
-                    == 1
+                let params: [(&(dyn ToSql + Sync), Type); 4] = [
+                    (&fence.id, Type::TEXT),
+                    (&fence.attempt, Type::INT8),
+                    (&fence.owner, Type::TEXT),
+                    (json, Type::TEXT),
+                ];
+                let (limited, updated) = tokio::join!(
+                    biased;
+                    tx.batch_execute(&limits),
+                    tx.query_typed(&self.sql.checkpoint, &params),
+                );
+                limited.map_err(fail)?;
+                updated.map_err(fail)?.len() == 1
             }
         };
         if !updated {
@@ -739,6 +764,49 @@ fn commit_refused(err: &tokio_postgres::Error) -> Option<String> {
 
 /// Did `err` find the connection closed or broken (rather than the server
 /// refusing the statement)?
+/// How long a statement waits for a row another transaction holds locked
+/// (a takeover behind a transactional completion, an operator's session)
+/// before the server gives up: the claim then answers `StoreUnavailable`
+/// (a 503 to retry) well before the Lambda deadline, instead of waiting on.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How long any statement may run on the server.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The limits, for the current transaction only (`SET LOCAL`): no session
+/// state, so a transaction-pooling proxy (RDS Proxy, PgBouncer) hands the
+/// connection on unchanged.
+fn set_limits() -> String {
+    format!(
+        "SET LOCAL lock_timeout = {}; SET LOCAL statement_timeout = {}",
+        LOCK_TIMEOUT.as_millis(),
+        STATEMENT_TIMEOUT.as_millis()
+    )
+}
+
+/// One statement under [`LOCK_TIMEOUT`] and [`STATEMENT_TIMEOUT`]: `BEGIN`
+/// and the limits, the statement, `COMMIT`, pipelined (sent together, in
+/// this order: `biased` polls them in turn, and the driver sends each
+/// request when first polled), so still one round trip. A failed statement
+/// aborts the transaction, and the `COMMIT` then ends it.
+async fn limited(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let begin = format!("BEGIN; {}", set_limits());
+    let (begun, rows, committed) = tokio::join!(
+        biased;
+        client.batch_execute(&begin),
+        client.query_typed(sql, params),
+        client.batch_execute("COMMIT"),
+    );
+    begun?;
+    let rows = rows?;
+    committed?;
+    Ok(rows)
+}
+
 fn connection_lost(err: &tokio_postgres::Error) -> bool {
     err.is_closed()
         || std::error::Error::source(err).is_some_and(|source| source.is::<std::io::Error>())
