@@ -134,17 +134,12 @@ where
         &route_of(&req),
         key.as_str(),
     );
-    let header_values: Vec<Option<&[u8]>> = config
-        .fingerprinter
-        .header_names()
-        .iter()
-        .map(|name| req.headers().get(name).map(HeaderValue::as_bytes))
-        .collect();
-    let fingerprint = config.fingerprinter.fingerprint_with_query(
+    // Every value of a repeated fingerprinted header counts, in order.
+    let fingerprint = config.fingerprinter.fingerprint_request(
         &method,
         &path,
         req.uri().query(),
-        &header_values,
+        req.headers(),
         req.body().as_ref(),
     );
     // Every log line of this request carries the hashed record id, never the

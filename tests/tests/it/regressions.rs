@@ -727,7 +727,7 @@ async fn every_value_of_a_repeated_fingerprinted_header_counts(f: crate::fixture
     let runs = crate::fixture::Runs::default();
     let svc = counting_service(
         &f,
-        |l| l.fingerprint(lambda_idempotency::Fingerprinter::new().headers(["accept"])),
+        |l| l.fingerprint(lambda_idempotency::Fingerprinter::new().headers([http::header::ACCEPT])),
         runs.clone(),
     );
     let with_accept = |values: &[&str]| {
