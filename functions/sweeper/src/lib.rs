@@ -97,6 +97,28 @@ impl Config {
         self.sweeper_on(store)
     }
 
+    /// The sweeper of the function's cold start: [`sweeper`](Self::sweeper),
+    /// once the table's discovery is checked.
+    ///
+    /// # Errors
+    ///
+    /// One line naming what is wrong and the setting to change.
+    pub async fn start(
+        &self,
+        client: aws_sdk_dynamodb::Client,
+        streams: aws_sdk_dynamodbstreams::Client,
+    ) -> Result<Sweeper, String> {
+        if !self.index {
+            // A stream without new images would list nothing, sweep after
+            // sweep, and report success: refuse it now.
+            DynamoStore::new(client.clone(), self.table.clone())
+                .check_stream()
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(self.sweeper(client, streams))
+    }
+
     /// The sweeper these settings describe on `store` (the engine
     /// `IDEMPOTENCY_STORE_URL` names), which lists its stuck records itself.
     pub fn sweeper_on(&self, store: impl Store + 'static) -> Sweeper {

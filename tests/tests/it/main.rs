@@ -21,6 +21,7 @@ mod redis_store;
 mod regressions;
 mod store_rules;
 mod stream_batches;
+mod stream_discovery;
 mod sweeper;
 
 /// Sample events that are not HTTP requests, checked by their own tests.
