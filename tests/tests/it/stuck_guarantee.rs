@@ -157,7 +157,7 @@ mod redis_index {
         let store = integration_tests::redis_store().await;
         let index = format!("{}{{7}}stuck", store.key_prefix());
         let mut con = raw().await;
-        let old = now_ms() - 3600_000;
+        let old = now_ms() - 3_600_000;
         let mut add = redis::pipe();
         for i in 0..5_000u64 {
             add.cmd("ZADD")

@@ -354,7 +354,7 @@ impl TableLayout {
     /// key that tells records apart (one key holds the record id), no empty
     /// static key value (DynamoDB refuses empty key strings), and no key or
     /// expiry attribute named like the sweeper's position attributes
-    /// (`position`, `carry`).
+    /// (`position`, `carry`, `listed_at`).
     pub fn validate(&self) -> Result<(), Error> {
         let invalid = |what: String| {
             Err(Error::new(

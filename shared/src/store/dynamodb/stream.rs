@@ -154,6 +154,10 @@ struct CatchUp {
     done: bool,
     /// Stuck records the scan found: it moves on once all are resolved.
     found: Vec<String>,
+    /// Stuck records with a recovery point were found that no position
+    /// carries: the scan reads these pages again.
+    #[serde(default)]
+    hold: bool,
 }
 
 /// Sequence numbers are decimal strings of growing length: compare as numbers.
@@ -194,8 +198,10 @@ fn past(deadline_ms: Option<u64>) -> bool {
 /// How one shard's reading ended (a failed call is an `Err`: what was read
 /// before it is kept all the same).
 enum ShardEnd {
-    /// Read to its end or to the present, or to a budget (`unread` set).
+    /// Read to its end or to the present.
     Read,
+    /// Read up to the listing's budget of reads: the rest is for the next.
+    Budget,
     /// The listing's deadline came.
     OutOfTime,
 }
@@ -467,14 +473,15 @@ impl DynamoStore {
                         plan: &mut plan,
                         latest: &mut latest,
                         reads: &mut reads,
-                        unread: &mut unread,
                         trimmed: &mut trimmed,
                     },
                 )
                 .await;
             match end {
                 Ok(ShardEnd::Read) => {}
-                Ok(ShardEnd::OutOfTime) => {
+                // Not read to its end: its children's images come after
+                // the rest of it, so they wait for the next listing too.
+                Ok(ShardEnd::Budget | ShardEnd::OutOfTime) => {
                     behind.insert(shard_id);
                     unread = true;
                 }
@@ -548,6 +555,13 @@ impl DynamoStore {
             }
             // Stuck records with a recovery point the scan found are carried
             // like the stream's: their images may be gone from the stream.
+            // With no shard read to carry them, the scan does not move on.
+            let mut catch_up = catch_up;
+            if plan.shards.is_empty() {
+                catch_up.plan.hold = records
+                    .iter()
+                    .any(|r| r.has_checkpoint && catch_up.plan.found.contains(&r.id));
+            }
             if let Some(first) = plan.shards.first_mut() {
                 for record in records.iter().filter(|r| r.has_checkpoint) {
                     if catch_up.plan.found.contains(&record.id)
@@ -602,7 +616,6 @@ impl DynamoStore {
             plan,
             latest,
             reads,
-            unread,
             trimmed,
         } = listing;
         let iterator_at = |kind: ShardIteratorType, sequence: Option<&String>| {
@@ -654,8 +667,7 @@ impl DynamoStore {
         let mut empty_in_a_row = 0;
         while let Some(current) = iterator.take() {
             if calls == MAX_READS_PER_SHARD || *reads >= MAX_READS_PER_LISTING {
-                *unread = true;
-                break;
+                return Ok(ShardEnd::Budget);
             }
             calls += 1;
             let asked = streams
@@ -903,10 +915,11 @@ impl DynamoStore {
         if let Some(catch_up) = plan.catch_up {
             // The scan moves on only once what it found is resolved: those
             // records' images may be gone from the stream.
-            let settled = catch_up
-                .found
-                .iter()
-                .all(|id| resolved.contains(id.as_str()));
+            let settled = !catch_up.hold
+                && catch_up
+                    .found
+                    .iter()
+                    .all(|id| resolved.contains(id.as_str()));
             let saved = match (settled, catch_up.done) {
                 (true, true) => self.end_catch_up(plan.listed_at).await,
                 (settled, _) => {
@@ -978,7 +991,6 @@ struct ShardReading<'a> {
     plan: &'a mut Plan,
     latest: &'a mut HashMap<String, Candidate>,
     reads: &'a mut u64,
-    unread: &'a mut bool,
     trimmed: &'a mut bool,
 }
 
