@@ -10,7 +10,9 @@
 //! store (`IDEMPOTENCY_TABLE` is then not needed); on PostgreSQL each run
 //! also deletes expired rows in bounded batches. Input:
 //! any event (the schedule's); output: the [`SweepSummary`] as JSON. One EMF
-//! metric line with the counts goes to stdout.
+//! metric line with the counts goes to stdout. The cold start
+//! ([`Config::start`]) checks the table's stream: one without new images
+//! (`KEYS_ONLY`, `OLD_IMAGE`) fails it, in one line naming `StreamViewType`.
 
 use std::time::Duration;
 
