@@ -42,6 +42,9 @@ struct State {
     hold_after: AtomicU64,
     /// Told when held calls may go on.
     released: tokio::sync::watch::Sender<u64>,
+    /// The stream shows one more shard, read before the real one, whose
+    /// every `GetRecords` is throttled.
+    failing_shard: AtomicBool,
     /// What the proxy did.
     get_records: AtomicU64,
     empty_answered: AtomicU64,
@@ -120,6 +123,12 @@ impl StreamsProxy {
             .fail_with_throttling
             .store(throttle, Ordering::SeqCst);
         self.state.reads_before_failure.store(n, Ordering::SeqCst);
+    }
+
+    /// Show one more shard in the stream (no parent, listed first) whose
+    /// every read is throttled: a stream of two shards, one of them failing.
+    pub fn add_failing_shard(&self) {
+        self.state.failing_shard.store(true, Ordering::SeqCst);
     }
 
     /// Stop failing reads.
@@ -230,6 +239,10 @@ pub async fn latest_sequence(table: &str) -> Option<String> {
     latest
 }
 
+/// The id and the iterator of the shard [`StreamsProxy::add_failing_shard`] adds.
+const FAILING_SHARD: &str = "shardId-00000000000000000000-failing";
+const FAILING_ITERATOR: &str = "failing-shard-iterator";
+
 fn target(head: &str) -> String {
     head.lines()
         .find_map(|l| l.strip_prefix("x-amz-target:"))
@@ -261,6 +274,24 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
         let target = target(&request.head());
         let body: Value = serde_json::from_slice(request.body()).unwrap_or(Value::Null);
         let trimmed = state.trimmed_through.lock().ok().and_then(|t| t.clone());
+        if state.failing_shard.load(Ordering::SeqCst) {
+            if target == "getsharditerator" && body["ShardId"] == FAILING_SHARD {
+                let answer = serde_json::json!({ "ShardIterator": FAILING_ITERATOR });
+                client_write.write_all(&ok_json(&answer)).await?;
+                continue;
+            }
+            if target == "getrecords" && body["ShardIterator"] == FAILING_ITERATOR {
+                state.failed.fetch_add(1, Ordering::SeqCst);
+                client_write
+                    .write_all(&canned(
+                        "400 Bad Request",
+                        "ThrottlingException",
+                        "Rate exceeded for shard (injected)",
+                    ))
+                    .await?;
+                continue;
+            }
+        }
         if target == "getrecords" {
             let nth = state.get_records.fetch_add(1, Ordering::SeqCst) + 1;
             let mut released = state.released.subscribe();
@@ -330,6 +361,24 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
         let Some(response) = read_message(&mut upstream_read).await? else {
             return Ok(());
         };
+        if target == "describestream"
+            && response.status() == Some(200)
+            && state.failing_shard.load(Ordering::SeqCst)
+        {
+            let mut described: Value =
+                serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+            if let Some(shards) = described["StreamDescription"]["Shards"].as_array_mut() {
+                shards.insert(
+                    0,
+                    serde_json::json!({
+                        "ShardId": FAILING_SHARD,
+                        "SequenceNumberRange": { "StartingSequenceNumber": "1" },
+                    }),
+                );
+            }
+            client_write.write_all(&ok_json(&described)).await?;
+            continue;
+        }
         match (&trimmed, target.as_str(), response.status()) {
             (Some(limit), "getrecords", Some(200)) => {
                 let mut page: Value =

@@ -352,6 +352,52 @@ async fn a_failing_shard_keeps_the_progress_read_before_it() {
     }
 }
 
+/// A stream of two shards, one throttled at every read: the other shard's
+/// stuck records are resolved and its place saved, the failing shard is
+/// counted (an error, `remaining`) sweep after sweep, and its lack of a
+/// place does not start a catch-up scan at every sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failing_shard_costs_that_shard_alone() {
+    let (store, proxy) = through_proxy().await;
+    proxy.add_failing_shard();
+    let others = neighbours(&store).await;
+    let ids = stuck_records(&store, "beside-a-failing-shard", 4).await;
+    let first = sweep(&store).await;
+    assert_eq!(
+        (first.found, first.released, first.errors),
+        (4, 4, 1),
+        "{first:?}"
+    );
+    assert!(first.remaining, "{first:?}");
+    assert_eq!(gone(&store, &ids).await, 4);
+    let saved = positions(&store).await;
+    assert!(
+        saved.keys().any(|id| !id.ends_with("-failing")),
+        "the readable shard's place is saved: {saved:?}"
+    );
+    // The failing shard's past is covered by the first sweep's catch-up:
+    // its place says so, and the next sweeps start no other.
+    let failing = saved
+        .iter()
+        .find(|(id, _)| id.ends_with("-failing"))
+        .map(|(_, item)| item.get("position").cloned());
+    assert_eq!(
+        failing,
+        Some(Some(AttributeValue::S("horizon:".into()))),
+        "{saved:?}"
+    );
+    let more = stuck_records(&store, "still-beside-it", 2).await;
+    let second = sweep(&store).await;
+    assert_eq!(
+        (second.found, second.released, second.errors),
+        (2, 2, 1),
+        "{second:?}"
+    );
+    assert_eq!(gone(&store, &more).await, 2);
+    assert_neighbours_untouched(&store, &others).await;
+    assert!(proxy.failed() >= 2, "the failing shard was read each time");
+}
+
 /// A deadline reached mid-listing keeps what was read: the records found
 /// are resolved and the place saved, so a backlog larger than one sweep
 /// advances sweep by sweep instead of being read again forever.

@@ -68,9 +68,13 @@ use crate::store::{Settlement, Store, StuckPage, StuckRecord, SweepCursor};
 const POSITION_PREFIX: &str = "~sweeper/stream/";
 /// Id of the item that keeps the catch-up scan's place while one runs.
 const CATCH_UP_ID: &str = "~sweeper/catch-up";
-/// Position attribute: `at:<seq>` (start at) or `after:<seq>` (start after);
-/// in the catch-up item, `scan:<key>` (`scan:` = the table's start).
+/// Position attribute: `at:<seq>` (start at), `after:<seq>` (start after) or
+/// `horizon:` (the trim horizon, the past covered by a catch-up); in the
+/// catch-up item, `scan:<key>` (`scan:` = the table's start).
 const POSITION: &str = "position";
+/// The position of a shard read from its trim horizon, its past covered by
+/// a catch-up scan.
+const HORIZON: &str = "horizon:";
 /// Stuck records kept for their recovery point, carried from listing to
 /// listing (JSON), so the place need not wait for them.
 const CARRY: &str = "carry";
@@ -141,6 +145,11 @@ struct ShardPlan {
     carry: Vec<(String, Candidate)>,
     /// The place this listing started from (`at:`/`after:`), if saved.
     start: Option<String>,
+    /// What came before this listing's start in the shard is unknown (its
+    /// place was trimmed, or never saved): the catch-up scan covers it, so
+    /// the place is only saved once the catch-up's is.
+    #[serde(default)]
+    unknown_past: bool,
 }
 
 /// One listing's part of a catch-up scan.
@@ -414,9 +423,9 @@ impl DynamoStore {
         let mut failed_reads = 0u64;
         let mut unread = false;
         let mut trimmed = false;
-        // A place unknown (trimmed, or never saved with no parent to come
-        // from): what the stream no longer holds is caught up by a scan.
-        let mut catch_up_from_start = false;
+        // A place never saved with no parent to come from: what came before
+        // is caught up by a scan (as after a trim).
+        let mut unknown_before_places = false;
         // Shards not read to where they should be: their children wait.
         let mut behind: HashSet<&str> = HashSet::new();
         for shard in &ordered {
@@ -445,11 +454,9 @@ impl DynamoStore {
                 }
             };
             let (start, saved, carried) = saved;
-            if saved.is_none() && parent.is_none() {
-                // No place and no parent read before it: records older than
-                // this shard's trim horizon were never seen by this sweeper.
-                catch_up_from_start = true;
-            }
+            // No place and no parent read before it: records older than
+            // this shard's trim horizon were never seen by this sweeper.
+            let unknown_place = saved.is_none() && parent.is_none();
             let index = plan.shards.len();
             plan.shards.push(ShardPlan {
                 shard: shard_id.to_owned(),
@@ -461,6 +468,7 @@ impl DynamoStore {
                 candidate.shard = index;
                 latest.insert(id, candidate);
             }
+            let trimmed_before = trimmed;
             let end = self
                 .read_shard(
                     streams,
@@ -477,6 +485,11 @@ impl DynamoStore {
                     },
                 )
                 .await;
+            let unknown_past = unknown_place || (trimmed && !trimmed_before);
+            if let Some(shard) = plan.shards.get_mut(index) {
+                shard.unknown_past = unknown_past;
+            }
+            unknown_before_places |= unknown_place;
             match end {
                 Ok(ShardEnd::Read) => {}
                 // Not read to its end: its children's images come after
@@ -492,9 +505,6 @@ impl DynamoStore {
                     unread = true;
                 }
             }
-        }
-        if trimmed {
-            catch_up_from_start = true;
         }
 
         let mut records = Vec::new();
@@ -539,9 +549,13 @@ impl DynamoStore {
                 None
             }
         };
-        let scan_from = match (catch_up_from_start, running) {
-            (true, _) => Some(None),
-            (false, running) => running,
+        // A trim restarts the scan (records stuck before it may lie behind
+        // a running scan's place); a shard without a place starts one, or
+        // lets the running one go on.
+        let scan_from = match (trimmed, unknown_before_places, running) {
+            (true, _, _) => Some(None),
+            (false, true, None) => Some(None),
+            (false, _, running) => running,
         };
         if let Some(from) = scan_from {
             let catch_up = self
@@ -860,7 +874,7 @@ impl DynamoStore {
             )
         })?;
         let resolved: HashSet<&str> = resolved.iter().map(String::as_str).collect();
-        let mut positions: BTreeMap<String, (String, String)> = BTreeMap::new();
+        let mut positions: BTreeMap<String, (String, String, bool)> = BTreeMap::new();
         for mut shard in plan.shards {
             let pinned = shard
                 .pins
@@ -874,6 +888,10 @@ impl DynamoStore {
                 // Nothing read and nothing pinned: the saved place stands,
                 // saved again with what it carries now.
                 (None, None, Some(saved)) => saved,
+                // Nothing read of a shard whose past the catch-up covers:
+                // the next listing reads it from its trim horizon, and no
+                // longer takes its past for unknown.
+                (None, None, None) if shard.unknown_past => HORIZON.to_owned(),
                 (None, None, None) if shard.carry.is_empty() => continue,
                 (None, None, None) => String::new(),
             };
@@ -895,23 +913,13 @@ impl DynamoStore {
                     format!("the carried records: {e}"),
                 )
             })?;
-            positions.insert(shard.shard, (position, carry));
+            positions.insert(shard.shard, (position, carry, shard.unknown_past));
         }
         let expires = n(now_ms / 1000 + POSITION_TTL_S);
         let mut failures = Vec::new();
-        for (shard, (position, carry)) in positions {
-            let mut item = self.layout.key(&format!("{POSITION_PREFIX}{shard}"));
-            item.insert(POSITION.to_owned(), s(&position));
-            item.insert(CARRY.to_owned(), s(&carry));
-            item.insert(self.layout.expires_at.clone(), expires.clone());
-            if let Err(err) = self
-                .put_if_newer(item, plan.listed_at, "PutItem (sweeper position)")
-                .await
-            {
-                tracing::error!(shard, error = %err, "saving the sweeper's place in a shard failed; the next sweep reads it again");
-                failures.push(err);
-            }
-        }
+        // The catch-up's place first: a shard whose past is unknown moves on
+        // only once the scan that covers that past is saved.
+        let mut past_covered = true;
         if let Some(catch_up) = plan.catch_up {
             // The scan moves on only once what it found is resolved: those
             // records' images may be gone from the stream.
@@ -941,6 +949,24 @@ impl DynamoStore {
             };
             if let Err(err) = saved {
                 tracing::error!(error = %err, "saving the sweeper's catch-up place failed; the next sweep scans that part again");
+                failures.push(err);
+                past_covered = false;
+            }
+        }
+        for (shard, (position, carry, unknown_past)) in positions {
+            if unknown_past && !past_covered {
+                // Saved, this place would hide that its past is unknown.
+                continue;
+            }
+            let mut item = self.layout.key(&format!("{POSITION_PREFIX}{shard}"));
+            item.insert(POSITION.to_owned(), s(&position));
+            item.insert(CARRY.to_owned(), s(&carry));
+            item.insert(self.layout.expires_at.clone(), expires.clone());
+            if let Err(err) = self
+                .put_if_newer(item, plan.listed_at, "PutItem (sweeper position)")
+                .await
+            {
+                tracing::error!(shard, error = %err, "saving the sweeper's place in a shard failed; the next sweep reads it again");
                 failures.push(err);
             }
         }
