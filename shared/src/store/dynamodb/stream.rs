@@ -888,12 +888,12 @@ impl DynamoStore {
                 // Nothing read and nothing pinned: the saved place stands,
                 // saved again with what it carries now.
                 (None, None, Some(saved)) => saved,
-                // Nothing read of a shard whose past the catch-up covers:
-                // the next listing reads it from its trim horizon, and no
-                // longer takes its past for unknown.
-                (None, None, None) if shard.unknown_past => HORIZON.to_owned(),
-                (None, None, None) if shard.carry.is_empty() => continue,
-                (None, None, None) => String::new(),
+                // Nothing read of a shard never saved (empty, or failing):
+                // its past is known (its parent was read, or the catch-up
+                // covers it), so the next listing reads it from its trim
+                // horizon and, once its parent is gone from the stream, does
+                // not take its past for unknown.
+                (None, None, None) => HORIZON.to_owned(),
             };
             if shard.carry.len() > MAX_CARRIED {
                 tracing::warn!(
