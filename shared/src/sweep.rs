@@ -508,6 +508,24 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_listing_gets_half_the_time_to_the_stop_point() {
+        let now = 1_000_000;
+        let clock = Clock {
+            deadline_ms: Some(now + 10_000),
+            margin_ms: 2_000,
+        };
+        // Stop point at now + 8 s: the listing reads until now + 4 s, the
+        // rest is for resolving what it found and saving its place.
+        assert_eq!(clock.listing_deadline(now), Some(now + 4_000));
+        assert_eq!(clock.listing_deadline(now + 9_000), Some(now + 9_000));
+        let unbounded = Clock {
+            deadline_ms: None,
+            margin_ms: 2_000,
+        };
+        assert_eq!(unbounded.listing_deadline(now), None);
+    }
+
     #[tokio::test]
     async fn the_sweep_is_the_same_on_any_store() {
         let store = MemoryStore::new();
