@@ -38,6 +38,27 @@ fn store_error(place: &str, err: lambda_idempotency::Error) -> Failure {
     Failure::Store(format!("{place}: {err}"))
 }
 
+/// A listing that did not read everything (a stream backlog larger than one
+/// listing, records trimmed before the sweeper read them, a catch-up scan
+/// under way) shows what it found; the operator is told it may be partial.
+fn partial_listing_warning(c: &Connected, page: &lambda_idempotency::StuckPage) {
+    if page.trimmed {
+        eprintln!(
+            "warning: the stream of {} trimmed records the sweeper had not read (it was behind \
+             by more than 24 hours); the sweeper catches them up by a scan over its next runs, \
+             and --scan reads every record now",
+            c.place
+        );
+    } else if page.unread {
+        eprintln!(
+            "warning: the listing of {} did not read everything (a backlog, or a catch-up scan \
+             under way): records may be missing; the sweeper reads on at its next runs, and \
+             --scan reads every record now",
+            c.place
+        );
+    }
+}
+
 /// A spinner on stderr for anything that pages; indicatif draws nothing when
 /// stderr is not a terminal.
 fn progress(what: &str) -> ProgressBar {
@@ -288,6 +309,7 @@ async fn discovered_records(
                 )));
             }
             listed.set(listed.get() + page.records.len() as u64);
+            partial_listing_warning(c, &page);
             let mut records = Vec::new();
             for entry in page.records {
                 let found = c
@@ -561,6 +583,7 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
                     c.place
                 )));
             }
+            partial_listing_warning(c, &page);
             // The listing's view of a record may lag (and an index holds no
             // recovery point): each record is read for it.
             for listed in &page.records {

@@ -512,3 +512,36 @@ async fn an_index_no_writer_fills_is_named_not_listed_as_empty() {
         );
     }
 }
+
+/// A table whose stream carries no new image (issue 25, item 3): listing
+/// through the stream would show nothing, whatever is stuck. The CLI
+/// refuses in one line naming the setting instead of answering "no stuck
+/// records".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_new_images_is_refused_in_one_line() {
+    let mut definition = integration_tests::table_definition("IdempotencyTable").unwrap();
+    if let Some(stream) = definition.stream_specification.as_mut() {
+        stream.stream_view_type = "KEYS_ONLY".to_owned();
+    }
+    let client = integration_tests::client().await;
+    let table = integration_tests::unique_name("keys-only");
+    integration_tests::create_table_from_definition(&client, definition, &table)
+        .await
+        .unwrap();
+    let env = Env {
+        store: DynamoStore::new(client, table),
+        endpoint: integration_tests::endpoint(),
+    };
+    env.claim("stuck-behind-keys-only", "crashed", 1).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for args in [&["list", "--stuck", "--grace", "0s"][..], &["stats"][..]] {
+        let refused = env.cli().args(args).output().unwrap();
+        let line = stderr(&refused);
+        assert_eq!(refused.status.code(), Some(3), "{args:?}: {line}");
+        assert!(
+            line.contains("StreamViewType KEYS_ONLY") && line.contains("NEW_IMAGE"),
+            "{args:?}: {line}"
+        );
+        assert_eq!(line.lines().count(), 1, "{args:?}: {line}");
+    }
+}

@@ -55,6 +55,11 @@ pub struct SweepSummary {
     /// True when records may be left unresolved for the next sweep: the sweep
     /// stopped before its deadline, or a shard could not be read to its end.
     pub remaining: bool,
+    /// True when the stream had trimmed records before the sweeper read them
+    /// (it was behind by more than the stream's 24-hour retention): counted
+    /// in `errors`, and the records stuck meanwhile are caught up by a
+    /// bounded scan over the next sweeps (`remaining` until it is done).
+    pub trimmed: bool,
 }
 
 impl SweepSummary {
@@ -72,6 +77,7 @@ impl SweepSummary {
                 ("SweepPages", self.pages),
                 ("SweepErrors", self.errors),
                 ("SweepRemaining", u64::from(self.remaining)),
+                ("SweepTrimmed", u64::from(self.trimmed)),
             ],
             timestamp_ms,
         )
@@ -286,7 +292,15 @@ impl Sweeper {
                 return;
             };
             let now = crate::clock::now_ms();
-            let listed = self.store.stuck(self.cutoff(now), cursor, self.page_size);
+            let cutoff = self.cutoff(now);
+            // A listing that reads for long stops halfway to the sweep's
+            // end, keeping the rest for resolving and saving what it found.
+            let listed = match clock.listing_deadline(now) {
+                Some(deadline) => self
+                    .store
+                    .stuck_by(cutoff, cursor, self.page_size, deadline),
+                None => self.store.stuck(cutoff, cursor, self.page_size),
+            };
             let page = match bounded(left, listed).await {
                 Some(Ok(page)) => page,
                 failed => {
@@ -302,6 +316,16 @@ impl Sweeper {
             };
             summary.pages += page.reads;
             summary.errors += page.failed_reads;
+            if page.trimmed {
+                tracing::error!(
+                    store = %self.store.describe(),
+                    "sweep: the stream trimmed records before the sweeper read them (it was \
+                     behind by more than the stream's retention); a bounded scan catches up the \
+                     records stuck meanwhile over the next sweeps: run the sweeper more often"
+                );
+                summary.trimmed = true;
+                summary.errors += 1;
+            }
             if page.failed_reads > 0 || page.unread {
                 summary.remaining = true;
             }
@@ -411,6 +435,14 @@ struct Clock {
 }
 
 impl Clock {
+    /// When a listing started at `now` should stop reading: halfway to the
+    /// point where no call may start, so its findings can still be
+    /// resolved and its place saved. `None` without a deadline.
+    fn listing_deadline(&self, now: u64) -> Option<u64> {
+        let stop = self.deadline_ms?.saturating_sub(self.margin_ms);
+        Some(now + stop.saturating_sub(now) / 2)
+    }
+
     /// How long a call started now may run, or `None` when no call may
     /// start any more; unbounded (`Some(None)`) without a deadline.
     fn left(&self) -> Option<Option<Duration>> {
@@ -474,6 +506,24 @@ mod tests {
             ClaimOutcome::Claimed(lease) => lease,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_listing_gets_half_the_time_to_the_stop_point() {
+        let now = 1_000_000;
+        let clock = Clock {
+            deadline_ms: Some(now + 10_000),
+            margin_ms: 2_000,
+        };
+        // Stop point at now + 8 s: the listing reads until now + 4 s, the
+        // rest is for resolving what it found and saving its place.
+        assert_eq!(clock.listing_deadline(now), Some(now + 4_000));
+        assert_eq!(clock.listing_deadline(now + 9_000), Some(now + 9_000));
+        let unbounded = Clock {
+            deadline_ms: None,
+            margin_ms: 2_000,
+        };
+        assert_eq!(unbounded.listing_deadline(now), None);
     }
 
     #[tokio::test]

@@ -310,27 +310,27 @@ impl State {
 }
 
 /// One HTTP/1.1 message: head (through the blank line), then body.
-struct Message {
-    bytes: Vec<u8>,
+pub(crate) struct Message {
+    pub(crate) bytes: Vec<u8>,
     body_start: usize,
 }
 
 impl Message {
-    fn head(&self) -> String {
+    pub(crate) fn head(&self) -> String {
         String::from_utf8_lossy(&self.bytes[..self.body_start]).to_ascii_lowercase()
     }
 
-    fn body(&self) -> &[u8] {
+    pub(crate) fn body(&self) -> &[u8] {
         &self.bytes[self.body_start..]
     }
 
     /// The status code of a response.
-    fn status(&self) -> Option<u16> {
+    pub(crate) fn status(&self) -> Option<u16> {
         self.head().split_whitespace().nth(1)?.parse().ok()
     }
 }
 
-async fn read_message<R: tokio::io::AsyncBufRead + Unpin>(
+pub(crate) async fn read_message<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
 ) -> std::io::Result<Option<Message>> {
     let mut bytes = Vec::new();
@@ -435,7 +435,7 @@ fn comparisons<'a>(
     })
 }
 
-fn canned(status: &str, error_type: &str, message: &str) -> Vec<u8> {
+pub(crate) fn canned(status: &str, error_type: &str, message: &str) -> Vec<u8> {
     let body = format!(
         r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{error_type}","message":"{message}"}}"#
     );

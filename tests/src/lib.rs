@@ -10,6 +10,7 @@ pub mod fault_proxy;
 pub mod functions;
 mod handlers;
 pub mod runtime_api;
+pub mod streams_proxy;
 
 pub use handlers::{crash_midway, echo_handler, noise, post, Handler};
 

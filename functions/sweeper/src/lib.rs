@@ -13,7 +13,9 @@
 //! store (`IDEMPOTENCY_TABLE` is then not needed); on PostgreSQL each run
 //! also deletes expired rows in bounded batches. Input:
 //! any event (the schedule's); output: the [`SweepSummary`] as JSON. One EMF
-//! metric line with the counts goes to stdout.
+//! metric line with the counts goes to stdout. The cold start
+//! ([`Config::start`]) checks the table's stream: one without new images
+//! (`KEYS_ONLY`, `OLD_IMAGE`) fails it, in one line naming `StreamViewType`.
 
 use std::time::Duration;
 
@@ -103,6 +105,28 @@ impl Config {
             store.with_stream_at(streams, self.streams_endpoint.clone())
         };
         self.sweeper_on(store)
+    }
+
+    /// The sweeper of the function's cold start: [`sweeper`](Self::sweeper),
+    /// once the table's discovery is checked.
+    ///
+    /// # Errors
+    ///
+    /// One line naming what is wrong and the setting to change.
+    pub async fn start(
+        &self,
+        client: aws_sdk_dynamodb::Client,
+        streams: aws_sdk_dynamodbstreams::config::Builder,
+    ) -> Result<Sweeper, String> {
+        if !self.index {
+            // A stream without new images would list nothing, sweep after
+            // sweep, and report success: refuse it now.
+            DynamoStore::new(client.clone(), self.table.clone())
+                .check_stream()
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(self.sweeper(client, streams))
     }
 
     /// The sweeper these settings describe on `store` (the engine

@@ -17,10 +17,13 @@ async fn main() -> Result<(), Error> {
         .map_err(|e| format!("sweeper cannot start: {e}"))?;
     let (sweeper, postgres) = match opened {
         None => (
-            config.sweeper(
-                aws_sdk_dynamodb::Client::new(&aws),
-                aws_sdk_dynamodbstreams::config::Builder::from(&aws),
-            ),
+            config
+                .start(
+                    aws_sdk_dynamodb::Client::new(&aws),
+                    aws_sdk_dynamodbstreams::config::Builder::from(&aws),
+                )
+                .await
+                .map_err(|e| format!("sweeper cannot start: {e}"))?,
             None,
         ),
         Some(UrlStore::Postgres(store)) => (config.sweeper_on(store.clone()), Some(store)),

@@ -121,6 +121,10 @@ pub struct StuckPage {
     /// For listings that keep their place between sweeps (DynamoDB's
     /// stream): hand it to [`Store::settle`] when the sweep is over.
     pub settlement: Option<Settlement>,
+    /// The listing found records trimmed before it read them (DynamoDB's
+    /// stream, behind by more than its 24-hour retention): records stuck
+    /// then are caught up by a bounded scan over the next sweeps.
+    pub trimmed: bool,
 }
 
 /// A record as read back for an operator ([`Store::get`], [`Store::scan`]):
@@ -320,6 +324,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         limit: usize,
     ) -> Result<StuckPage, Error>;
 
+    /// [`stuck`](Self::stuck) for a sweep that must be done by
+    /// `deadline_ms` (epoch ms): a store whose one listing can read for long
+    /// (DynamoDB's stream) stops reading there and returns what it read,
+    /// with `unread` set, so the sweep resolves it and saves that progress
+    /// instead of losing the whole listing to its deadline. Other stores
+    /// list as `stuck` does.
+    async fn stuck_by(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+        deadline_ms: u64,
+    ) -> Result<StuckPage, Error> {
+        let _ = deadline_ms;
+        self.stuck(cutoff_ms, cursor, limit).await
+    }
+
     /// Resolve `record` as `how` says, with one write fenced on what the
     /// listing saw (same attempt and owner, still in progress, lease ended
     /// before `cutoff_ms`); `now_ms` tells whether the record expired.
@@ -462,6 +483,17 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
         limit: usize,
     ) -> Result<StuckPage, Error> {
         (**self).stuck(cutoff_ms, cursor, limit).await
+    }
+    async fn stuck_by(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+        deadline_ms: u64,
+    ) -> Result<StuckPage, Error> {
+        (**self)
+            .stuck_by(cutoff_ms, cursor, limit, deadline_ms)
+            .await
     }
     async fn resolve_stuck(
         &self,

@@ -22,6 +22,8 @@ mod redis_store;
 mod regressions;
 mod store_rules;
 mod stream_batches;
+mod stream_discovery;
+mod stuck_guarantee;
 mod sweeper;
 
 /// Sample events that are not HTTP requests, checked by their own tests.

@@ -632,6 +632,8 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         "resumable",
         "pages",
         "remaining",
+        "errors",
+        "trimmed",
     ] {
         assert!(out.get(field).is_some(), "output has {field}");
     }
@@ -641,6 +643,7 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         .as_array()
         .unwrap();
     assert!(metrics.iter().any(|m| m["Name"] == "SweepFenced"));
+    assert!(metrics.iter().any(|m| m["Name"] == "SweepTrimmed"));
 }
 
 // Defects found by the audit (issue 14, item 9); each test failed before its fix.

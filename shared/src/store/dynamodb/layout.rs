@@ -129,7 +129,7 @@ impl Default for TableLayout {
 
 /// Attribute names of the items that keep the sweeper's place in the stream
 /// (besides the key and the expiry), see `stream.rs`.
-pub(super) const POSITION_ATTRS: [&str; 2] = ["position", "carry"];
+pub(super) const POSITION_ATTRS: [&str; 3] = ["position", "carry", "listed_at"];
 
 impl TableLayout {
     /// The partition key: its attribute `name` and its value (default: `id`
@@ -354,7 +354,7 @@ impl TableLayout {
     /// key that tells records apart (one key holds the record id), no empty
     /// static key value (DynamoDB refuses empty key strings), and no key or
     /// expiry attribute named like the sweeper's position attributes
-    /// (`position`, `carry`).
+    /// (`position`, `carry`, `listed_at`).
     pub fn validate(&self) -> Result<(), Error> {
         let invalid = |what: String| {
             Err(Error::new(

@@ -556,7 +556,7 @@ impl Store for DynamoStore {
             // One page: the stream is read to its end (or a budget) at once,
             // since a record's later images decide whether it is stuck.
             let _ = (cursor, limit);
-            return self.stuck_from_stream(streams, cutoff_ms).await;
+            return self.stuck_from_stream(streams, cutoff_ms, None).await;
         }
         if !self.sweep_index {
             return Err(Error::new(
@@ -659,6 +659,23 @@ impl Store for DynamoStore {
             reads: 1,
             ..StuckPage::default()
         })
+    }
+
+    #[allow(unused_variables)]
+    async fn stuck_by(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+        deadline_ms: u64,
+    ) -> Result<StuckPage, Error> {
+        #[cfg(feature = "streams")]
+        if let Some(streams) = &self.stream {
+            return self
+                .stuck_from_stream(streams, cutoff_ms, Some(deadline_ms))
+                .await;
+        }
+        self.stuck(cutoff_ms, cursor, limit).await
     }
 
     async fn resolve_stuck(

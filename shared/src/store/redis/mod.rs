@@ -43,6 +43,11 @@ use codec::{bytes, checkpoint_json, corrupt, decode, encode_headers, hash_fields
 
 /// The key prefix when none is given.
 const DEFAULT_PREFIX: &str = "idempotency:";
+/// Index entries one call of `stuck.lua` looks up at most: a script blocks
+/// the server while it runs, so an index full of entries to remove (records
+/// expired) or to skip is worked through page by page.
+const STUCK_LOOKUPS_PER_CALL: usize = 1_000;
+
 /// Shards of the stuck index, hence hash slots the records spread over.
 const SHARDS: u8 = 16;
 /// How long a key outlives its record's expiry, in seconds. The scripts
@@ -538,14 +543,16 @@ impl RedisStore {
         ::redis::from_redis_value(reply).map_err(|e| self.unavailable("scan", e.into()))
     }
 
-    /// One shard's page of stuck records after `after` (lease, id).
+    /// One shard's page of stuck records after `after` (lease, id), and,
+    /// when the shard has more, where its listing goes on (the last index
+    /// entry the script passed).
     async fn stuck_in_shard(
         &self,
         shard: u8,
         cutoff_ms: u64,
         after: Option<(u64, String)>,
         limit: usize,
-    ) -> Result<(Vec<StuckRecord>, bool), Error> {
+    ) -> Result<(Vec<StuckRecord>, Option<(u64, String)>), Error> {
         let (after_lease, after_id) = match after {
             Some((lease, id)) => (lease.to_string(), id),
             None => (String::new(), String::new()),
@@ -560,7 +567,8 @@ impl RedisStore {
                     .arg(cutoff_ms)
                     .arg(after_lease)
                     .arg(after_id)
-                    .arg(limit),
+                    .arg(limit)
+                    .arg(STUCK_LOOKUPS_PER_CALL),
             )
             .await?;
         let Value::Array(parts) = &reply else {
@@ -594,7 +602,15 @@ impl RedisStore {
                 _ => return Err(self.unexpected("the stuck listing", &reply)),
             }
         }
-        Ok((records, more == 1))
+        if more != 1 {
+            return Ok((records, None));
+        }
+        // Where the script stopped; it always passes one entry at least.
+        let resume = match (parts.get(2).and_then(number), parts.get(3).and_then(text)) {
+            (Some(lease), Some(id)) if !id.is_empty() => (lease, id),
+            _ => return Err(self.unexpected("the stuck listing", &reply)),
+        };
+        Ok((records, Some(resume)))
     }
 }
 
@@ -833,9 +849,8 @@ impl Store for RedisStore {
                 Ok((records, more)) => {
                     page.reads += 1;
                     page.records.extend(records);
-                    if more {
-                        let last = page.records.last().map(|r| (r.lease_expires_at_ms, &*r.id));
-                        page.next = Some(encode_cursor(shard, last));
+                    if let Some((lease, id)) = more {
+                        page.next = Some(encode_cursor(shard, Some((lease, &id))));
                         return Ok(page);
                     }
                 }

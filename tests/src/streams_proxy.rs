@@ -1,0 +1,399 @@
+//! A DynamoDB Streams proxy in front of DynamoDB Local (which serves its
+//! streams on the same port), injecting what the real service does and the
+//! local engine never does: empty `GetRecords` pages in the middle of a
+//! shard, records trimmed past the 24-hour retention, a shard that cannot be
+//! read (throttled past the SDK's retries, or failing), and a reader held
+//! back while another overtakes it (two sweeps overlapping).
+//!
+//! Point a streams client at [`StreamsProxy::endpoint`] (see
+//! [`StreamsProxy::client`]); the table's own client stays on DynamoDB Local.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::fault_proxy::{canned, read_message};
+
+/// A running proxy; its faults are set and cleared while it runs.
+#[derive(Clone)]
+pub struct StreamsProxy {
+    addr: SocketAddr,
+    state: Arc<State>,
+}
+
+#[derive(Default)]
+struct State {
+    upstream: Option<SocketAddr>,
+    /// `GetRecords` calls still to answer with an empty page.
+    empty_pages: AtomicU64,
+    /// `GetRecords` calls still answered normally before every later one
+    /// fails (`u64::MAX`: none fails).
+    reads_before_failure: AtomicU64,
+    /// Failing reads answer a throttling error (else a 500).
+    fail_with_throttling: AtomicBool,
+    /// Records of this sequence number and below are trimmed.
+    trimmed_through: Mutex<Option<String>>,
+    /// `GetRecords` calls past this many (counted from the start) wait
+    /// until released (`u64::MAX`: none waits).
+    hold_after: AtomicU64,
+    /// Told when held calls may go on.
+    released: tokio::sync::watch::Sender<u64>,
+    /// The stream shows one more shard, read before the real one, whose
+    /// every `GetRecords` is throttled.
+    failing_shard: AtomicBool,
+    /// What the proxy did.
+    get_records: AtomicU64,
+    empty_answered: AtomicU64,
+    failed: AtomicU64,
+    trimmed_refusals: AtomicU64,
+}
+
+/// Sequence numbers are decimal strings: compare them as numbers.
+fn at_or_below(sequence: &str, limit: &str) -> bool {
+    let (a, b) = (
+        sequence.trim_start_matches('0'),
+        limit.trim_start_matches('0'),
+    );
+    (a.len(), a) <= (b.len(), b)
+}
+
+impl StreamsProxy {
+    /// Start on a free loopback port, forwarding to DynamoDB Local.
+    pub async fn start() -> std::io::Result<StreamsProxy> {
+        use std::net::ToSocketAddrs;
+        let endpoint = crate::endpoint();
+        let upstream = endpoint
+            .trim_start_matches("http://")
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("{endpoint} resolves to nothing")))?;
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State {
+            upstream: Some(upstream),
+            reads_before_failure: AtomicU64::new(u64::MAX),
+            hold_after: AtomicU64::new(u64::MAX),
+            ..State::default()
+        });
+        let serving = state.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let state = serving.clone();
+                tokio::spawn(async move {
+                    let _ = serve(state, client).await;
+                });
+            }
+        });
+        Ok(StreamsProxy { addr, state })
+    }
+
+    /// `http://host:port`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A streams client through the proxy, making one attempt per call (so
+    /// an injected failure is the call's failure, as after the SDK's retries).
+    pub async fn client(&self) -> aws_sdk_dynamodbstreams::Client {
+        let shared = aws_config::from_env()
+            .region(aws_config::Region::new("us-east-1"))
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
+            .load()
+            .await;
+        let config = aws_sdk_dynamodbstreams::config::Builder::from(&shared)
+            .endpoint_url(self.endpoint())
+            .build();
+        aws_sdk_dynamodbstreams::Client::from_conf(config)
+    }
+
+    /// Answer the next `n` `GetRecords` calls with an empty page whose next
+    /// iterator is the one asked with: the records lie further on.
+    pub fn empty_pages(&self, n: u64) {
+        self.state.empty_pages.store(n, Ordering::SeqCst);
+    }
+
+    /// Let `n` more `GetRecords` calls through, then fail every later one
+    /// (a throttling error if `throttle`, else a 500) until [`heal`](Self::heal).
+    pub fn fail_reads_after(&self, n: u64, throttle: bool) {
+        self.state
+            .fail_with_throttling
+            .store(throttle, Ordering::SeqCst);
+        self.state.reads_before_failure.store(n, Ordering::SeqCst);
+    }
+
+    /// Show one more shard in the stream (no parent, listed first) whose
+    /// every read is throttled: a stream of two shards, one of them failing.
+    pub fn add_failing_shard(&self) {
+        self.state.failing_shard.store(true, Ordering::SeqCst);
+    }
+
+    /// Stop failing reads.
+    pub fn heal(&self) {
+        self.state
+            .reads_before_failure
+            .store(u64::MAX, Ordering::SeqCst);
+    }
+
+    /// Trim every record up to `sequence` (inclusive), as the service does
+    /// to records older than 24 hours: they are no longer returned, and an
+    /// iterator asked at or after one of them is refused with
+    /// `TrimmedDataAccessException`.
+    pub fn trim_through(&self, sequence: &str) {
+        if let Ok(mut trimmed) = self.state.trimmed_through.lock() {
+            *trimmed = Some(sequence.to_owned());
+        }
+    }
+
+    /// Let `n` more `GetRecords` calls through, then hold every later one
+    /// until [`release`](Self::release) (a reader that hangs).
+    pub fn hold_after(&self, n: u64) {
+        let so_far = self.get_records();
+        self.state
+            .hold_after
+            .store(so_far.saturating_add(n), Ordering::SeqCst);
+    }
+
+    /// Let held calls go on.
+    pub fn release(&self) {
+        self.state.hold_after.store(u64::MAX, Ordering::SeqCst);
+        self.state.released.send_modify(|n| *n += 1);
+    }
+
+    /// `GetRecords` calls that reached the proxy.
+    pub fn get_records(&self) -> u64 {
+        self.state.get_records.load(Ordering::SeqCst)
+    }
+
+    /// Empty pages injected so far.
+    pub fn empty_answered(&self) -> u64 {
+        self.state.empty_answered.load(Ordering::SeqCst)
+    }
+
+    /// Reads failed by the proxy so far.
+    pub fn failed(&self) -> u64 {
+        self.state.failed.load(Ordering::SeqCst)
+    }
+
+    /// Iterators refused as trimmed so far.
+    pub fn trimmed_refusals(&self) -> u64 {
+        self.state.trimmed_refusals.load(Ordering::SeqCst)
+    }
+}
+
+/// The highest sequence number in the stream of `table` now, read straight
+/// from DynamoDB Local (what a trim "through now" trims).
+pub async fn latest_sequence(table: &str) -> Option<String> {
+    let client = crate::client().await;
+    let streams = crate::streams_client().await;
+    let arn = client
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .ok()?
+        .table()?
+        .latest_stream_arn()?
+        .to_owned();
+    let description = streams
+        .describe_stream()
+        .stream_arn(&arn)
+        .send()
+        .await
+        .ok()?;
+    let mut latest: Option<String> = None;
+    for shard in description.stream_description()?.shards() {
+        let mut iterator = streams
+            .get_shard_iterator()
+            .stream_arn(&arn)
+            .shard_id(shard.shard_id()?)
+            .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .ok()?
+            .shard_iterator()
+            .map(str::to_owned);
+        while let Some(current) = iterator.take() {
+            let out = streams
+                .get_records()
+                .shard_iterator(current)
+                .send()
+                .await
+                .ok()?;
+            for record in out.records() {
+                if let Some(seq) = record.dynamodb().and_then(|d| d.sequence_number()) {
+                    if latest.as_deref().is_none_or(|l| !at_or_below(seq, l)) {
+                        latest = Some(seq.to_owned());
+                    }
+                }
+            }
+            if out.records().is_empty() {
+                break;
+            }
+            iterator = out.next_shard_iterator().map(str::to_owned);
+        }
+    }
+    latest
+}
+
+/// The id and the iterator of the shard [`StreamsProxy::add_failing_shard`] adds.
+const FAILING_SHARD: &str = "shardId-00000000000000000000-failing";
+const FAILING_ITERATOR: &str = "failing-shard-iterator";
+
+fn target(head: &str) -> String {
+    head.lines()
+        .find_map(|l| l.strip_prefix("x-amz-target:"))
+        .map(str::trim)
+        .and_then(|t| t.rsplit('.').next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn ok_json(body: &Value) -> Vec<u8> {
+    let body = body.to_string();
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
+    let Some(upstream) = state.upstream else {
+        return Ok(());
+    };
+    let (client_read, mut client_write) = client.into_split();
+    let mut client_read = BufReader::new(client_read);
+    let upstream = TcpStream::connect(upstream).await?;
+    let (upstream_read, mut upstream_write) = upstream.into_split();
+    let mut upstream_read = BufReader::new(upstream_read);
+    while let Some(request) = read_message(&mut client_read).await? {
+        let target = target(&request.head());
+        let body: Value = serde_json::from_slice(request.body()).unwrap_or(Value::Null);
+        let trimmed = state.trimmed_through.lock().ok().and_then(|t| t.clone());
+        if state.failing_shard.load(Ordering::SeqCst) {
+            if target == "getsharditerator" && body["ShardId"] == FAILING_SHARD {
+                let answer = serde_json::json!({ "ShardIterator": FAILING_ITERATOR });
+                client_write.write_all(&ok_json(&answer)).await?;
+                continue;
+            }
+            if target == "getrecords" && body["ShardIterator"] == FAILING_ITERATOR {
+                state.failed.fetch_add(1, Ordering::SeqCst);
+                client_write
+                    .write_all(&canned(
+                        "400 Bad Request",
+                        "ThrottlingException",
+                        "Rate exceeded for shard (injected)",
+                    ))
+                    .await?;
+                continue;
+            }
+        }
+        if target == "getrecords" {
+            let nth = state.get_records.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut released = state.released.subscribe();
+            while nth > state.hold_after.load(Ordering::SeqCst) {
+                if released.changed().await.is_err() {
+                    break;
+                }
+            }
+            let failing = state
+                .reads_before_failure
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
+                    u64::MAX => None,
+                    0 => Some(0),
+                    n => Some(n - 1),
+                })
+                .is_ok_and(|before| before == 0);
+            if failing {
+                state.failed.fetch_add(1, Ordering::SeqCst);
+                let answer = if state.fail_with_throttling.load(Ordering::SeqCst) {
+                    canned(
+                        "400 Bad Request",
+                        "ThrottlingException",
+                        "Rate exceeded for shard (injected)",
+                    )
+                } else {
+                    canned(
+                        "500 Internal Server Error",
+                        "InternalServerError",
+                        "Internal server error (injected)",
+                    )
+                };
+                client_write.write_all(&answer).await?;
+                continue;
+            }
+            let empty = state
+                .empty_pages
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if empty {
+                state.empty_answered.fetch_add(1, Ordering::SeqCst);
+                let page = serde_json::json!({
+                    "Records": [],
+                    "NextShardIterator": body["ShardIterator"],
+                });
+                client_write.write_all(&ok_json(&page)).await?;
+                continue;
+            }
+        }
+        if target == "getsharditerator" {
+            let kind = body["ShardIteratorType"].as_str().unwrap_or_default();
+            let sequence = body["SequenceNumber"].as_str();
+            if let (Some(limit), Some(sequence)) = (&trimmed, sequence) {
+                if kind.ends_with("SEQUENCE_NUMBER") && at_or_below(sequence, limit) {
+                    state.trimmed_refusals.fetch_add(1, Ordering::SeqCst);
+                    client_write
+                        .write_all(&canned(
+                            "400 Bad Request",
+                            "TrimmedDataAccessException",
+                            "The operation attempted to read past the oldest stream record in a shard (injected)",
+                        ))
+                        .await?;
+                    continue;
+                }
+            }
+        }
+        upstream_write.write_all(&request.bytes).await?;
+        let Some(response) = read_message(&mut upstream_read).await? else {
+            return Ok(());
+        };
+        if target == "describestream"
+            && response.status() == Some(200)
+            && state.failing_shard.load(Ordering::SeqCst)
+        {
+            let mut described: Value =
+                serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+            if let Some(shards) = described["StreamDescription"]["Shards"].as_array_mut() {
+                shards.insert(
+                    0,
+                    serde_json::json!({
+                        "ShardId": FAILING_SHARD,
+                        "SequenceNumberRange": { "StartingSequenceNumber": "1" },
+                    }),
+                );
+            }
+            client_write.write_all(&ok_json(&described)).await?;
+            continue;
+        }
+        match (&trimmed, target.as_str(), response.status()) {
+            (Some(limit), "getrecords", Some(200)) => {
+                let mut page: Value =
+                    serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+                if let Some(records) = page["Records"].as_array_mut() {
+                    records.retain(|r| {
+                        r["dynamodb"]["SequenceNumber"]
+                            .as_str()
+                            .is_none_or(|seq| !at_or_below(seq, limit))
+                    });
+                }
+                client_write.write_all(&ok_json(&page)).await?;
+            }
+            _ => client_write.write_all(&response.bytes).await?,
+        }
+    }
+    Ok(())
+}

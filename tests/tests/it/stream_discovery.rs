@@ -1,0 +1,485 @@
+//! The stream discovery under what the real DynamoDB Streams service does
+//! and DynamoDB Local does not (issue 25, item 3): every test goes through
+//! a streams proxy in front of DynamoDB Local that injects empty pages, a
+//! trim past the retention, a failing or throttled shard, or that holds a
+//! sweep back while another overtakes it. The guarantee under test: a record
+//! stuck at any time is resolved within the schedule, the grace and a
+//! bounded number of sweeps, also after an outage longer than the stream
+//! keeps its records.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use integration_tests::streams_proxy::{latest_sequence, StreamsProxy};
+use lambda_idempotency::{
+    schema, DynamoStore, RecordScope, Status, Store, StoredResponse, SweepPolicy, SweepSummary,
+    Sweeper,
+};
+
+use crate::fixture::{claim_request, claimed, now_ms};
+
+/// A fresh table, a store reading its stream through a new proxy, and the
+/// proxy.
+async fn through_proxy() -> (DynamoStore, StreamsProxy) {
+    let proxy = StreamsProxy::start()
+        .await
+        .expect("the streams proxy starts");
+    let (store, _) = integration_tests::dynamo_store().await;
+    (store.with_stream(proxy.client().await), proxy)
+}
+
+/// A first sweep of the fresh table: it saves its places (and catches up
+/// what came before the stream, nothing here), so what the next sweeps find
+/// they find in the stream alone.
+async fn first_sweep(store: &DynamoStore) {
+    let first = sweep(store).await;
+    assert_eq!(first.found, 0, "{first:?}");
+    assert!(!positions(store).await.is_empty(), "{first:?}");
+}
+
+fn hashed_id(key: &str) -> String {
+    RecordScope::new("POST", "/orders", key).record_id()
+}
+
+/// Claims of `n` records whose lease ends at once (stuck as soon as a sweep
+/// without grace looks), named `prefix-<i>`.
+async fn stuck_records(store: &DynamoStore, prefix: &str, n: usize) -> Vec<String> {
+    use futures_util::StreamExt;
+    let ids: Vec<String> = (0..n)
+        .map(|i| hashed_id(&format!("{prefix}-{i}")))
+        .collect();
+    futures_util::stream::iter(ids.iter())
+        .for_each_concurrent(16, |id| async move {
+            let request = claim_request(id, &format!("owner-{id}"), 1);
+            claimed(store.claim(&request).await.unwrap());
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ids
+}
+
+/// A record claimed and completed, and one claimed with a 10-minute lease:
+/// neither may be touched.
+async fn neighbours(store: &DynamoStore) -> (String, String) {
+    let (done, live) = (hashed_id("completed"), hashed_id("live"));
+    let lease = claimed(
+        store
+            .claim(&claim_request(&done, "owner-done", 1))
+            .await
+            .unwrap(),
+    );
+    store
+        .complete(
+            &lease,
+            &StoredResponse::new(200, vec![], lambda_idempotency::StoredBody::Empty),
+            now_ms() / 1000 + 3600,
+        )
+        .await
+        .unwrap();
+    claimed(
+        store
+            .claim(&claim_request(&live, "owner-live", 600_000))
+            .await
+            .unwrap(),
+    );
+    (done, live)
+}
+
+async fn assert_neighbours_untouched(store: &DynamoStore, (done, live): &(String, String)) {
+    let done = store.get(done).await.unwrap().expect("completed kept");
+    assert_eq!(done.record.status, Status::Completed);
+    let live = store.get(live).await.unwrap().expect("live kept");
+    assert_eq!(live.record.status, Status::InProgress);
+}
+
+async fn sweep(store: &DynamoStore) -> SweepSummary {
+    Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .sweep(None)
+        .await
+}
+
+async fn gone(store: &DynamoStore, ids: &[String]) -> usize {
+    let mut n = 0;
+    for id in ids {
+        if store.get(id).await.unwrap().is_none() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The sweeper's position items (`~sweeper/stream/<shard>`), by id.
+async fn positions(store: &DynamoStore) -> HashMap<String, HashMap<String, AttributeValue>> {
+    let out = store
+        .client()
+        .scan()
+        .table_name(store.table())
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    out.items()
+        .iter()
+        .filter_map(|item| {
+            let id = item.get(schema::ID)?.as_s().ok()?;
+            id.starts_with("~sweeper/stream/")
+                .then(|| (id.clone(), item.clone()))
+        })
+        .collect()
+}
+
+/// A table like the template's whose stream carries `view_type`.
+async fn table_with_view(view_type: &str) -> String {
+    let mut definition = integration_tests::table_definition("IdempotencyTable").unwrap();
+    if let Some(stream) = definition.stream_specification.as_mut() {
+        stream.stream_view_type = view_type.to_owned();
+    }
+    let name = integration_tests::unique_name("view");
+    integration_tests::create_table_from_definition(
+        &integration_tests::client().await,
+        definition,
+        &name,
+    )
+    .await
+    .unwrap();
+    name
+}
+
+/// A stream whose images lack the new image cannot show a stuck record: the
+/// sweep says so (an error naming the setting), never a quiet `found: 0`,
+/// and the sweeper function fails its cold start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_new_images_is_refused_not_read_as_empty() {
+    for view_type in ["KEYS_ONLY", "OLD_IMAGE"] {
+        let table = table_with_view(view_type).await;
+        let client = integration_tests::client().await;
+        let streams = integration_tests::streams_client().await;
+        let store = DynamoStore::new(client.clone(), table.clone()).with_stream(streams.clone());
+        let id = hashed_id("stuck-behind-keys-only");
+        claimed(store.claim(&claim_request(&id, "owner", 1)).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let summary = sweep(&store).await;
+        assert_eq!(summary.errors, 1, "{view_type}: {summary:?}");
+        assert!(summary.remaining, "{view_type}: {summary:?}");
+        let err = store.stuck(now_ms(), None, 100).await.unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("StreamViewType")
+                && message.contains(view_type)
+                && message.contains("NEW_IMAGE")
+                && !message.contains('\n'),
+            "{message}"
+        );
+        // The function's cold start refuses it, in one line naming the setting.
+        let config = sweeper::Config {
+            engine: Default::default(),
+            table: table.clone(),
+            policy: SweepPolicy::Release,
+            grace: Duration::ZERO,
+            index: false,
+            streams_endpoint: Some(integration_tests::endpoint()),
+        };
+        let err = config
+            .start(client.clone(), integration_tests::streams_config().await)
+            .await
+            .unwrap_err();
+        assert!(
+            err.contains("StreamViewType") && err.contains(view_type) && !err.contains('\n'),
+            "{err}"
+        );
+        assert!(
+            store.get(&id).await.unwrap().is_some(),
+            "nothing resolved blind"
+        );
+    }
+    // The settings that carry new images start.
+    for view_type in ["NEW_IMAGE", "NEW_AND_OLD_IMAGES"] {
+        let table = table_with_view(view_type).await;
+        let config = sweeper::Config {
+            engine: Default::default(),
+            table,
+            policy: SweepPolicy::Release,
+            grace: Duration::ZERO,
+            index: false,
+            streams_endpoint: Some(integration_tests::endpoint()),
+        };
+        let started = config
+            .start(
+                integration_tests::client().await,
+                integration_tests::streams_config().await,
+            )
+            .await;
+        assert!(started.is_ok(), "{view_type}: {:?}", started.err());
+    }
+}
+
+/// Empty pages while records lie further on: the listing follows the next
+/// iterator instead of taking the first empty page for the shard's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_pages_before_the_records_hide_no_stuck_record() {
+    let (store, proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    let others = neighbours(&store).await;
+    let ids = stuck_records(&store, "behind-empty-pages", 5).await;
+    proxy.empty_pages(3);
+    let summary = sweep(&store).await;
+    assert_eq!(proxy.empty_answered(), 3);
+    assert_eq!(
+        (summary.found, summary.released, summary.errors),
+        (5, 5, 0),
+        "{summary:?}"
+    );
+    assert_eq!(gone(&store, &ids).await, 5);
+    assert_neighbours_untouched(&store, &others).await;
+    // Empty pages between two sweeps' records too.
+    let more = stuck_records(&store, "after-empty-pages", 3).await;
+    proxy.empty_pages(2);
+    let again = sweep(&store).await;
+    assert_eq!((again.found, again.released), (3, 3), "{again:?}");
+    assert_eq!(gone(&store, &more).await, 3);
+}
+
+/// After an outage longer than the stream keeps records, the images of the
+/// records stuck meanwhile are gone: the sweep says so (`trimmed`,
+/// `remaining`, an error) and a bounded, resumable scan catches them up.
+async fn an_outage_longer_than_the_retention(positions_expired_too: bool) {
+    let (store, proxy) = through_proxy().await;
+    // The sweeper ran once: its place is saved.
+    let early = stuck_records(&store, "before-the-outage", 2).await;
+    let first = sweep(&store).await;
+    assert_eq!((first.released, first.errors), (2, 0), "{first:?}");
+    assert_eq!(gone(&store, &early).await, 2);
+    assert!(!positions(&store).await.is_empty(), "a place was saved");
+    // The outage: records stuck meanwhile, and the stream trims them.
+    let others = neighbours(&store).await;
+    let ids = stuck_records(&store, "during-the-outage", 30).await;
+    let latest = latest_sequence(store.table())
+        .await
+        .expect("the stream holds records");
+    proxy.trim_through(&latest);
+    if positions_expired_too {
+        // Two days without a sweep: the places expired (TTL) as well.
+        for id in positions(&store).await.keys() {
+            store
+                .client()
+                .delete_item()
+                .table_name(store.table())
+                .key(schema::ID, AttributeValue::S(id.clone()))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    // A record stuck after the trim is found in the stream as usual.
+    let fresh = stuck_records(&store, "after-the-outage", 2).await;
+    let mut sweeps = Vec::new();
+    for _ in 0..3 {
+        sweeps.push(sweep(&store).await);
+        if gone(&store, &ids).await == ids.len() {
+            break;
+        }
+    }
+    let caught_up = &sweeps[0];
+    if !positions_expired_too {
+        // Places older than the stream's horizon: the trim is seen, and
+        // reported. (Without a place the sweeper cannot tell an outage from
+        // its first run: it catches up all the same.)
+        assert!(caught_up.trimmed, "the first sweep says so: {caught_up:?}");
+        assert!(caught_up.errors >= 1, "{caught_up:?}");
+        assert!(proxy.trimmed_refusals() > 0);
+    }
+    assert!(caught_up.remaining || sweeps.len() == 1, "{sweeps:?}");
+    assert_eq!(
+        gone(&store, &ids).await,
+        30,
+        "every record stuck during the outage resolved within 3 sweeps: {sweeps:?}"
+    );
+    assert_eq!(gone(&store, &fresh).await, 2, "{sweeps:?}");
+    assert_eq!(
+        sweeps.iter().map(|s| s.released).sum::<u64>(),
+        32,
+        "{sweeps:?}"
+    );
+    assert_neighbours_untouched(&store, &others).await;
+    // Caught up: the next sweep reads the stream alone and finds nothing.
+    let after = sweep(&store).await;
+    assert_eq!(
+        (after.found, after.trimmed, after.remaining, after.errors),
+        (0, false, false, 0),
+        "{after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_stuck_during_an_outage_past_the_retention_are_caught_up() {
+    an_outage_longer_than_the_retention(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_stuck_while_the_positions_expired_are_caught_up() {
+    an_outage_longer_than_the_retention(true).await
+}
+
+/// A shard that fails after some pages: what was read before is resolved
+/// and its place saved, the failure counted, the rest left to the next sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_shard_keeps_the_progress_read_before_it() {
+    for throttle in [false, true] {
+        let (store, proxy) = through_proxy().await;
+        first_sweep(&store).await;
+        let ids = stuck_records(&store, "read-before-the-failure", 5).await;
+        proxy.fail_reads_after(1, throttle);
+        let summary = sweep(&store).await;
+        assert_eq!(
+            (summary.found, summary.released, summary.errors),
+            (5, 5, 1),
+            "throttle {throttle}: {summary:?}"
+        );
+        assert!(summary.remaining, "{summary:?}");
+        assert_eq!(gone(&store, &ids).await, 5);
+        // The place moved past them: healed, the next sweep reads on.
+        proxy.heal();
+        let later = stuck_records(&store, "after-the-failure", 2).await;
+        let reads_before = proxy.get_records();
+        let next = sweep(&store).await;
+        assert_eq!(
+            (next.found, next.released, next.errors, next.remaining),
+            (2, 2, 0, false),
+            "{next:?}"
+        );
+        assert_eq!(gone(&store, &later).await, 2);
+        assert!(proxy.get_records() > reads_before);
+
+        // A shard failing from its first read: counted, nothing lost.
+        let waiting = stuck_records(&store, "behind-a-throttled-shard", 2).await;
+        proxy.fail_reads_after(0, throttle);
+        let failed = sweep(&store).await;
+        assert_eq!((failed.found, failed.errors), (0, 1), "{failed:?}");
+        assert!(failed.remaining, "{failed:?}");
+        proxy.heal();
+        let healed = sweep(&store).await;
+        assert_eq!((healed.released, healed.errors), (2, 0), "{healed:?}");
+        assert_eq!(gone(&store, &waiting).await, 2);
+    }
+}
+
+/// A stream of two shards, one throttled at every read: the other shard's
+/// stuck records are resolved and its place saved, the failing shard is
+/// counted (an error, `remaining`) sweep after sweep, and its lack of a
+/// place does not start a catch-up scan at every sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failing_shard_costs_that_shard_alone() {
+    let (store, proxy) = through_proxy().await;
+    proxy.add_failing_shard();
+    // The first sweep: the failing shard is counted, its unknown past (and
+    // the table's) caught up by a scan.
+    let warm = sweep(&store).await;
+    assert_eq!((warm.found, warm.errors), (0, 1), "{warm:?}");
+    let others = neighbours(&store).await;
+    let ids = stuck_records(&store, "beside-a-failing-shard", 4).await;
+    let first = sweep(&store).await;
+    assert_eq!(
+        (first.found, first.released, first.errors),
+        (4, 4, 1),
+        "{first:?}"
+    );
+    assert!(first.remaining, "{first:?}");
+    assert_eq!(gone(&store, &ids).await, 4);
+    let saved = positions(&store).await;
+    assert!(
+        saved.keys().any(|id| !id.ends_with("-failing")),
+        "the readable shard's place is saved: {saved:?}"
+    );
+    // The failing shard's past is covered by the first sweep's catch-up:
+    // its place says so, and the next sweeps start no other.
+    let failing = saved
+        .iter()
+        .find(|(id, _)| id.ends_with("-failing"))
+        .map(|(_, item)| item.get("position").cloned());
+    assert_eq!(
+        failing,
+        Some(Some(AttributeValue::S("horizon:".into()))),
+        "{saved:?}"
+    );
+    let more = stuck_records(&store, "still-beside-it", 2).await;
+    let second = sweep(&store).await;
+    assert_eq!(
+        (second.found, second.released, second.errors),
+        (2, 2, 1),
+        "{second:?}"
+    );
+    assert_eq!(gone(&store, &more).await, 2);
+    assert_neighbours_untouched(&store, &others).await;
+    assert!(proxy.failed() >= 2, "the failing shard was read each time");
+}
+
+/// A deadline reached mid-listing keeps what was read: the records found
+/// are resolved and the place saved, so a backlog larger than one sweep
+/// advances sweep by sweep instead of being read again forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deadline_mid_listing_keeps_the_progress_made() {
+    let (store, proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    // More than two GetRecords pages (1,000 records each).
+    let ids = stuck_records(&store, "backlog", 2_500).await;
+    let sweeper = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .concurrency(32)
+        .stop_before(Duration::from_secs(2));
+    let first = {
+        let deadline = now_ms() + 2_000 + 6_000;
+        // The first page goes through; the next read hangs past the deadline.
+        proxy.hold_after(1);
+        let first = sweeper.sweep(Some(deadline)).await;
+        proxy.release();
+        first
+    };
+    assert!(first.remaining, "{first:?}");
+    assert!(
+        first.released > 0,
+        "the page read before the deadline is resolved: {first:?}"
+    );
+    let mut total = first.released;
+    for _ in 0..5 {
+        let next = sweeper.sweep(None).await;
+        total += next.released;
+        if !next.remaining {
+            break;
+        }
+    }
+    assert_eq!(total, 2_500);
+    assert_eq!(gone(&store, &ids).await, 2_500);
+}
+
+/// Two sweeps overlapping: the one that listed first settles last, and its
+/// older view must not move the saved place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_sweep_never_moves_a_position_back() {
+    let (store, proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    let ids = stuck_records(&store, "overlapping", 4).await;
+    // Sweep A lists (through the proxy) and is slow to finish...
+    let listing_a = store.stuck(now_ms(), None, 100).await.unwrap();
+    assert_eq!(listing_a.records.len(), 4);
+    assert!(proxy.get_records() > 0);
+    // ...while sweep B lists, resolves everything and saves its place.
+    let b = sweep(&store).await;
+    assert_eq!((b.released, b.errors), (4, 0), "{b:?}");
+    let after_b = positions(&store).await;
+    assert!(!after_b.is_empty());
+    // A settles at last, having resolved nothing of what it listed: its
+    // place (at the first record it saw stuck) is older than B's.
+    let settlement = listing_a.settlement.expect("a stream listing settles");
+    store.settle(&settlement, &[]).await.unwrap();
+    let after_a = positions(&store).await;
+    for (id, item) in &after_b {
+        assert_eq!(
+            after_a[id].get("position"),
+            item.get("position"),
+            "{id}: the older sweep moved the place back"
+        );
+    }
+    assert_eq!(gone(&store, &ids).await, 4);
+}
