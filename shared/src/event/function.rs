@@ -322,7 +322,9 @@ impl IdempotentFunction {
         self.run_keyed(key, fingerprint, arg, f).await
     }
 
-    /// Count `event` in this function's metrics.
+    /// Count `event` in this function's metrics (stream batches count
+    /// what they skip).
+    #[cfg(any(feature = "kinesis", feature = "dynamodb-stream-events"))]
     pub(crate) fn count(&self, event: Event) {
         self.config.count(event);
     }
