@@ -412,6 +412,26 @@ def check_engine_templates(check):
         check_engine_template(path, spec, base, check)
 
 
+def check_retained_tables(check):
+    """Every table that holds records or orders survives a stack delete and a
+    replacing update: a stack change must never drop records still in flight
+    (a key would run twice) or the orders themselves."""
+    for path in ("template.yaml", "deploy/valkey.yaml", "deploy/postgres.yaml"):
+        template = yaml_parse((ROOT / path).read_text())
+        tables = {
+            name: resource
+            for name, resource in template["Resources"].items()
+            if resource.get("Type") == "AWS::DynamoDB::Table"
+        }
+        check(bool(tables), f"{path}: declares its DynamoDB tables")
+        for name, resource in tables.items():
+            check(
+                resource.get("DeletionPolicy") == "Retain"
+                and resource.get("UpdateReplacePolicy") == "Retain",
+                f"{path}: {name} has DeletionPolicy and UpdateReplacePolicy Retain",
+            )
+
+
 def operations(body):
     return [(path, method, op) for path, ops in body["paths"].items() for method, op in ops.items()]
 
@@ -481,6 +501,7 @@ def main():
     check_bounds(template, check)
     check_sweeper_writes(template, check)
     check_engine_templates(check)
+    check_retained_tables(check)
 
     if failures:
         sys.exit(f"template check: {len(failures)} failure(s)")
