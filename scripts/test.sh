@@ -11,7 +11,7 @@ source scripts/python-tools.sh
 
 # Function binaries the tests run as real processes (built alone, as Lambda
 # tooling builds them).
-cargo build -p orders-api --bin orders-api -p sweeper --bin sweeper
+cargo build -p orders-api --bin orders-api -p order-events --bin order-events -p sweeper --bin sweeper
 scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings

@@ -17,9 +17,14 @@
 //! set, outputs too large for the table are kept in that S3 bucket under
 //! `IDEMPOTENCY_OFFLOAD_PREFIX` (default `order-events/`) and replayed from
 //! there ([`S3Offload`]); unset, they complete with the too-large marker.
+//! With `IDEMPOTENCY_METRICS_NAMESPACE` set, the idempotency metrics (claims,
+//! replays, conflicts, mismatches, store errors) are printed as CloudWatch
+//! EMF lines in that namespace with the dimension `Service=order-events`, as
+//! `orders-api` prints its own with `Service=orders-api`.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
     DynamoStore, IdempotencyContext, IdempotentFunction, S3Offload, SqsBatch, Store,
 };
@@ -176,13 +181,27 @@ impl Consumer {
                 Self::with_store(client, offload, &orders_table)
             }
         };
-        match idempotency_engine::expires_after(
+        let consumer = match idempotency_engine::expires_after(
             &lookup,
             "set it to at least the queues' message retention",
         )? {
-            None => Ok(consumer),
-            Some(life) => Ok(consumer.expires_after(life)),
-        }
+            None => consumer,
+            Some(life) => consumer.expires_after(life),
+        };
+        Ok(
+            match lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()) {
+                None => consumer,
+                Some(namespace) => {
+                    consumer.metrics(Metrics::new(namespace).dimension("Service", "order-events"))
+                }
+            },
+        )
+    }
+
+    /// Print the idempotency metrics as CloudWatch EMF lines.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.function = self.function.metrics(metrics);
+        self
     }
 
     /// Handle one invocation: an SQS batch (has `Records`) or one event.

@@ -222,6 +222,13 @@ impl IdempotentFunction {
         self
     }
 
+    /// Emit CloudWatch EMF metrics of every call (claims, replays,
+    /// conflicts, store errors; [`IdempotencyConfig::metrics`]).
+    pub fn metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.config = self.config.metrics(metrics);
+        self
+    }
+
     /// Upper bound of a lease (default 15 minutes); the lease without a
     /// registered deadline ([`IdempotencyConfig::max_lease`]).
     pub fn max_lease(mut self, lease: Duration) -> Self {

@@ -2,6 +2,7 @@
 //! DynamoDB Local and, where the store is what is under test, also on the
 //! in-memory store and on Redis.
 
+mod alarms;
 mod beyond;
 mod contract;
 mod dynamo;

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 /// The debug binary of function `name` next to this test's own (built by
 /// `make test`).
-fn function_bin(name: &str) -> std::path::PathBuf {
+pub(crate) fn function_bin(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target/debug");
     let bin = dir.join(name);
