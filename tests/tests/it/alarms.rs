@@ -224,6 +224,21 @@ fn watched(template: &str) -> (Vec<Watched>, BTreeMap<String, String>, Vec<Strin
                         ));
                     }
                 }
+                // An alarm nobody hears is no alarm: each notifies the
+                // topic the stack is given, going in and out of ALARM.
+                for actions in ["AlarmActions", "OKActions"] {
+                    let notifies = match properties.get(actions) {
+                        Some(Yaml::Tagged(tagged)) if tagged.tag == "!If" => {
+                            tagged.value.get(1).and_then(|then| then.get(0)).map(|topic| {
+                                matches!(topic, Yaml::Tagged(t) if t.tag == "!Ref" && t.value.as_str() == Some("AlarmTopicArn"))
+                            })
+                        }
+                        _ => None,
+                    };
+                    if notifies != Some(true) {
+                        errors.push(format!("{place}: {actions} is not [!Ref AlarmTopicArn] when the stack has a topic"));
+                    }
+                }
                 if properties.get("MetricName").is_none() && queries.is_none() {
                     errors.push(format!("{place}: an alarm without a metric"));
                 }
