@@ -64,7 +64,13 @@ timings="$work/timings.tsv"
 : >"$timings"
 
 # --- 1. sam build, each template -------------------------------------------------
-release_dir="$CARGO_TARGET_DIR/aarch64-unknown-linux-gnu/release"
+# The linker's output stays in deps/ (cargo-lambda copies it to
+# lambda/<bin>/bootstrap on every build, where SAM's builder takes it from):
+# its inode and time change only when cargo links the binary again.
+deps_dir="$CARGO_TARGET_DIR/aarch64-unknown-linux-gnu/release/deps"
+linked() {
+  find "$deps_dir" -maxdepth 1 -type f -perm -u+x -name "${1//-/_}-*" -printf '%T@ %i %p\n' 2>/dev/null | sort -n | tail -n 1
+}
 binaries_of() { grep -A3 'BuildMethod: rust-cargolambda' "$1" | sed -n 's/^ *Binary: *//p' | sort -u; }
 declare -A built_at=()
 for template in "${templates[@]}"; do
@@ -82,12 +88,11 @@ for template in "${templates[@]}"; do
   # Built once: a binary an earlier template built must be untouched by this
   # template's build (cargo found it fresh); a new one must be new.
   for bin in $(binaries_of "$template"); do
-    f="$release_dir/$bin"
-    [ -f "$f" ] || die "$template: no $f after sam build (did cargo-lambda build elsewhere than CARGO_TARGET_DIR=$CARGO_TARGET_DIR?)"
-    m=$(stat -c '%y %s' "$f")
+    m=$(linked "$bin")
+    [ -n "$m" ] || die "$template: no $bin in $deps_dir after sam build (did cargo-lambda build elsewhere than CARGO_TARGET_DIR=$CARGO_TARGET_DIR?)"
     if [ -n "${built_at[$bin]:-}" ]; then
       [ "${built_at[$bin]}" = "$m" ] || die "$template: sam build compiled $bin again (already built for an earlier template)"
-      say "$template: $bin reused from the earlier build ($f unchanged)"
+      say "$template: $bin reused from the earlier build (not linked again)"
     else
       built_at[$bin]=$m
     fi
