@@ -812,8 +812,46 @@ GAPS_SEEN = {}
 ACCOUNT = ""
 
 
+def self_test():
+    """The template logic this check relies on, on a small template: a
+    wrong answer here would pass or fail stacks for the wrong reason."""
+    t = {
+        "Parameters": {"P": {"Type": "String", "Default": "x"}, "L": {"Type": "CommaDelimitedList", "Default": "a,b"}},
+        "Conditions": {"C": {"Fn::Equals": [{"Ref": "P"}, "x"]}, "N": {"Fn::Not": [{"Condition": "C"}]}},
+        "Resources": {
+            "A": {"Type": "T"},
+            "B": {"Type": "T", "Properties": {"X": {"Fn::GetAtt": ["A", "Arn"]}}},
+            "D": {"Type": "T", "Properties": {"Y": {"Fn::Sub": "${B}-z"}}},
+            "E": {"Type": "T", "Condition": "C", "Properties": {"Z": {"Fn::Join": ["-", {"Ref": "L"}]}}},
+            "F": {"Type": "T", "DependsOn": "D"},
+            "G": {"Type": "T", "Condition": "N"},
+        },
+        "Outputs": {"O": {"Value": {"Ref": "D"}}, "Q": {"Value": "k"}},
+    }
+    out, dependent = without(t, ["A"])
+    assert sorted(out["Resources"]) == ["E", "G"], out["Resources"]
+    assert dependent == ["B", "D", "F"], dependent
+    assert list(out["Outputs"]) == ["Q"], out["Outputs"]
+    default, other = Stack("s", t, {}), Stack("s", t, {"P": "y", "L": "c"})
+    assert sorted(default.active()) == ["A", "B", "D", "E", "F"] and sorted(other.active()) == ["A", "B", "D", "F", "G"]
+    assert default.resolve(t["Resources"]["E"]["Properties"]) == {"Z": "a-b"}
+    try:
+        default.resolve(t["Resources"]["D"]["Properties"])
+        raise AssertionError("a reference to a resource the emulator did not create must not resolve")
+    except Unresolvable:
+        pass
+    assert policy_doc("{'Statement': [{'Effect': 'Allow', 'Action': 's3:GetObject', 'Resource': 'r'}]}") == [
+        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": ["r"]}
+    ]
+    c = Checks("X", "AWS::Lambda::Function")
+    c.expect("Architectures", ["arm64"], ["x86_64"])
+    c.expect("Runtime", "provided.al2023", "python3.12")
+    assert c.gaps and len(c.failed) == 1, (c.gaps, c.failed)
+
+
 def main():
     global ACCOUNT
+    self_test()
     templates = sys.argv[1:]
     ACCOUNT = aws("sts").get_caller_identity()["Account"]
     aws("s3").create_bucket(Bucket=BUCKET)
