@@ -4,6 +4,14 @@
 test:
 	scripts/test.sh
 
+.PHONY: deploy-check
+# `sam build` (release, arm64) of template.yaml and deploy/*.yaml, then `sam
+# package` / `sam deploy` against moto on loopback: every resource read back,
+# an update that keeps the tables (deploy/README.md, "Deploy rehearsal").
+# Part of `make test`; 14 min cold on 2 shared cores (the release build), ~70 s warm.
+deploy-check:
+	scripts/deploy-check.sh
+
 .PHONY: demo
 # The example API end to end: DynamoDB Local + cargo lambda watch + a narrated scenario.
 demo:

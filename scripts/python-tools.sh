@@ -1,5 +1,5 @@
 # Sourced by the scripts: makes sure .tools/venv holds the pinned tools of
-# scripts/python-tools.txt (cargo-lambda, aws-sam-cli) and puts it on PATH.
+# scripts/python-tools.txt (cargo-lambda, aws-sam-cli, ziglang) and puts it on PATH.
 _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 _venv="$_root/.tools/venv"
 _stamp="$_venv/.installed-$(sha256sum "$_root/scripts/python-tools.txt" | cut -c1-16)"

@@ -36,6 +36,8 @@ done
 echo "s3-local: moto listening on 127.0.0.1:$port (pid $s3_pid)" >&2
 
 export AWS_ENDPOINT_URL_S3="http://127.0.0.1:$port"
+# The server's own log (scripts/deploy-check reads what moto says it skipped).
+export S3_LOCAL_LOG="$log"
 export AWS_REGION="${AWS_REGION:-us-east-1}"
 export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-$AWS_REGION}"
 export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}"

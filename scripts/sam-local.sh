@@ -55,7 +55,7 @@ cgroup_name="lambda-idempotency-sam-local-$run_id"
 binfmt_name="lambda-idempotency-sam-local-aarch64"
 base_tag_prefix="lambda-idempotency/sam-local-base"
 functions=(OrdersApiFunction:orders-api OrderEventsFunction:order-events SweeperFunction:sweeper)
-max_glibc=2.34
+max_glibc=2.34 # provided.al2023 (scripts/bootstrap-check.sh)
 
 say() { echo "sam-local: $*" >&2; }
 die() { say "FAILED: $*"; exit 1; }
@@ -318,12 +318,13 @@ grep -a -z -q -x -F "$root" "$state/build/demo" ||
   die "$target_dir/debug/demo was not built from $root (another work tree shares CARGO_TARGET_DIR?): run again"
 say "built: functions in $((functions_built - build_started)) s, the table helper in $(($(date +%s) - functions_built)) s"
 
+# shellcheck source=scripts/bootstrap-check.sh
+source scripts/bootstrap-check.sh
 for f in "${functions[@]}"; do
   name=${f%%:*}
-  needs=$(readelf -V -W "$state/build/$name/bootstrap" | grep -oE 'GLIBC_[0-9]+(\.[0-9]+)+' | sed 's/GLIBC_//' | sort -uV | tail -n 1)
+  needs=$(bootstrap_glibc "$state/build/$name/bootstrap")
   [ -n "$needs" ] || die "$name: no GLIBC version found in its bootstrap"
-  highest=$(printf '%s\n%s\n' "$needs" "$max_glibc" | sort -V | tail -n 1)
-  [ "$highest" = "$max_glibc" ] ||
+  glibc_at_most "$needs" "$max_glibc" ||
     die "$name: bootstrap needs GLIBC_$needs, provided.al2023 has $max_glibc (the local base has Debian's 2.36, so only this check catches it)"
   say "glibc  $name bootstrap needs GLIBC_$needs (provided.al2023: $max_glibc): ok"
 done

@@ -23,6 +23,11 @@ AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/valkey.yaml
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/postgres.yaml
 # The SAM transform itself, with and without the optional JWT authorizer.
 AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
+# Build, package and deploy as users do: `sam build` (release, arm64) of the
+# three templates, the artifacts checked, `sam package` / `sam deploy` against
+# a local moto server, every resource read back (deploy/README.md, "Deploy
+# rehearsal").
+scripts/deploy-check.sh
 # Every sample event through `sam local invoke` and the HTTP API through
 # `sam local start-api` + curl, offline (Docker daemon in a private network
 # namespace). Where the machine cannot run it (no root), it fails and says why,
