@@ -180,6 +180,9 @@ fn watched(template: &str) -> (Vec<Watched>, BTreeMap<String, String>, Vec<Strin
     let mut types = BTreeMap::new();
     let mut found = Vec::new();
     let mut errors = Vec::new();
+    // The alarms' names, and the alarm ARNs the dashboard shows.
+    let mut names = Vec::new();
+    let mut shown = Vec::new();
     for (id, resource) in resources {
         let id = id.as_str().unwrap_or_default().to_owned();
         let kind = text(resource.get("Type")).unwrap_or_default();
@@ -188,6 +191,12 @@ fn watched(template: &str) -> (Vec<Watched>, BTreeMap<String, String>, Vec<Strin
         let properties = resource.get("Properties").cloned().unwrap_or(Yaml::Null);
         match kind.as_str() {
             "AWS::CloudWatch::Alarm" => {
+                match properties.get("AlarmName") {
+                    Some(Yaml::Tagged(tagged)) if tagged.tag == "!Sub" => {
+                        names.push(text(Some(&tagged.value)).unwrap_or_default())
+                    }
+                    _ => errors.push(format!("{place}: no AlarmName !Sub \"${{AWS::StackName}}-...\" (the dashboard names alarms by it)")),
+                }
                 if properties.get("MetricName").is_some() {
                     found.extend(alarm_metric(&place, &properties, &properties, &mut errors));
                 }
@@ -263,6 +272,13 @@ fn watched(template: &str) -> (Vec<Watched>, BTreeMap<String, String>, Vec<Strin
                 };
                 for (n, widget) in body["widgets"].as_array().into_iter().flatten().enumerate() {
                     let place = format!("{place} widget {n} ({})", widget["properties"]["title"]);
+                    for alarm in widget["properties"]["alarms"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                    {
+                        shown.push(alarm.as_str().unwrap_or_default().to_owned());
+                    }
                     for row in widget["properties"]["metrics"]
                         .as_array()
                         .into_iter()
@@ -276,6 +292,23 @@ fn watched(template: &str) -> (Vec<Watched>, BTreeMap<String, String>, Vec<Strin
                 }
             }
             _ => {}
+        }
+    }
+    // The dashboard shows every alarm, by the ARN its name gives it.
+    let arns: Vec<String> = names
+        .iter()
+        .map(|name| format!("arn:${{AWS::Partition}}:cloudwatch:${{AWS::Region}}:${{AWS::AccountId}}:alarm:{name}"))
+        .collect();
+    for arn in &shown {
+        if !arns.contains(arn) {
+            errors.push(format!(
+                "{template}: the dashboard shows {arn}, no alarm of the template"
+            ));
+        }
+    }
+    for arn in &arns {
+        if !shown.contains(arn) {
+            errors.push(format!("{template}: the dashboard does not show {arn}"));
         }
     }
     (found, types, errors)
