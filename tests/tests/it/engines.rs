@@ -36,6 +36,20 @@ async fn env_on(api: &RuntimeApi, engine_env: &[(&str, &str)]) -> Vec<(String, S
     .unwrap();
     let mut env = orders_env(api, &(String::new(), orders), engine_env);
     env.retain(|(k, _)| k != "IDEMPOTENCY_TABLE");
+    // Its AWS calls recorded as the function of the template of its engine
+    // (deploy/valkey.yaml, deploy/postgres.yaml; scripts/check-iam.py).
+    let url = engine_env
+        .iter()
+        .find(|(k, _)| *k == "IDEMPOTENCY_STORE_URL")
+        .map_or("", |(_, v)| *v);
+    let principal = if url.starts_with("redis") {
+        "orders-api.valkey"
+    } else if url.starts_with("postgres") {
+        "orders-api.postgres"
+    } else {
+        "orders-api.other"
+    };
+    env.extend(integration_tests::iam_record::process_env(principal));
     env
 }
 

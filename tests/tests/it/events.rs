@@ -415,7 +415,9 @@ async fn the_example_consumer_processes_the_sample_events_once() {
     integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
         .await
         .unwrap();
-    let consumer = order_events::Consumer::new(client.clone(), &idempotency, &orders);
+    // Its calls recorded as order-events' (scripts/check-iam.py).
+    let function = integration_tests::iam_record::dynamodb_client("order-events").await;
+    let consumer = order_events::Consumer::new(function, &idempotency, &orders);
     let mut context = lambda_runtime::Context::default();
     context.deadline = now_ms() + 30_000;
 

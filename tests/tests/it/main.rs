@@ -10,6 +10,7 @@ mod event_options;
 mod events;
 mod fixture;
 mod fuzz;
+mod iam;
 mod layout;
 mod model;
 mod offload;
