@@ -4,7 +4,7 @@
 //!
 //! A recording HTTP proxy sits in front of DynamoDB Local (tables and
 //! streams) and in front of the local AWS server of `scripts/s3-local.sh`
-//! (S3, and any other service moto serves on that port). It forwards every
+//! (moto: S3, and Secrets Manager on the same port). It forwards every
 //! byte unchanged and appends one JSON line per request to
 //! `<target>/debug/iam-calls/<pid>.jsonl` (or `$IAM_CALLS_DIR`): who made it,
 //! the service, the operation and what it touches (the DynamoDB request with
@@ -181,8 +181,11 @@ pub fn process_env(principal: &str) -> Vec<(String, String)> {
         ("AWS_SECRET_ACCESS_KEY".to_owned(), "local".to_owned()),
         ("AWS_ENDPOINT_URL_DYNAMODB".to_owned(), dynamodb_endpoint()),
     ];
-    if let Some(s3) = s3_endpoint() {
-        env.push(("AWS_ENDPOINT_URL_S3".to_owned(), s3));
+    // The local AWS server of scripts/s3-local.sh (moto) serves S3 and
+    // Secrets Manager on one port.
+    if let Some(aws) = s3_endpoint() {
+        env.push(("AWS_ENDPOINT_URL_S3".to_owned(), aws.clone()));
+        env.push(("AWS_ENDPOINT_URL_SECRETS_MANAGER".to_owned(), aws));
     }
     env
 }
