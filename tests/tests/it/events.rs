@@ -482,6 +482,18 @@ async fn the_example_consumer_processes_the_sample_events_once() {
             .contains("neither an SQS event nor an order event"),
         "{err:?}"
     );
+    // An event the handler refuses: its claim is released (DeleteItem), so
+    // a redelivery runs again and is refused again, not replayed.
+    let mut refused = sample("async-invoke-order-event.json");
+    refused["event_id"] = json!("evt-refused");
+    refused["type"] = json!("OrderCancelled");
+    for _ in 0..2 {
+        let err = consumer
+            .handle(refused.clone(), &context)
+            .await
+            .unwrap_err();
+        assert!(err.error_message.contains("only OrderPlaced"), "{err:?}");
+    }
 }
 
 async fn oversized_output_case(store: impl lambda_idempotency::Store + 'static) {
