@@ -1,11 +1,15 @@
 """A small evaluator of AWS IAM identity policies, for scripts/check-iam.py.
 
-No kept library on PyPI or crates.io evaluates identity policies with
-conditions (policyuniverse and parliament expand and lint actions; moto's
-access control ignores Resource patterns' special characters and turns a
-failed condition of an Allow into a Deny; the `aws-iam` crate's offline
-evaluation has had no release since 2020), so this implements what the
-templates need, after AWS's "Policy evaluation logic" page:
+Searched first: on PyPI, policyuniverse and parliament expand and lint
+actions but evaluate nothing; moto's access control (moto.iam.
+access_control, already installed for the local S3 server) evaluates, but
+turns an Allow whose condition fails into a Deny and matches Resource
+patterns as unescaped regular expressions. On crates.io, aws-iam 0.2.2's
+offline evaluation calls itself "not exhaustive"; iam-rs evaluates
+policies in Rust, but this check runs where SAM's translator does (Python)
+and must fail loudly on a condition it cannot decide, which iam-rs was not
+checked for. So this implements what the templates need, after AWS's
+"Policy evaluation logic" page:
 
 - an explicit Deny wins, else an Allow allows, else the call is denied
   (implicitly);
