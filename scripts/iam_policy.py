@@ -8,7 +8,10 @@ patterns as unescaped regular expressions. On crates.io, aws-iam 0.2.2's
 offline evaluation calls itself "not exhaustive"; iam-rs evaluates
 policies in Rust, but this check runs where SAM's translator does (Python)
 and must fail loudly on a condition it cannot decide, which iam-rs was not
-checked for. So this implements what the templates need, after AWS's
+checked for. (On npm, @cloud-copilot/iam-simulate simulates AWS's
+evaluation with per-action context keys: not tried yet; running the same
+calls through it as a second opinion is a worthwhile follow-up.) So this
+implements what the templates need, after AWS's
 "Policy evaluation logic" page:
 
 - an explicit Deny wins, else an Allow allows, else the call is denied
