@@ -12,7 +12,9 @@ script:
    function's role, and the operator's managed policies, from the result;
 3. maps each recorded call to its IAM action(s) and resource ARN(s) in the
    deployed stack, and evaluates it against its caller's policies
-   (scripts/iam_policy.py): any call denied fails the check;
+   (scripts/iam_policy.py): any call denied fails the check, and so does
+   an evaluation the iam-rs crate decides otherwise (a second opinion,
+   tools/src/bin/iam-evaluate.rs);
 4. lists every granted action that no allowed call used: each must have its
    reason in deploy/README.md ("## IAM: what each grant is for"), or the
    check fails (and so does a reason for a grant that is exercised or gone);
@@ -419,6 +421,41 @@ def calls_of(record, base, outside):
     raise CheckError(f"{record['principal']}: service {service} is not mapped to IAM here")
 
 
+# ----------------------------------------------------------- second opinion
+
+# Every distinct evaluation, to be made again by the iam-rs crate.
+SECOND_OPINIONS = {}
+
+
+def second_opinion(statements, action, resource, context, decision):
+    request = {"policy": {"Version": "2012-10-17", "Statement": statements}, "action": action, "resource": resource, "context": context}
+    SECOND_OPINIONS[json.dumps(request, sort_keys=True)] = decision
+
+
+def second_opinions():
+    """The evaluations iam-rs decides otherwise (tools/src/bin/iam-evaluate.rs)."""
+    lines = list(SECOND_OPINIONS)
+    run = subprocess.run(
+        ["cargo", "run", "-q", "-p", "tools", "--bin", "iam-evaluate"],
+        cwd=ROOT,
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0:
+        raise CheckError(f"iam-evaluate failed: {run.stderr.strip()}")
+    answers = run.stdout.splitlines()
+    if len(answers) != len(lines):
+        raise CheckError(f"iam-evaluate answered {len(answers)} of {len(lines)} requests")
+    differ = []
+    for line, answer in zip(lines, answers):
+        ours = SECOND_OPINIONS[line]
+        if answer != ours:
+            request = json.loads(line)
+            differ.append(f"{request['action']} on {request['resource']} {request['context']}: ours {ours}, iam-rs {answer}")
+    return differ
+
+
 # ----------------------------------------------------------------- reasons
 
 
@@ -542,6 +579,7 @@ def main():
                     denied.append(f"{call.action} on {call.logical} ({call.what}): no such resource in {path}")
                     continue
                 decision, allowed_by = iam_policy.evaluate(statements, call.action, arn, call.context)
+                second_opinion(statements, call.action, arn, call.context, decision)
                 if decision != iam_policy.ALLOW:
                     denied.append(f"{call.action} on {arn} ({call.what}; {call.context or 'no condition keys'}): {decision}")
                 for statement in allowed_by:
@@ -554,14 +592,23 @@ def main():
     # commands made is denied by it.
     resolve_writes = [c for c in calls_by_principal.get("cli-resolve", []) if c.action in ("dynamodb:DeleteItem", "dynamodb:UpdateItem", "dynamodb:PutItem")]
     read_only, _ = stacks[DYNAMODB_TEMPLATE].policies("OperatorReadOnlyPolicy")
-    let_through = [
-        f"{c.action} ({c.what})"
-        for c in resolve_writes
-        if iam_policy.evaluate(read_only, c.action, c.arn(stacks[DYNAMODB_TEMPLATE]), c.context)[0] == iam_policy.ALLOW
-    ]
+    let_through = []
+    for c in resolve_writes:
+        arn = c.arn(stacks[DYNAMODB_TEMPLATE])
+        decision = iam_policy.evaluate(read_only, c.action, arn, c.context)[0]
+        second_opinion(read_only, c.action, arn, c.context, decision)
+        if decision == iam_policy.ALLOW:
+            let_through.append(f"{c.action} ({c.what})")
     check(
         bool(resolve_writes) and not let_through,
         f"OperatorReadOnlyPolicy denies each of the {len(resolve_writes)} writes `release` and `fail` made ({let_through or 'all denied'})",
+    )
+
+    disagreements = second_opinions()
+    check(
+        not disagreements,
+        f"the iam-rs crate (tools/src/bin/iam-evaluate.rs) decides each of the {len(SECOND_OPINIONS)} distinct evaluations alike"
+        + (f" (differs: {disagreements[:5]})" if disagreements else ""),
     )
 
     reasons_text = (ROOT / "deploy" / "README.md").read_text()

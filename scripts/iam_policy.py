@@ -5,13 +5,14 @@ actions but evaluate nothing; moto's access control (moto.iam.
 access_control, already installed for the local S3 server) evaluates, but
 turns an Allow whose condition fails into a Deny and matches Resource
 patterns as unescaped regular expressions. On crates.io, aws-iam 0.2.2's
-offline evaluation calls itself "not exhaustive"; iam-rs evaluates
-policies in Rust, but this check runs where SAM's translator does (Python)
-and must fail loudly on a condition it cannot decide, which iam-rs was not
-checked for. (On npm, @cloud-copilot/iam-simulate simulates AWS's
-evaluation with per-action context keys: not tried yet; running the same
-calls through it as a second opinion is a worthwhile follow-up.) So this
-implements what the templates need, after AWS's
+offline evaluation calls itself "not exhaustive"; iam-rs (kept, in Rust)
+evaluates policies with conditions, and scripts/check-iam.py makes every
+evaluation a second time with it (tools/src/bin/iam-evaluate.rs), failing
+where the two disagree; but this check runs where SAM's translator does
+(Python), and must fail loudly on a condition it cannot decide rather than
+read a missing key as AWS does. (On npm, @cloud-copilot/iam-simulate
+simulates AWS's evaluation with per-action context keys: not tried.) So
+this implements what the templates need, after AWS's
 "Policy evaluation logic" page:
 
 - an explicit Deny wins, else an Allow allows, else the call is denied
