@@ -22,7 +22,7 @@ script:
    it with the table in README.md's `## IAM` (`--write-readme` rewrites it).
 
 Test resources are named by role (tests/src/lib.rs: `unique_name`): tables
-`idempotency-*` and `single-table-*` are the stack's IdempotencyTable,
+`idempotency-*`, `single-table-*` and `keys-only-*` are the stack's IdempotencyTable,
 `orders-*` its OrdersTable; every bucket is its OffloadBucket (the object
 keys are kept as they are, so a function's prefix is checked); a stream is
 its table's StreamArn. A table named otherwise is outside the stack (a test
@@ -96,7 +96,14 @@ README_END = "<!-- iam-table:end -->"
 REASONS_HEADING = "## IAM: what each grant is for"
 
 # The partition key of each table (the dynamodb:LeadingKeys of its items).
-TABLE_ROLES = (("idempotency-", "IdempotencyTable"), ("single-table-", "IdempotencyTable"), ("orders-", "OrdersTable"))
+# (`keys-only-*`: the CLI's test of an idempotency table whose stream has
+# the wrong view type.)
+TABLE_ROLES = (
+    ("idempotency-", "IdempotencyTable"),
+    ("single-table-", "IdempotencyTable"),
+    ("keys-only-", "IdempotencyTable"),
+    ("orders-", "OrdersTable"),
+)
 
 
 class CheckError(Exception):
