@@ -281,7 +281,9 @@ ENGINE_TEMPLATES = {
 # The sweeper's items that keep its place in each shard of the stream
 # (POSITION_PREFIX in shared/src/store/dynamodb/stream.rs, whose tests check
 # this pattern is in template.yaml).
-SWEEPER_POSITIONS = "~sweeper/stream/*"
+# And the catch-up scan's place (CATCH_UP_ID there), which the same PutItem
+# saves.
+SWEEPER_POSITIONS = ["~sweeper/stream/*", "~sweeper/catch-up"]
 DYNAMODB_ONLY_ENV = {"IDEMPOTENCY_TABLE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS"}
 
 
@@ -310,11 +312,11 @@ def check_sweeper_writes(template, check):
         st
         for st in puts
         if actions(st) == ["dynamodb:PutItem"]
-        and st.get("Condition") == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [SWEEPER_POSITIONS]}}
+        and st.get("Condition") == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": SWEEPER_POSITIONS}}
     ]
     check(
         len(puts) == 1 and scoped == puts,
-        f"SweeperFunction: PutItem is granted alone, only on keys {SWEEPER_POSITIONS} (its positions in the stream)",
+        f"SweeperFunction: PutItem is granted alone, only on keys {SWEEPER_POSITIONS} (its places in the stream and the catch-up scan's)",
     )
 
 

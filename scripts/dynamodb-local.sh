@@ -34,7 +34,7 @@ jar_dir=$(dirname "$jar")
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log="$tools/dynamodb-local-$port.log"
-java -Djava.library.path="$jar_dir/DynamoDBLocal_lib" -jar "$jar" -inMemory -port "$port" >"$log" 2>&1 &
+java -Djava.library.path="$jar_dir/DynamoDBLocal_lib" -jar "$jar" -inMemory -sharedDb -port "$port" >"$log" 2>&1 &
 ddb_pid=$!
 trap 'kill $ddb_pid 2>/dev/null || true; wait $ddb_pid 2>/dev/null || true' EXIT
 

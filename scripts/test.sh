@@ -12,6 +12,11 @@ source scripts/python-tools.sh
 # Function binaries the tests run as real processes (built alone, as Lambda
 # tooling builds them).
 cargo build -p orders-api --bin orders-api -p order-events --bin order-events -p sweeper --bin sweeper
+# The AWS calls this run's tests record for the IAM check below
+# (tests/src/iam_record.rs), none left from an earlier run.
+# shellcheck source=scripts/target-dir.sh
+source scripts/target-dir.sh
+rm -rf "$target_dir/debug/iam-calls"
 scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings
@@ -23,6 +28,9 @@ AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/valkey.yaml
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/postgres.yaml
 # The SAM transform itself, with and without the optional JWT authorizer.
 AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
+# Every AWS call the tests recorded, evaluated against its caller's role in
+# the transformed templates (deploy/README.md, "IAM: what each grant is for").
+AWS_DEFAULT_REGION=us-east-1 python scripts/check-iam.py
 # Build, package and deploy as users do: `sam build` (release, arm64) of the
 # three templates, the artifacts checked, `sam package` / `sam deploy` against
 # a local moto server, every resource read back (deploy/README.md, "Deploy

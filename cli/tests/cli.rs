@@ -17,6 +17,42 @@ use lambda_idempotency::{
 use serde_json::Value;
 use tower::{Layer, ServiceExt};
 
+/// A CLI command whose access key names the operator policy its command
+/// needs (see `Env::cli`).
+struct Cli(Command);
+
+impl Cli {
+    /// `Command::args`, and the resolving commands sign as `cli-resolve`.
+    fn args<I, S>(&mut self, args: I) -> &mut Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        if args.iter().any(|a| a == "release" || a == "fail") {
+            self.0.env(
+                "AWS_ACCESS_KEY_ID",
+                integration_tests::iam_record::access_key("cli-resolve"),
+            );
+        }
+        self.0.args(args)
+    }
+}
+
+impl std::ops::Deref for Cli {
+    type Target = Command;
+    fn deref(&self) -> &Command {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Cli {
+    fn deref_mut(&mut self) -> &mut Command {
+        &mut self.0
+    }
+}
+
 struct Env {
     store: DynamoStore,
     endpoint: String,
@@ -44,8 +80,17 @@ impl Env {
         cmd
     }
 
-    fn cli(&self) -> Command {
-        self.cli_at(&self.endpoint)
+    /// The CLI on this table, its calls recorded (through
+    /// `integration_tests::iam_record`) as an operator's: `cli-resolve` for
+    /// `release` and `fail`, `cli-read` for the read-only commands, each
+    /// proved against its managed policy by scripts/check-iam.py.
+    fn cli(&self) -> Cli {
+        let mut cmd = self.cli_at(&integration_tests::iam_record::dynamodb_endpoint());
+        cmd.env(
+            "AWS_ACCESS_KEY_ID",
+            integration_tests::iam_record::access_key("cli-read"),
+        );
+        Cli(cmd)
     }
 
     /// A real claim of `key`'s record, its lease ending in `lease_ms`.

@@ -9,6 +9,7 @@ pub mod capacity_proxy;
 pub mod fault_proxy;
 pub mod functions;
 mod handlers;
+pub mod iam_record;
 pub mod runtime_api;
 pub mod streams_proxy;
 

@@ -36,6 +36,20 @@ async fn env_on(api: &RuntimeApi, engine_env: &[(&str, &str)]) -> Vec<(String, S
     .unwrap();
     let mut env = orders_env(api, &(String::new(), orders), engine_env);
     env.retain(|(k, _)| k != "IDEMPOTENCY_TABLE");
+    // Its AWS calls recorded as the function of the template of its engine
+    // (deploy/valkey.yaml, deploy/postgres.yaml; scripts/check-iam.py).
+    let url = engine_env
+        .iter()
+        .find(|(k, _)| *k == "IDEMPOTENCY_STORE_URL")
+        .map_or("", |(_, v)| *v);
+    let principal = if url.starts_with("redis") {
+        "orders-api.valkey"
+    } else if url.starts_with("postgres") {
+        "orders-api.postgres"
+    } else {
+        "orders-api.other"
+    };
+    env.extend(integration_tests::iam_record::process_env(principal));
     env
 }
 
@@ -115,6 +129,48 @@ async fn orders_api_keeps_its_records_in_postgres_and_creates_the_schema_when_as
     assert_replayed(&first, &second);
     let store = lambda_idempotency::PostgresStore::from_url(&url).unwrap();
     assert!(holds_the_response(&store, &first).await);
+}
+
+/// With `IDEMPOTENCY_STORE_SECRET_ARN` the function reads the database
+/// password from Secrets Manager at start (the local AWS server's, through
+/// the recorder: scripts/check-iam.py proves deploy/postgres.yaml's grant
+/// allows the call). The test server trusts local connections, so the
+/// secret's password is sent and not needed.
+#[tokio::test]
+async fn orders_api_reads_the_database_password_from_secrets_manager() {
+    let aws = std::env::var("AWS_ENDPOINT_URL_S3").unwrap_or_else(|_| {
+        panic!("AWS_ENDPOINT_URL_S3 is not set: run the tests through scripts/s3-local.sh")
+    });
+    let shared = aws_config::from_env()
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let secrets = aws_sdk_secretsmanager::Client::from_conf(
+        aws_sdk_secretsmanager::config::Builder::from(&shared)
+            .endpoint_url(aws)
+            .build(),
+    );
+    let secret = secrets
+        .create_secret()
+        .name(integration_tests::unique_name("database"))
+        .secret_string(r#"{"username":"postgres","password":"not-needed-locally"}"#)
+        .send()
+        .await
+        .expect("the secret is created on the local AWS server");
+    let arn = secret.arn().expect("the secret's ARN").to_owned();
+    let api = RuntimeApi::start().await.unwrap();
+    let url = integration_tests::postgres_fresh_database().await;
+    let env = env_on(
+        &api,
+        &[
+            ("IDEMPOTENCY_STORE_URL", &url),
+            ("IDEMPOTENCY_CREATE_SCHEMA", "1"),
+            ("IDEMPOTENCY_STORE_SECRET_ARN", &arn),
+        ],
+    )
+    .await;
+    let (first, second) = post_twice(&api, &env).await;
+    assert_replayed(&first, &second);
 }
 
 /// Start `orders-api` with `engine_env`; it must exit at once, and its

@@ -415,7 +415,9 @@ async fn the_example_consumer_processes_the_sample_events_once() {
     integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
         .await
         .unwrap();
-    let consumer = order_events::Consumer::new(client.clone(), &idempotency, &orders);
+    // Its calls recorded as order-events' (scripts/check-iam.py).
+    let function = integration_tests::iam_record::dynamodb_client("order-events").await;
+    let consumer = order_events::Consumer::new(function, &idempotency, &orders);
     let mut context = lambda_runtime::Context::default();
     context.deadline = now_ms() + 30_000;
 
@@ -480,6 +482,18 @@ async fn the_example_consumer_processes_the_sample_events_once() {
             .contains("neither an SQS event nor an order event"),
         "{err:?}"
     );
+    // An event the handler refuses: its claim is released (DeleteItem), so
+    // a redelivery runs again and is refused again, not replayed.
+    let mut refused = sample("async-invoke-order-event.json");
+    refused["event_id"] = json!("evt-refused");
+    refused["type"] = json!("OrderCancelled");
+    for _ in 0..2 {
+        let err = consumer
+            .handle(refused.clone(), &context)
+            .await
+            .unwrap_err();
+        assert!(err.error_message.contains("only OrderPlaced"), "{err:?}");
+    }
 }
 
 async fn oversized_output_case(store: impl lambda_idempotency::Store + 'static) {

@@ -11,6 +11,7 @@ mod event_options;
 mod events;
 mod fixture;
 mod fuzz;
+mod iam;
 mod layout;
 mod model;
 mod offload;

@@ -15,6 +15,9 @@ use crate::fixture::json;
 
 struct App {
     client: aws_sdk_dynamodb::Client,
+    /// The function's own client: its calls are recorded as orders-api's
+    /// (scripts/check-iam.py); the harness reads back through `client`.
+    function: aws_sdk_dynamodb::Client,
     config: Config,
 }
 
@@ -44,7 +47,12 @@ impl App {
             allow_anonymous: true,
             offload: None,
         };
-        App { client, config }
+        let function = integration_tests::iam_record::dynamodb_client("orders-api").await;
+        App {
+            client,
+            function,
+            config,
+        }
     }
 
     /// The idempotency table's store, as `orders_api::app` builds it.
@@ -56,7 +64,7 @@ impl App {
     }
 
     async fn call(&self, req: Request) -> Response<Body> {
-        orders_api::app(self.client.clone(), &self.config)
+        orders_api::app(self.function.clone(), &self.config)
             .oneshot(req)
             .await
             .expect("response")

@@ -41,6 +41,8 @@ fn event(key: &str, crash: bool) -> String {
 
 fn spawn(api: &RuntimeApi, tables: &(String, String)) -> tokio::process::Child {
     let mut env = api.function_env("orders-api");
+    // Its AWS calls recorded as orders-api's (scripts/check-iam.py).
+    env.extend(integration_tests::iam_record::process_env("orders-api"));
     env.extend([
         ("IDEMPOTENCY_TABLE".to_owned(), tables.0.clone()),
         ("ORDERS_TABLE".to_owned(), tables.1.clone()),
@@ -131,12 +133,11 @@ async fn sweep_as_configured(streams: Option<&str>) -> Value {
     env.extend([
         ("IDEMPOTENCY_TABLE".to_owned(), table),
         ("SWEEP_GRACE_SECONDS".to_owned(), "0".to_owned()),
-        (
-            "AWS_ENDPOINT_URL_DYNAMODB".to_owned(),
-            integration_tests::endpoint(),
-        ),
         ("RUST_LOG".to_owned(), "error".to_owned()),
     ]);
+    // AWS_ENDPOINT_URL_DYNAMODB (DynamoDB Local through the recorder), and
+    // its AWS calls recorded as the sweeper's (scripts/check-iam.py).
+    env.extend(integration_tests::iam_record::process_env("sweeper"));
     let mut command = tokio::process::Command::new(function_bin("sweeper"));
     command
         .env_remove("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")

@@ -605,18 +605,25 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
     let payload: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut context = lambda_runtime::Context::default();
     context.deadline = now_ms() + 60_000;
+    // The function's calls recorded as the sweeper's, apart for its opt-in
+    // index discovery (scripts/check-iam.py).
+    let principal = if mode == Discovery::Index {
+        "sweeper.index"
+    } else {
+        "sweeper"
+    };
     let config = sweeper::Config {
         engine: Default::default(),
         table: store.dynamo().table().to_owned(),
         policy: SweepPolicy::Release,
         grace: Duration::ZERO,
         index: mode == Discovery::Index,
-        streams_endpoint: Some(integration_tests::endpoint()),
+        streams_endpoint: Some(integration_tests::iam_record::dynamodb_endpoint()),
     };
     let summary: SweepSummary = sweeper::handle(
         &config.sweeper(
-            store.dynamo().client().clone(),
-            integration_tests::streams_config().await,
+            integration_tests::iam_record::dynamodb_client(principal).await,
+            integration_tests::iam_record::streams_config(principal).await,
         ),
         lambda_runtime::LambdaEvent::new(payload, context),
     )
@@ -644,6 +651,34 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         .unwrap();
     assert!(metrics.iter().any(|m| m["Name"] == "SweepFenced"));
     assert!(metrics.iter().any(|m| m["Name"] == "SweepTrimmed"));
+
+    // SweepPolicy=fail: the function completes stuck records with the
+    // terminal problem (fenced updates, recorded as the sweeper's too).
+    let stuck = [hashed_id("stuck-to-fail-0"), hashed_id("stuck-to-fail-1")];
+    for id in &stuck {
+        claim(&store, id, 1).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 60_000;
+    let config = sweeper::Config {
+        policy: SweepPolicy::Fail,
+        ..config
+    };
+    let failing: SweepSummary = sweeper::handle(
+        &config.sweeper(
+            integration_tests::iam_record::dynamodb_client(principal).await,
+            integration_tests::iam_record::streams_config(principal).await,
+        ),
+        lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
+    )
+    .await
+    .unwrap();
+    assert_eq!((failing.found, failing.failed), (2, 2), "{failing:?}");
+    for id in &stuck {
+        let record = store.get(id).await.unwrap().expect("kept, completed");
+        assert_eq!(record.record.status, Status::Completed);
+    }
 }
 
 // Defects found by the audit (issue 14, item 9); each test failed before its fix.

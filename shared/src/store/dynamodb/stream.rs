@@ -1145,11 +1145,15 @@ mod tests {
     #[test]
     fn the_templates_put_item_grant_covers_the_position_items() {
         // template.yaml scopes the sweeper's PutItem to these keys
-        // (dynamodb:LeadingKeys); scripts/check-template.py checks the rest.
+        // (dynamodb:LeadingKeys): its places in the stream and the catch-up
+        // scan's place; scripts/check-template.py checks the rest, and
+        // scripts/check-iam.py evaluates the recorded puts against it.
         let template = include_str!("../../../../template.yaml");
+        let condition =
+            format!("dynamodb:LeadingKeys: [\"{POSITION_PREFIX}*\", \"{CATCH_UP_ID}\"]");
         assert!(
-            template.contains(&format!("dynamodb:LeadingKeys: [\"{POSITION_PREFIX}*\"]")),
-            "template.yaml's sweeper PutItem condition must name {POSITION_PREFIX}*"
+            template.contains(&condition),
+            "template.yaml's sweeper PutItem condition must be {condition}"
         );
     }
 

@@ -1,0 +1,203 @@
+//! The library's features as a user's own function calls them, each with a
+//! DynamoDB client of its own whose calls are recorded under the feature's
+//! name (integration_tests::iam_record): scripts/check-iam.py derives the
+//! IAM each feature needs from these records and compares it with the
+//! README's `## IAM` table. (The example functions, the sweeper and the CLI
+//! are recorded where their own tests run them; S3 offload in offload.rs.)
+
+use std::time::Duration;
+
+use lambda_idempotency::{
+    DynamoStore, ErrorKind, EventError, IdempotentFunction, Store, StoredBody, StoredResponse,
+};
+use serde_json::{json, Value};
+
+use crate::fixture::{claim_request, claimed, now_ms};
+
+/// A DynamoStore on a fresh idempotency table whose calls are recorded as
+/// `feature`'s.
+async fn recorded_store(feature: &str) -> DynamoStore {
+    let table = integration_tests::create_table(&integration_tests::client().await).await;
+    DynamoStore::new(
+        integration_tests::iam_record::dynamodb_client(feature).await,
+        table,
+    )
+}
+
+async fn ok(function: &IdempotentFunction, id: &str) -> Result<Value, EventError<String>> {
+    function
+        .call(json!({"id": id}), |p| async move { Ok::<_, String>(p) })
+        .await
+}
+
+/// Claim, complete, replay, and release after a failed handler.
+#[tokio::test]
+async fn claim_complete_and_release() {
+    let store = recorded_store("feature-claim-complete-release").await;
+    let function = IdempotentFunction::new(store.clone(), "consumer").key_pointers(["/id"]);
+    let first = ok(&function, "a").await.expect("completed");
+    let again = ok(&function, "a").await.expect("replayed");
+    assert_eq!(first, again);
+    let failed = function
+        .call(json!({"id": "b"}), |_| async move {
+            Err::<Value, _>("handler failed".to_owned())
+        })
+        .await;
+    assert!(failed.is_err(), "{failed:?}");
+    // Released: the next delivery runs the handler again and completes.
+    let retried = ok(&function, "b").await.expect("retried");
+    assert_eq!(retried, json!({"id": "b"}));
+}
+
+/// A duplicate that waits for the first delivery (`wait_for`) and replays
+/// its output.
+#[tokio::test]
+async fn wait_for_an_in_progress_duplicate() {
+    let store = recorded_store("feature-wait-for").await;
+    let function = IdempotentFunction::new(store, "consumer").key_pointers(["/id"]);
+    let holder = function.clone();
+    let (started, start) = tokio::sync::oneshot::channel::<()>();
+    let first = tokio::spawn(async move {
+        holder
+            .call(json!({"id": "w"}), |_| async move {
+                let _ = started.send(());
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                Ok::<_, String>(json!({"first": true}))
+            })
+            .await
+    });
+    start.await.expect("the first delivery started");
+    let waited = function
+        .clone()
+        .wait_for(Duration::from_secs(10))
+        .call(json!({"id": "w"}), |_| async move {
+            Ok::<_, String>(json!({"second": true}))
+        })
+        .await
+        .expect("the duplicate waited");
+    assert_eq!(waited, json!({"first": true}));
+    assert_eq!(
+        first.await.expect("joined").expect("first"),
+        json!({"first": true})
+    );
+}
+
+/// A transactional completion: the handler's write and the completion
+/// commit together (TransactWriteItems), or neither does.
+#[tokio::test]
+async fn transactional_completion() {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    let store = recorded_store("feature-transactional-completion").await;
+    let orders = integration_tests::unique_name("orders");
+    integration_tests::create_table_from_template(
+        &integration_tests::client().await,
+        "OrdersTable",
+        &orders,
+    )
+    .await
+    .expect("orders table");
+    let put = |id: &str| {
+        let put = Put::builder()
+            .table_name(&orders)
+            .item("order_id", AttributeValue::S(id.into()))
+            .condition_expression("attribute_not_exists(order_id)")
+            .build()
+            .expect("a put with a table and an item");
+        let mut writes = lambda_idempotency::DeferredWrites::new();
+        writes.push(TransactWriteItem::builder().put(put).build());
+        writes
+    };
+    let response = StoredResponse::new(201, vec![], StoredBody::Text("{}".into()));
+    let expires = now_ms() / 1000 + 3600;
+    let lease = claimed(
+        store
+            .claim(&claim_request("t1", "me", 60_000))
+            .await
+            .expect("claim"),
+    );
+    store
+        .complete_with_writes(&lease, &response, expires, put("o-1"))
+        .await
+        .expect("committed");
+    let lease = claimed(
+        store
+            .claim(&claim_request("t2", "me", 60_000))
+            .await
+            .expect("claim"),
+    );
+    let err = store
+        .complete_with_writes(&lease, &response, expires, put("o-1"))
+        .await
+        .expect_err("o-1 exists: cancelled");
+    assert_eq!(err.kind(), ErrorKind::TransactionCancelled, "{err}");
+}
+
+/// A catch-up scan longer than one sweep (more than its 10 pages of 1,000
+/// items): the sweeper saves its place under `~sweeper/catch-up` with the
+/// same conditional PutItem as its places in the stream, recorded as the
+/// sweeper function's, so its role's `dynamodb:LeadingKeys` condition is
+/// proved to allow it; the next sweep ends the catch-up and deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
+    use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+    use futures_util::StreamExt;
+    let harness = integration_tests::client().await;
+    let table = integration_tests::create_table(&harness).await;
+    // Items that are not records in progress: the scan reads past them.
+    let batches: Vec<Vec<WriteRequest>> = (0..10_050)
+        .map(|i| {
+            let put = PutRequest::builder()
+                .item("id", AttributeValue::S(format!("filler-{i}")))
+                .build()
+                .expect("an item");
+            WriteRequest::builder().put_request(put).build()
+        })
+        .collect::<Vec<_>>()
+        .chunks(25)
+        .map(<[WriteRequest]>::to_vec)
+        .collect();
+    futures_util::stream::iter(batches)
+        .for_each_concurrent(16, |batch| {
+            let (harness, table) = (harness.clone(), table.clone());
+            async move {
+                let mut pending = Some(std::collections::HashMap::from([(table, batch)]));
+                while let Some(items) = pending.take().filter(|p| !p.is_empty()) {
+                    let out = harness
+                        .batch_write_item()
+                        .set_request_items(Some(items))
+                        .send()
+                        .await
+                        .expect("batch write");
+                    pending = out.unprocessed_items().cloned();
+                }
+            }
+        })
+        .await;
+    let store = DynamoStore::new(
+        integration_tests::iam_record::dynamodb_client("sweeper").await,
+        table.clone(),
+    )
+    .with_stream_at(
+        integration_tests::iam_record::streams_config("sweeper").await,
+        Some(integration_tests::iam_record::dynamodb_endpoint()),
+    );
+    let sweeper = lambda_idempotency::Sweeper::new(store).grace(Duration::ZERO);
+    let place = || async {
+        harness
+            .get_item()
+            .table_name(&table)
+            .key("id", AttributeValue::S("~sweeper/catch-up".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get the catch-up place")
+            .item()
+            .is_some()
+    };
+    let first = sweeper.sweep(None).await;
+    assert_eq!(first.errors, 0, "{first:?}");
+    assert!(place().await, "the catch-up's place is saved: {first:?}");
+    let second = sweeper.sweep(None).await;
+    assert_eq!(second.errors, 0, "{second:?}");
+    assert!(!place().await, "the catch-up ended: {second:?}");
+}
