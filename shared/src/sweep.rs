@@ -97,7 +97,9 @@ impl SweepSummary {
 /// after each sweep the store saves where the next listing starts
 /// ([`Store::settle`]). Tables without a stream can opt into a sparse,
 /// sharded `sweep` index instead (`DynamoStore::with_sweep_index`, one more
-/// write unit per claim and per completion). Never a table scan. Each stuck
+/// write unit per claim and per completion). A table scan only to catch up
+/// once after the stream trimmed what the sweeper had not read (an outage
+/// past its 24 hours) or on the first sweep, bounded per sweep. Each stuck
 /// record is resolved with a **fenced** conditional write (same `attempt`
 /// and `owner`, still in progress, lease still expired), so a record
 /// re-claimed between the listing and the write is left alone and counted as
