@@ -437,7 +437,10 @@ async fn a_deadline_mid_listing_keeps_the_progress_made() {
         .concurrency(32)
         .stop_before(Duration::from_secs(2));
     let first = {
-        let deadline = now_ms() + 2_000 + 6_000;
+        // 20 s to read the one page let through: under a loaded machine (the
+        // whole suite on two cores) 6 s were once not enough for DynamoDB
+        // Local to answer it, and the sweep then found nothing.
+        let deadline = now_ms() + 2_000 + 20_000;
         // The first page goes through; the next read hangs past the deadline.
         proxy.hold_after(1);
         let first = sweeper.sweep(Some(deadline)).await;
