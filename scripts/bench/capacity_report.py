@@ -100,9 +100,10 @@ def section(data: dict) -> str:
             "$0.02 per 100,000 `GetRecords` calls after 2.5 million free a month, each call up to "
             "1,000 records). On the table, a sweep of an idle table consumes "
             f"{units_cell(idle)} ({idle['requests']:g} requests: the sweeper's place in each stream "
-            "shard, read and saved; DynamoDB Local's stream has one shard); a sweep resolving 100 stuck "
+            "shard, read and saved, and the catch-up place read, which says no catch-up scan is due; "
+            "DynamoDB Local's stream has one shard); a sweep resolving 100 stuck "
             f"records among 100 completed ones consumes {units_cell(busy)} "
-            f"({busy['requests']:g} requests: one fenced write per stuck record, and the place).",
+            f"({busy['requests']:g} requests: one fenced write per stuck record, and the places).",
         ]
     lines += [END]
     return "\n".join(lines) + "\n"
