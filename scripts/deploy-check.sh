@@ -76,7 +76,7 @@ declare -A built_at=()
 for template in "${templates[@]}"; do
   name=$(basename "$template" .yaml)
   t0=$(date +%s)
-  say "sam build --template $template (release, arm64, cargo-lambda; cold, about 13 minutes on 2 shared cores; seconds once built)"
+  say "sam build --template $template (release, arm64, cargo-lambda; cold, 7 to 13 minutes on 2 cores; seconds once built)"
   # As the README's Deploy section says; only the build directory is this
   # run's own, so three templates do not overwrite one another's build.
   if ! sam build --template "$template" --build-dir "$work/build/$name" >"$work/build-$name.log" 2>&1; then
