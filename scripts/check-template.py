@@ -405,6 +405,17 @@ def check_engine_template(path, spec, base, check):
         bad = malformed_intrinsics(out)
         labelled(not bad, f"the SAM transform succeeds and every intrinsic stands alone ({params or 'default parameters'}; {bad or 'ok'})")
 
+    # A parameter both templates declare takes the same values in both: a
+    # bound missing here deploys a value the functions refuse at start.
+    keys = ("Type", "MinValue", "MaxValue", "AllowedValues", "Default")
+    differ = sorted(
+        name
+        for name, base_param in base["Parameters"].items()
+        if name in template["Parameters"]
+        and any(template["Parameters"][name].get(k) != base_param.get(k) for k in keys)
+    )
+    labelled(not differ, f"shared parameters with template.yaml's type, bounds and default ({differ or 'all alike'})")
+
     check_bounds(template, labelled)
 
 
