@@ -658,9 +658,11 @@ impl IdempotentFunction {
             loop {
                 let now = crate::clock::now_ms();
                 let lease_left = existing.lease_expires_at_ms.saturating_sub(now).max(1);
-                let sleep = millis(poll).min(lease_left);
-                match wait_until {
-                    Some(until) if now.saturating_add(sleep) <= until => {}
+                // The last sleep is cut to what is left of the wait, so a
+                // wait takes its whole allowance: giving up when the next
+                // full poll would overrun it ended a 400 ms wait after 200.
+                let sleep = match wait_until {
+                    Some(until) if now < until => millis(poll).min(lease_left).min(until - now),
                     _ => {
                         self.config.count(Event::InProgressConflict);
                         let retry_after = Duration::from_millis(
@@ -677,7 +679,7 @@ impl IdempotentFunction {
                             existing: Some(existing),
                         });
                     }
-                }
+                };
                 tokio::time::sleep(Duration::from_millis(sleep)).await;
                 poll = (poll * 2).min(WAIT_MAX_POLL);
                 let record = match self.config.store.get(&id).await {
