@@ -17,7 +17,20 @@ cargo build -p orders-api --bin orders-api -p order-events --bin order-events -p
 # shellcheck source=scripts/target-dir.sh
 source scripts/target-dir.sh
 rm -rf "$target_dir/debug/iam-calls"
-scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh cargo test --workspace --all-targets
+# Every target but the integration suite on one set of engines (they make a
+# few tables each); the suite itself in shards, each on a fresh DynamoDB
+# Local (scripts/it-shards.sh says why).
+other_tests=$(cargo metadata --format-version 1 --no-deps | python3 -c '
+import json, sys
+for package in json.load(sys.stdin)["packages"]:
+    for target in package["targets"]:
+        if "test" in target["kind"] and target["name"] != "it":
+            print("--test", target["name"])
+')
+# shellcheck disable=SC2086 # `--test NAME` pairs
+scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
+  cargo test --workspace --lib --bins --examples --benches $other_tests
+scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh scripts/it-shards.sh
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings
 cargo fmt --all --check
