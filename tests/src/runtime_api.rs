@@ -42,6 +42,8 @@ struct Shared {
     waiting: Mutex<HashMap<String, oneshot::Sender<Outcome>>>,
     /// Invocations queued and not yet handed to a process.
     queued: AtomicU64,
+    /// When a process first asked for an invocation.
+    first_poll: std::sync::OnceLock<std::time::Instant>,
 }
 
 /// A running Runtime API server.
@@ -61,6 +63,7 @@ impl RuntimeApi {
             queue: Mutex::new(receiver),
             waiting: Mutex::new(HashMap::new()),
             queued: AtomicU64::new(0),
+            first_poll: std::sync::OnceLock::new(),
         });
         let app = axum::Router::new()
             .route("/2018-06-01/runtime/invocation/next", get(next))
@@ -104,6 +107,12 @@ impl RuntimeApi {
         ]
     }
 
+    /// When a process first asked for an invocation (`GET .../next`): where
+    /// its init phase ended, as Lambda's init duration ends there.
+    pub fn first_poll(&self) -> Option<std::time::Instant> {
+        self.shared.first_poll.get().copied()
+    }
+
     /// Invocations queued and not yet picked up by a process. An invocation
     /// whose caller timed out may still be queued and run later, as on Lambda.
     pub fn queued(&self) -> u64 {
@@ -141,6 +150,7 @@ impl RuntimeApi {
 }
 
 async fn next(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let _ = shared.first_poll.set(std::time::Instant::now());
     let pending = shared.queue.lock().await.recv().await;
     let Some(p) = pending else {
         return (

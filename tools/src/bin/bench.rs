@@ -3,13 +3,15 @@
 //! Subcommands; each prints one JSON object on stdout. DynamoDB Local must be
 //! running for `latency`, `cold` and `storm` (`scripts/bench.sh` arranges it):
 //! - `latency N R`: R rounds on DynamoDB Local, each of two passes of N
-//!   iterations. The comparison pass times, per iteration, one call of each
+//!   iterations, on three tables made before the first write: one laid out
+//!   as Powertools' (the compared table), the deployed one and the deployed
+//!   one without its index. The comparison pass times, per iteration, one call of each
 //!   kind Powertools is timed on, in turn, so drift hits every kind alike:
 //!   the bare conditional `PutItem` (the issue's round-trip floor), a first
 //!   execution and a replay of that key through the HTTP middleware, and a
 //!   replay from the in-process cache (`.local_cache(..)`). The diagnostic
-//!   pass then times, on the deployed table and on one without the sparse
-//!   `sweep` index, the bare `PutItem`, a first execution and its replay, and
+//!   pass then times, on each of the three tables, the bare `PutItem`, a
+//!   first execution and its replay, and
 //!   the library's own requests issued alone through `Store::claim` /
 //!   `Store::complete` (claim of an absent record, completion with the 1 KB
 //!   response, claim of a completed record = a replay's request). Separate
@@ -36,8 +38,10 @@
 //!   bare handler, median over the batches of 7 runs of N (and the mean);
 //! - `cpu-probe bare|first|replay|cached N`: N requests only, for
 //!   instruction counting under callgrind;
-//! - `cold K ORDERS_API_BIN`: process spawn to first response of `orders-api`
-//!   through the Runtime API, K times;
+//! - `cold K ORDERS_API_BIN [W]`: process spawn to first response of
+//!   `orders-api` through the Runtime API, K times, split into process
+//!   start, client set-up and first invocation, after W orders (default
+//!   300) served by a warm process have warmed DynamoDB Local;
 //! - `cold-command K CMD ARGS...`: process spawn to its first stdout line
 //!   (Powertools Python's import + setup + first invocation), K times;
 //! - `storm ORDERS_API_BIN REQUESTS KEYS CONCURRENCY PROCESSES`: the duplicate
@@ -99,7 +103,10 @@ fn main() {
             "engines" => engines(num(1, 2000) as usize).await,
             "cpu" => cpu(num(1, 20_000) as usize).await,
             "cpu-probe" => cpu_probe(&arg(1), num(2, 1000) as usize).await,
-            "cold" => cold(num(1, 10) as usize, &arg(2)).await,
+            "cold" => {
+                let warm_up = num(3, COLD_WARM_UP_ORDERS as u64) as usize;
+                cold(num(1, 10) as usize, &arg(2), warm_up).await
+            }
             "cold-command" => cold_command(num(1, 10) as usize, &args[2.min(args.len())..]).await,
             "storm" => {
                 storm(
@@ -398,21 +405,22 @@ struct Names {
     replay_claim: &'static str,
 }
 
-/// The comparison pass on the deployed table (the same four kinds of call
-/// as Powertools makes); its exact requests are not made in that pass.
-const GSI: Names = Names {
+/// The comparison pass, on a table laid out as Powertools' (partition key
+/// only: no stream, no index), the same four kinds of call as Powertools
+/// makes; its exact requests are not made in that pass.
+const COMPARED: Names = Names {
     bare: "bare",
     first: "first",
     replay: "replay",
     first_own: "first_own",
     replay_own: "replay_own",
-    claim: "claim",
-    complete: "complete",
-    replay_claim: "replay_claim",
+    claim: "plain_claim",
+    complete: "plain_complete",
+    replay_claim: "plain_replay_claim",
 };
 
-/// The diagnostic pass on the deployed table.
-const GSI_DIAGNOSTIC: Names = Names {
+/// The diagnostic pass on the deployed table (stream and `sweep` index).
+const DEPLOYED: Names = Names {
     bare: "idx_bare",
     first: "idx_first",
     replay: "idx_replay",
@@ -423,7 +431,7 @@ const GSI_DIAGNOSTIC: Names = Names {
     replay_claim: "replay_claim",
 };
 
-/// The diagnostic pass on the table without the index.
+/// The diagnostic pass on the deployed table without its index (the stream kept).
 const NO_GSI: Names = Names {
     bare: "no_gsi_bare",
     first: "no_gsi_first",
@@ -433,6 +441,18 @@ const NO_GSI: Names = Names {
     claim: "no_gsi_claim",
     complete: "no_gsi_complete",
     replay_claim: "no_gsi_replay_claim",
+};
+
+/// The diagnostic pass on the compared table (neither stream nor index).
+const PLAIN: Names = Names {
+    bare: "plain_bare",
+    first: "plain_first",
+    replay: "plain_replay",
+    first_own: "plain_first_own",
+    replay_own: "plain_replay_own",
+    claim: "plain_claim",
+    complete: "plain_complete",
+    replay_claim: "plain_replay_claim",
 };
 
 /// The claim the middleware would send for `key`: the same record id, the
@@ -535,33 +555,34 @@ where
     Ok(())
 }
 
-/// Everything one latency iteration uses.
-struct Env<'a, A, B, C> {
-    gsi: &'a Target<A>,
-    plain: &'a Target<B>,
+/// Everything one latency iteration uses: the three tables (see
+/// [`latency`]) and the cached middleware, on the compared table.
+struct Env<'a, A, C> {
+    compared: &'a Target<A>,
+    deployed: &'a Target<A>,
+    no_gsi: &'a Target<A>,
     cached_svc: &'a C,
     cached_key: &'a str,
     fingerprint: &'a str,
     stored: &'a StoredResponse,
 }
 
-impl<A, B, C> Env<'_, A, B, C>
+impl<A, C> Env<'_, A, C>
 where
     A: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
-    B: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
     C: Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone,
 {
     /// The comparison pass: one call of each kind Powertools is timed on
     /// too, each timed alone, in a fixed order, so both tools put the same
-    /// load on the shared DynamoDB Local while they are timed.
+    /// load on their DynamoDB Local while they are timed.
     async fn iteration(&self, fresh: &mut Fresh, samples: &mut Samples) -> Result<()> {
-        let gsi = self.gsi;
-        bare_put_timed(gsi, &GSI, fresh, samples).await?;
-        first_and_replay(gsi, &GSI, fresh, samples).await?;
+        let compared = self.compared;
+        bare_put_timed(compared, &COMPARED, fresh, samples).await?;
+        first_and_replay(compared, &COMPARED, fresh, samples).await?;
 
-        let before = gsi.counter.get();
+        let before = compared.counter.get();
         let (us, res) = timed_call(self.cached_svc, request(self.cached_key)).await?;
-        samples.add("cached_replay", us, gsi.counter.get() - before);
+        samples.add("cached_replay", us, compared.counter.get() - before);
         if res.status() != 201 || !is_replayed(&res) {
             return Err(format!(
                 "cached replay answered {} unreplayed",
@@ -571,14 +592,16 @@ where
         Ok(())
     }
 
-    /// The diagnostic pass: the library's exact requests, and everything
-    /// again on the table without the index (DynamoDB Local charges an index
-    /// on every write to the table, the floor's included), both tables in one
-    /// pass so their figures share its conditions.
+    /// The diagnostic pass: everything again, with the library's exact
+    /// requests, on the deployed table, on it without its index, and on the
+    /// compared table (DynamoDB Local charges a stream and an index on every
+    /// write to the table, the floor's included), the three in one pass so
+    /// their figures share its conditions.
     async fn diagnostic_iteration(&self, fresh: &mut Fresh, samples: &mut Samples) -> Result<()> {
         let (fp, stored) = (self.fingerprint, self.stored);
-        diagnose_table(self.gsi, &GSI_DIAGNOSTIC, fresh, fp, stored, samples).await?;
-        diagnose_table(self.plain, &NO_GSI, fresh, fp, stored, samples).await
+        diagnose_table(self.deployed, &DEPLOYED, fresh, fp, stored, samples).await?;
+        diagnose_table(self.no_gsi, &NO_GSI, fresh, fp, stored, samples).await?;
+        diagnose_table(self.compared, &PLAIN, fresh, fp, stored, samples).await
     }
 }
 
@@ -614,23 +637,26 @@ where
     exact_requests(t, names, fresh, fingerprint, stored, samples).await
 }
 
+/// The latency passes on three tables, all created before the first write
+/// (DynamoDB Local slows every write to a stream-enabled table created after
+/// other stream tables took writes, so `scripts/bench.sh` also gives each
+/// run an engine of its own): the compared table, laid out as Powertools'
+/// (partition key only, no stream, no index), which the comparison pass
+/// uses; the deployed table of template.yaml (stream and sparse `sweep`
+/// index); and that table without its index. Only the diagnostic pass
+/// touches the last two.
 async fn latency(n: usize, rounds: usize) -> Result<Value> {
-    let (gsi_store, gsi_counter) = integration_tests::dynamo_store().await;
-    let plain_table = create_table_without_gsi().await?;
-    let plain_counter = RequestCounter::default();
-    let plain_client =
-        integration_tests::client_with(vec![aws_sdk_dynamodb::config::SharedInterceptor::new(
-            plain_counter.clone(),
-        )])
-        .await;
-    let gsi = target(gsi_store.clone(), gsi_counter.clone());
-    let plain = target(DynamoStore::new(plain_client, plain_table), plain_counter);
-    let cached_svc = IdempotencyLayer::new(gsi_store.clone())
+    let deployed =
+        target_on(integration_tests::create_table(&integration_tests::client().await).await).await;
+    let no_gsi = target_on(create_table_without_gsi(true).await?).await;
+    let compared = target_on(create_table_without_gsi(false).await?).await;
+    let cached_svc = IdempotencyLayer::new(compared.store.clone())
         .local_cache(CACHE_ENTRIES, CACHE_MAX_AGE)
         .layer(handler(Duration::ZERO));
     let tables = json!({
-        "gsi": describe(&gsi.store).await?,
-        "no_gsi": describe(&plain.store).await?,
+        "compared": describe(&compared.store).await?,
+        "gsi": describe(&deployed.store).await?,
+        "no_gsi": describe(&no_gsi.store).await?,
     });
 
     let fingerprint = Fingerprinter::new().fingerprint("POST", "/orders", &[], body().as_bytes());
@@ -654,8 +680,9 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
     // thousand or so calls to settle.
     let mut warm = Samples::default();
     let env = Env {
-        gsi: &gsi,
-        plain: &plain,
+        compared: &compared,
+        deployed: &deployed,
+        no_gsi: &no_gsi,
         cached_svc: &cached_svc,
         cached_key: &cached_key,
         fingerprint: &fingerprint,
@@ -686,22 +713,30 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
 
     // Requests per invocation kind, counted by the SDK interceptor.
     let per_call = |before: u64, after: u64, calls: u64| (after - before) as f64 / calls as f64;
-    let counter = &gsi.counter;
+    let counter = &compared.counter;
     let first_requests = probe(
         "first execution",
         counter,
-        &gsi.svc,
+        &compared.svc,
         || request(&fresh.key("probe")),
         |res| res.status() == 201,
     )
     .await?;
     let key = fresh.key("probe");
-    gsi.svc
+    compared
+        .svc
         .clone()
         .oneshot(request(&key))
         .await
         .map_err(|e| e.to_string())?;
-    let replay_requests = probe("replay", counter, &gsi.svc, || request(&key), is_replayed).await?;
+    let replay_requests = probe(
+        "replay",
+        counter,
+        &compared.svc,
+        || request(&key),
+        is_replayed,
+    )
+    .await?;
     let cached_requests = probe(
         "cached replay",
         counter,
@@ -710,12 +745,13 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
         is_replayed,
     )
     .await?;
-    let slow = IdempotencyLayer::new(gsi.store.clone()).layer(handler(Duration::from_millis(500)));
+    let slow =
+        IdempotencyLayer::new(compared.store.clone()).layer(handler(Duration::from_millis(500)));
     let busy = fresh.key("busy");
     let running = tokio::spawn(slow.clone().oneshot(request(&busy)));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = counter.get();
-    let res = gsi
+    let res = compared
         .svc
         .clone()
         .oneshot(request(&busy))
@@ -748,11 +784,14 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
 }
 
 /// The idempotency table of template.yaml without its sparse `sweep` index
-/// (and the attribute definitions only the index used): same key, same TTL
-/// attribute, same billing mode.
-async fn create_table_without_gsi() -> Result<String> {
+/// (and the attribute definitions only the index used), with or without its
+/// stream: same key, same TTL attribute, same billing mode.
+async fn create_table_without_gsi(stream: bool) -> Result<String> {
     let mut def = integration_tests::table_definition("IdempotencyTable")?;
     def.global_secondary_indexes.clear();
+    if !stream {
+        def.stream_specification = None;
+    }
     let keys: Vec<String> = def
         .key_schema
         .iter()
@@ -760,10 +799,27 @@ async fn create_table_without_gsi() -> Result<String> {
         .collect();
     def.attribute_definitions
         .retain(|a| keys.contains(&a.attribute_name));
-    let name = integration_tests::unique_name("idempotency-no-gsi");
+    let name = integration_tests::unique_name(if stream {
+        "idempotency-no-gsi"
+    } else {
+        "idempotency-plain"
+    });
     integration_tests::create_table_from_definition(&integration_tests::client().await, def, &name)
         .await?;
     Ok(name)
+}
+
+/// A [`Target`] on `table`, with a client and request counter of its own.
+async fn target_on(
+    table: String,
+) -> Target<impl Service<Request, Response = Response<Body>, Error = lambda_http::Error> + Clone> {
+    let counter = RequestCounter::default();
+    let client =
+        integration_tests::client_with(vec![aws_sdk_dynamodb::config::SharedInterceptor::new(
+            counter.clone(),
+        )])
+        .await;
+    target(DynamoStore::new(client, table), counter)
 }
 
 async fn describe(store: &DynamoStore) -> Result<Value> {
@@ -789,7 +845,11 @@ async fn describe(store: &DynamoStore) -> Result<Value> {
                 .collect()
         })
         .unwrap_or_default();
-    Ok(json!({"name": store.table(), "global_secondary_indexes": indexes}))
+    let stream = out
+        .table()
+        .and_then(|t| t.stream_specification())
+        .is_some_and(|s| s.stream_enabled());
+    Ok(json!({"name": store.table(), "global_secondary_indexes": indexes, "stream": stream}))
 }
 
 /// The bare floor: one conditional PutItem of a small item with the same client.
@@ -1250,14 +1310,62 @@ fn median(v: &mut [f64]) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-async fn cold(runs: usize, bin: &str) -> Result<Value> {
+/// Orders a warm `orders-api` serves before the cold runs by default (see
+/// [`cold`]).
+const COLD_WARM_UP_ORDERS: usize = 300;
+
+/// `orders-api` from spawn to its first response, K times, split where the
+/// Runtime API sees it: init (spawn to the first `GET .../next`, as Lambda's
+/// init duration) and the first invocation (from there to the response).
+/// Process start alone is timed apart: the same binary, spawned with its
+/// configuration incomplete (no `ORDERS_TABLE`), refuses it and exits before
+/// building any client, so spawn to exit is the executable's loading, the
+/// Tokio runtime, the log subscriber and reading the environment; init minus
+/// that is the set-up of the clients.
+async fn cold(runs: usize, bin: &str, warm_up: usize) -> Result<Value> {
     let tables = functions::tables().await?;
     let order = r#"{"customer_id":"cus_42","amount":2500,"currency":"EUR"}"#;
-    let mut samples = Vec::new();
+    let (mut total, mut init, mut first, mut start) = (vec![], vec![], vec![], vec![]);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    // A fresh engine runs its first requests through the JVM's interpreter:
+    // one warm process serves orders on the same tables first, so the cold
+    // runs time the function's start, not DynamoDB Local's.
+    let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
+    let mut warm = functions::spawn(bin, &functions::orders_env(&api, &tables, &[]))?;
+    for i in 0..warm_up {
+        let outcome = api
+            .invoke(
+                functions::post_order_event(&format!("warm-{i}"), order),
+                Duration::from_secs(30),
+            )
+            .await;
+        if !matches!(&outcome, Outcome::Response(_)) {
+            return Err(format!("cold start warm-up order {i}: {outcome:?}"));
+        }
+    }
+    let _ = warm.kill().await;
     // Run 0 warms the disk cache and is not recorded.
     for i in 0..=runs {
         let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
         let env = functions::orders_env(&api, &tables, &[]);
+        let refused: Vec<(String, String)> = env
+            .iter()
+            .filter(|(k, _)| k != "ORDERS_TABLE")
+            .cloned()
+            .collect();
+        let t = Instant::now();
+        let status = functions::spawn(bin, &refused)?
+            .wait()
+            .await
+            .map_err(|e| e.to_string())?;
+        let started = t.elapsed();
+        if status.success() {
+            return Err(format!(
+                "cold start {i}: {bin} without ORDERS_TABLE exited successfully; \
+                 expected it to refuse its configuration"
+            ));
+        }
+
         let t = Instant::now();
         let mut child = functions::spawn(bin, &env)?;
         let outcome = api
@@ -1273,19 +1381,36 @@ async fn cold(runs: usize, bin: &str) -> Result<Value> {
                 if String::from_utf8_lossy(&body).contains("\"statusCode\":201") => {}
             other => return Err(format!("cold start {i}: unexpected {other:?}")),
         }
+        let polled = api
+            .first_poll()
+            .ok_or_else(|| format!("cold start {i}: answered without polling"))?;
         if i > 0 {
-            samples.push(elapsed.as_secs_f64() * 1e3);
+            total.push(ms(elapsed));
+            init.push(ms(polled.saturating_duration_since(t)));
+            first.push(ms(
+                elapsed.saturating_sub(polled.saturating_duration_since(t))
+            ));
+            start.push(ms(started));
         }
     }
-    Ok(json!({"cold_start_ms": samples}))
+    Ok(json!({
+        "cold_start_ms": total,
+        "init_ms": init,
+        "first_invocation_ms": first,
+        "process_start_ms": start,
+    }))
 }
 
+/// `command` from spawn to its first stdout line, K times. That line is a
+/// JSON object with `"ok": true`; its other numeric fields (the phases the
+/// process timed itself) are collected as series of their own.
 async fn cold_command(runs: usize, command: &[String]) -> Result<Value> {
     use tokio::io::AsyncBufReadExt;
     let (program, args) = command
         .split_first()
         .ok_or("cold-command needs a command")?;
     let mut samples = Vec::new();
+    let mut phases: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     // Run 0 warms the disk cache and is not recorded.
     for i in 0..=runs {
         let t = Instant::now();
@@ -1304,14 +1429,24 @@ async fn cold_command(runs: usize, command: &[String]) -> Result<Value> {
             .unwrap_or_default();
         let elapsed = t.elapsed();
         let _ = child.wait().await;
-        if !line.contains("\"ok\": true") && !line.contains("\"ok\":true") {
+        let parsed: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        if parsed.get("ok") != Some(&Value::Bool(true)) {
             return Err(format!("cold run {i} of {program} printed {line:?}"));
         }
         if i > 0 {
             samples.push(elapsed.as_secs_f64() * 1e3);
+            for (name, value) in parsed.as_object().into_iter().flatten() {
+                if let (Some(v), true) = (value.as_f64(), name.ends_with("_ms")) {
+                    phases.entry(name.clone()).or_default().push(v);
+                }
+            }
         }
     }
-    Ok(json!({"cold_start_ms": samples}))
+    let mut out = json!({"cold_start_ms": samples});
+    for (name, series) in phases {
+        out[name] = json!(series);
+    }
+    Ok(out)
 }
 
 /// How many invocations of each key were in flight at once (sent to the
