@@ -34,6 +34,20 @@ PY
   exec "$3" cold-command 10 "$2" scripts/bench/powertools_cold.py >"$5/powertools-cold.json"
 fi
 
+# One measured latency pass inside its fresh engine, then the engine probe
+# on that engine: the Rust client's bare PutItem on a new plain table, the
+# same measurement after either tool's pass, so the report can tell whether
+# the two tools met engines of one speed.
+#   "$0" --pass rust|powertools ROUND PYTHON BENCH N OUT_DIR
+if [ "${1:-}" = "--pass" ]; then
+  case "$2" in
+    rust) "$5" latency "$6" 1 >"$7/rust-latency-$3.json" ;;
+    powertools) "$4" scripts/bench/powertools.py --iterations "$6" --rounds 1 --out "$7/powertools-$3.json" ;;
+    *) echo "bench: --pass $2: use rust or powertools" >&2; exit 2 ;;
+  esac
+  exec "$5" engine-probe 500 >"$7/probe-$2-$3.json"
+fi
+
 if [ "${1:-}" != "--inside" ]; then
   # shellcheck source=scripts/bench-venv.sh
   source scripts/bench-venv.sh
@@ -92,8 +106,8 @@ cut -d' ' -f1 /proc/loadavg >"$out/load-start"
 fresh_engine() { scripts/dynamodb-local.sh "$@"; }
 for i in $(seq 1 "$r"); do
   echo "bench: latency round $i/$r: lambda-idempotency, then Powertools Python ($n samples per kind), each on a fresh DynamoDB Local" >&2
-  fresh_engine "$bench" latency "$n" 1 >"$out/rust-latency-$i.json"
-  fresh_engine "$py" scripts/bench/powertools.py --iterations "$n" --rounds 1 --out "$out/powertools-$i.json"
+  fresh_engine "$0" --pass rust "$i" "$py" "$bench" "$n" "$out"
+  fresh_engine "$0" --pass powertools "$i" "$py" "$bench" "$n" "$out"
 done
 "$py" - "$out" "$r" <<'PY'
 import json, os, sys
@@ -103,6 +117,13 @@ for prefix, merged in (("rust-latency", "rust-latency.json"), ("powertools", "po
     result = parts[0]
     result["rounds"] = rounds
     result["rounds_data"] = [rd for p in parts for rd in p["rounds_data"]]
+    if prefix == "rust-latency":
+        # The engine probe after each tool's pass, round by round.
+        probe = lambda tool, i: json.load(open(os.path.join(out, f"probe-{tool}-{i}.json")))["bare_us"]
+        result["engine_probe"] = [
+            {"rust_engine_bare_us": probe("rust", i), "powertools_engine_bare_us": probe("powertools", i)}
+            for i in range(1, rounds + 1)
+        ]
     json.dump(result, open(os.path.join(out, merged), "w"))
 PY
 echo "bench: cold start, orders-api through the Runtime API, then Powertools Python import + setup + first invocation (10 runs each, one fresh DynamoDB Local)" >&2

@@ -42,6 +42,10 @@
 //!   `orders-api` through the Runtime API, K times, split into process
 //!   start, client set-up and first invocation, after W orders (default
 //!   300) served by a warm process have warmed DynamoDB Local;
+//! - `engine-probe N`: N bare conditional `PutItem`s of this client on a
+//!   fresh table without stream or index, after as many to warm up: run on
+//!   the engine the Powertools pass just used, it says with the same client
+//!   whether the two tools met engines of the same speed;
 //! - `cold-command K CMD ARGS...`: process spawn to its first stdout line
 //!   (Powertools Python's import + setup + first invocation), K times;
 //! - `storm ORDERS_API_BIN REQUESTS KEYS CONCURRENCY PROCESSES`: the duplicate
@@ -107,6 +111,7 @@ fn main() {
                 let warm_up = num(3, COLD_WARM_UP_ORDERS as u64) as usize;
                 cold(num(1, 10) as usize, &arg(2), warm_up).await
             }
+            "engine-probe" => engine_probe(num(1, 500) as usize).await,
             "cold-command" => cold_command(num(1, 10) as usize, &args[2.min(args.len())..]).await,
             "storm" => {
                 storm(
@@ -781,6 +786,22 @@ async fn latency(n: usize, rounds: usize) -> Result<Value> {
         },
         "rounds_data": rounds_data,
     }))
+}
+
+/// `bench engine-probe N`: the Rust client's bare `PutItem` p50 on the
+/// current engine, on a table of its own laid out as Powertools'.
+async fn engine_probe(n: usize) -> Result<Value> {
+    let t = target_on(create_table_without_gsi(false).await?).await;
+    let mut fresh = Fresh::default();
+    let mut samples = Samples::default();
+    for _ in 0..n {
+        bare_put_timed(&t, &COMPARED, &mut fresh, &mut Samples::default()).await?;
+    }
+    for _ in 0..n {
+        bare_put_timed(&t, &COMPARED, &mut fresh, &mut samples).await?;
+    }
+    let (data, _) = samples.into_json();
+    Ok(Value::Object(data))
 }
 
 /// The idempotency table of template.yaml without its sparse `sweep` index
