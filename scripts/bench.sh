@@ -17,12 +17,13 @@ source scripts/target-dir.sh
 out="$target_dir/bench"
 mkdir -p "$out" docs
 
-# Both cold starts, inside one fresh engine: orders-api's (which warms the
-# engine with a warm process first), then Powertools' on a table laid out as
-# its default (no stream, so the writes before do not slow it).
-#   "$0" --cold PYTHON BENCH ORDERS_API OUT_DIR
+# The like-for-like cold starts, inside one fresh engine: the benchmark's
+# handler in the middleware (`bench serve`, which warms the engine with a
+# warm process first), then Powertools' on a table laid out as its default
+# (no stream, so the writes before do not slow it).
+#   "$0" --cold PYTHON BENCH OUT_DIR
 if [ "${1:-}" = "--cold" ]; then
-  "$3" cold 10 "$4" >"$5/cold.json"
+  "$3" cold-same 10 >"$4/cold-same.json"
   export POWERTOOLS_TABLE="powertools-cold-$$"
   "$2" - <<'PY'
 import os, boto3
@@ -31,7 +32,7 @@ c = boto3.client("dynamodb")
 c.create_table(TableName=t, AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
                KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}], BillingMode="PAY_PER_REQUEST")
 PY
-  exec "$3" cold-command 10 "$2" scripts/bench/powertools_cold.py >"$5/powertools-cold.json"
+  exec "$3" cold-command 10 "$2" scripts/bench/powertools_cold.py >"$4/powertools-cold.json"
 fi
 
 # One measured latency pass inside its fresh engine, then the engine probe
@@ -126,8 +127,10 @@ for prefix, merged in (("rust-latency", "rust-latency.json"), ("powertools", "po
         ]
     json.dump(result, open(os.path.join(out, merged), "w"))
 PY
-echo "bench: cold start, orders-api through the Runtime API, then Powertools Python import + setup + first invocation (10 runs each, one fresh DynamoDB Local)" >&2
-fresh_engine "$0" --cold "$py" "$bench" "$target_dir/release/orders-api" "$out"
+echo "bench: cold start of orders-api through the Runtime API (10 runs, fresh DynamoDB Local)" >&2
+fresh_engine "$bench" cold 10 "$target_dir/release/orders-api" >"$out/cold.json"
+echo "bench: cold start of the benchmark's handler, then Powertools Python's import + setup + first invocation (10 runs each, one fresh DynamoDB Local)" >&2
+fresh_engine "$0" --cold "$py" "$bench" "$out"
 echo "bench: duplicate storm on orders-api (10,000 requests, 1,000 keys, 10 racing duplicates each, concurrency 32, 4 processes)" >&2
 fresh_engine "$bench" storm "$target_dir/release/orders-api" 10000 1000 32 4 >"$out/storm.json"
 
@@ -136,7 +139,7 @@ import json, os, platform, subprocess, sys
 out = sys.argv[1]
 load = lambda name: json.load(open(os.path.join(out, name)))
 rust = load("rust-latency.json")
-cpu, ins, cold, ptcold, storm = (load(n) for n in ("cpu.json", "instructions.json", "cold.json", "powertools-cold.json", "storm.json"))
+cpu, ins, cold, same, ptcold, storm = (load(n) for n in ("cpu.json", "instructions.json", "cold.json", "cold-same.json", "powertools-cold.json", "storm.json"))
 rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
 cores = os.cpu_count()
 load_start = open(os.path.join(out, "load-start")).read().strip()
@@ -147,6 +150,7 @@ rust.update({
     "cold_start_ms": cold["cold_start_ms"],
     "powertools_cold_start_ms": ptcold["cold_start_ms"],
     "cold": cold,
+    "cold_same": same,
     "powertools_cold": ptcold,
     "peak_rss_kb": storm.get("peak_rss_kb"),
     "storm": storm,

@@ -46,6 +46,12 @@
 //!   fresh table without stream or index, after as many to warm up: run on
 //!   the engine the Powertools pass just used, it says with the same client
 //!   whether the two tools met engines of the same speed;
+//! - `serve`: a Lambda function (through the Runtime API of
+//!   `AWS_LAMBDA_RUNTIME_API`) that is the benchmark's handler wrapped in
+//!   the middleware on `DynamoStore` (`IDEMPOTENCY_TABLE`): the same
+//!   function Powertools' cold start runs;
+//! - `cold-same K [W]`: `cold`, on that function (this binary's `serve`)
+//!   with the 1,000-byte body, after W requests have warmed the engine;
 //! - `cold-command K CMD ARGS...`: process spawn to its first stdout line
 //!   (Powertools Python's import + setup + first invocation), K times;
 //! - `storm ORDERS_API_BIN REQUESTS KEYS CONCURRENCY PROCESSES`: the duplicate
@@ -112,6 +118,11 @@ fn main() {
                 cold(num(1, 10) as usize, &arg(2), warm_up).await
             }
             "engine-probe" => engine_probe(num(1, 500) as usize).await,
+            "serve" => serve().await,
+            "cold-same" => {
+                let warm_up = num(2, COLD_WARM_UP_ORDERS as u64) as usize;
+                cold_same(num(1, 10) as usize, warm_up).await
+            }
             "cold-command" => cold_command(num(1, 10) as usize, &args[2.min(args.len())..]).await,
             "storm" => {
                 storm(
@@ -1342,11 +1353,13 @@ const COLD_WARM_UP_ORDERS: usize = 300;
 /// configuration incomplete (no `ORDERS_TABLE`), refuses it and exits before
 /// building any client, so spawn to exit is the executable's loading, the
 /// Tokio runtime, the log subscriber and reading the environment; init minus
-/// that is the set-up of the clients.
+/// that is the set-up of the clients. A second order in the same process,
+/// right after, is the warm figure the first invocation compares with.
 async fn cold(runs: usize, bin: &str, warm_up: usize) -> Result<Value> {
     let tables = functions::tables().await?;
     let order = r#"{"customer_id":"cus_42","amount":2500,"currency":"EUR"}"#;
     let (mut total, mut init, mut first, mut start) = (vec![], vec![], vec![], vec![]);
+    let mut second = vec![];
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     // A fresh engine runs its first requests through the JVM's interpreter:
     // one warm process serves orders on the same tables first, so the cold
@@ -1396,11 +1409,24 @@ async fn cold(runs: usize, bin: &str, warm_up: usize) -> Result<Value> {
             )
             .await;
         let elapsed = t.elapsed();
-        let _ = child.kill().await;
         match outcome {
             Outcome::Response(body)
                 if String::from_utf8_lossy(&body).contains("\"statusCode\":201") => {}
             other => return Err(format!("cold start {i}: unexpected {other:?}")),
+        }
+        // The same order again in the now warm process: what the first
+        // invocation costs beyond it is first use (connections, clients).
+        let t2 = Instant::now();
+        let again = api
+            .invoke(
+                functions::post_order_event(&format!("warm-after-cold-{i}"), order),
+                Duration::from_secs(30),
+            )
+            .await;
+        let second_elapsed = t2.elapsed();
+        let _ = child.kill().await;
+        if !matches!(&again, Outcome::Response(_)) {
+            return Err(format!("cold start {i}, second order: {again:?}"));
         }
         let polled = api
             .first_poll()
@@ -1412,6 +1438,7 @@ async fn cold(runs: usize, bin: &str, warm_up: usize) -> Result<Value> {
                 elapsed.saturating_sub(polled.saturating_duration_since(t))
             ));
             start.push(ms(started));
+            second.push(ms(second_elapsed));
         }
     }
     Ok(json!({
@@ -1419,6 +1446,106 @@ async fn cold(runs: usize, bin: &str, warm_up: usize) -> Result<Value> {
         "init_ms": init,
         "first_invocation_ms": first,
         "process_start_ms": start,
+        "second_invocation_ms": second,
+    }))
+}
+
+/// `bench serve`: the benchmark's handler in the middleware on DynamoDB, as
+/// a Lambda function, so its cold start is set against Powertools' with the
+/// same work (one claim, one completion).
+async fn serve() -> Result<Value> {
+    let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "IDEMPOTENCY_TABLE is not set")?;
+    let aws = aws_config::load_from_env().await;
+    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
+    let svc = IdempotencyLayer::new(store).layer(handler(Duration::ZERO));
+    lambda_http::run(svc).await.map_err(|e| e.to_string())?;
+    Ok(Value::Null)
+}
+
+/// `bench cold-same K W`: [`cold`]'s split for `bench serve` on a fresh
+/// deployed table, each cold run with a new key and the 1 KB body.
+async fn cold_same(runs: usize, warm_up: usize) -> Result<Value> {
+    let bin = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = bin.to_string_lossy();
+    let table = integration_tests::create_table(&integration_tests::client().await).await;
+    let env = |api: &RuntimeApi| {
+        let mut env = api.function_env("bench-serve");
+        env.push(("IDEMPOTENCY_TABLE".into(), table.clone()));
+        env
+    };
+    let spawn = |env: &[(String, String)]| {
+        tokio::process::Command::new(bin.as_ref())
+            .arg("serve")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("spawn {bin} serve: {e}"))
+    };
+    let ok = |outcome: &Outcome| {
+        matches!(outcome, Outcome::Response(body)
+            if String::from_utf8_lossy(body).contains("\"statusCode\":201"))
+    };
+    let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
+    let mut warm = spawn(&env(&api))?;
+    for i in 0..warm_up {
+        let outcome = api
+            .invoke(
+                functions::post_order_event(&format!("warm-{i}"), body()),
+                Duration::from_secs(30),
+            )
+            .await;
+        if !ok(&outcome) {
+            return Err(format!("cold-same warm-up {i}: {outcome:?}"));
+        }
+    }
+    let _ = warm.kill().await;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (mut total, mut init, mut first, mut second) = (vec![], vec![], vec![], vec![]);
+    // Run 0 warms the disk cache and is not recorded.
+    for i in 0..=runs {
+        let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        let mut child = spawn(&env(&api))?;
+        let outcome = api
+            .invoke(
+                functions::post_order_event(&format!("cold-{i}"), body()),
+                Duration::from_secs(30),
+            )
+            .await;
+        let elapsed = t.elapsed();
+        if !ok(&outcome) {
+            return Err(format!("cold-same {i}: unexpected {outcome:?}"));
+        }
+        let t2 = Instant::now();
+        let again = api
+            .invoke(
+                functions::post_order_event(&format!("again-{i}"), body()),
+                Duration::from_secs(30),
+            )
+            .await;
+        let second_elapsed = t2.elapsed();
+        let _ = child.kill().await;
+        if !ok(&again) {
+            return Err(format!("cold-same {i}, second request: {again:?}"));
+        }
+        let polled = api
+            .first_poll()
+            .ok_or_else(|| format!("cold-same {i}: answered without polling"))?;
+        if i > 0 {
+            let to_poll = polled.saturating_duration_since(t);
+            total.push(ms(elapsed));
+            init.push(ms(to_poll));
+            first.push(ms(elapsed.saturating_sub(to_poll)));
+            second.push(ms(second_elapsed));
+        }
+    }
+    Ok(json!({
+        "cold_start_ms": total,
+        "init_ms": init,
+        "first_invocation_ms": first,
+        "second_invocation_ms": second,
     }))
 }
 
