@@ -65,6 +65,12 @@ impl LocalCache {
         }
     }
 
+    /// The byte budget of the outputs held.
+    #[cfg(test)]
+    pub(crate) fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
     /// The same bounds with another byte budget (a fresh, empty cache).
     pub(crate) fn with_max_bytes(&self, max_bytes: usize) -> Self {
         let capacity = self

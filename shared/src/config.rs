@@ -38,6 +38,9 @@ pub struct IdempotencyConfig {
     pub(crate) expires_after: Duration,
     pub(crate) leases: Leases,
     pub(crate) cache: Option<Arc<LocalCache>>,
+    /// The local cache's byte budget when one was set, kept so that the
+    /// order of the two builder calls does not matter.
+    cache_max_bytes: Option<usize>,
     pub(crate) metrics: Option<Metrics>,
     pub(crate) disabled: bool,
 }
@@ -53,6 +56,7 @@ impl IdempotencyConfig {
             expires_after: Duration::from_secs(24 * 3600),
             leases: Leases::default(),
             cache: None,
+            cache_max_bytes: None,
             metrics: None,
             disabled: false,
         }
@@ -100,7 +104,8 @@ impl IdempotencyConfig {
         self.cache = Some(Arc::new(LocalCache::new(
             entries,
             max_age,
-            crate::cache::DEFAULT_MAX_BYTES,
+            self.cache_max_bytes
+                .unwrap_or(crate::cache::DEFAULT_MAX_BYTES),
         )));
         self
     }
@@ -108,8 +113,10 @@ impl IdempotencyConfig {
     /// Bound the local cache by the bytes of the outputs it holds (default
     /// [`DEFAULT_LOCAL_CACHE_BYTES`](crate::DEFAULT_LOCAL_CACHE_BYTES));
     /// least recently used entries make room, one larger than the budget is
-    /// not cached. Only has an effect after [`local_cache`](Self::local_cache).
+    /// not cached. Before or after [`local_cache`](Self::local_cache), which
+    /// turns the cache on (a budget alone does not).
     pub fn local_cache_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.cache_max_bytes = Some(max_bytes);
         if let Some(cache) = &self.cache {
             self.cache = Some(Arc::new(cache.with_max_bytes(max_bytes)));
         }
@@ -158,5 +165,32 @@ impl IdempotencyConfig {
                 crate::DISABLED_ENV
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+
+    #[test]
+    fn the_local_cache_byte_budget_holds_in_either_order() {
+        let max_age = Duration::from_secs(60);
+        let budget = |config: IdempotencyConfig| config.cache.map(|c| c.max_bytes());
+        let after = IdempotencyConfig::new(MemoryStore::new())
+            .local_cache(5, max_age)
+            .local_cache_max_bytes(123);
+        let before = IdempotencyConfig::new(MemoryStore::new())
+            .local_cache_max_bytes(123)
+            .local_cache(5, max_age);
+        assert_eq!(budget(after), Some(123));
+        assert_eq!(
+            budget(before),
+            Some(123),
+            "set before the cache, it was dropped"
+        );
+        // A budget alone turns no cache on.
+        let alone = IdempotencyConfig::new(MemoryStore::new()).local_cache_max_bytes(123);
+        assert_eq!(budget(alone), None);
     }
 }

@@ -253,7 +253,8 @@ impl IdempotencyLayer {
     /// Bound the local cache by the bytes of the responses it holds (default
     /// [`DEFAULT_MAX_BYTES`](crate::cache::DEFAULT_MAX_BYTES)); least recently
     /// used entries make room, a response larger than the budget is not
-    /// cached. Only has an effect after [`local_cache`](Self::local_cache).
+    /// cached. Before or after [`local_cache`](Self::local_cache), which
+    /// turns the cache on (a budget alone does not).
     pub fn local_cache_max_bytes(mut self, max_bytes: usize) -> Self {
         self.config.shared = self.config.shared.local_cache_max_bytes(max_bytes);
         self
