@@ -101,6 +101,18 @@ impl fmt::Debug for OutputHookFn {
     }
 }
 
+/// `interval_ms` less a random part of up to half of it: duplicates that
+/// wait on one key then spread their polls instead of reading the record in
+/// lockstep. Without randomness (the source failed) the interval is whole.
+fn jittered(interval_ms: u64) -> u64 {
+    let mut random = [0u8; 2];
+    if getrandom::fill(&mut random).is_err() {
+        return interval_ms;
+    }
+    let cut = (interval_ms / 2) * u64::from(u16::from_le_bytes(random)) / u64::from(u16::MAX);
+    interval_ms - cut
+}
+
 /// Polling while waiting for a duplicate starts this often, doubling...
 const WAIT_FIRST_POLL: Duration = Duration::from_millis(50);
 /// ...up to this.
@@ -271,8 +283,9 @@ impl IdempotentFunction {
 
     /// Wait for a duplicate that is still in progress instead of failing
     /// with [`EventError::InProgress`] at once: poll the record (one
-    /// consistent read each, every 50 ms doubling up to 1 s) for at most
-    /// `max_wait`, then replay its output once it completes, or run when
+    /// consistent read each, every 50 ms doubling up to 1 s, each interval
+    /// cut by a random part of up to half so that waiting duplicates do not
+    /// poll in lockstep) for at most `max_wait`, then replay its output once it completes, or run when
     /// its key frees (released, or its lease ended). Never waits past the
     /// registered invocation's deadline less 1 s; off by default (Python
     /// Powertools issue 2490 asks for it). Useful for direct invocations
@@ -662,7 +675,9 @@ impl IdempotentFunction {
                 // wait takes its whole allowance: giving up when the next
                 // full poll would overrun it ended a 400 ms wait after 200.
                 let sleep = match wait_until {
-                    Some(until) if now < until => millis(poll).min(lease_left).min(until - now),
+                    Some(until) if now < until => {
+                        jittered(millis(poll)).min(lease_left).min(until - now)
+                    }
                     _ => {
                         self.config.count(Event::InProgressConflict);
                         let retry_after = Duration::from_millis(
@@ -1000,6 +1015,19 @@ impl<E: Into<Diagnostic> + fmt::Display> From<EventError<E>> for Diagnostic {
 mod tests {
     use super::*;
     use crate::MemoryStore;
+
+    #[test]
+    fn waiting_polls_are_jittered_within_half_of_their_interval() {
+        let draws: Vec<u64> = (0..1_000).map(|_| jittered(100)).collect();
+        assert!(draws.iter().all(|d| (50..=100).contains(d)), "{draws:?}");
+        // Duplicates waiting on one key must not poll in lockstep: the draws
+        // spread over the range (51 values; 1,000 uniform draws all but
+        // surely hit more than 20 of them).
+        let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
+        assert!(distinct.len() > 20, "{} distinct intervals", distinct.len());
+        // The smallest intervals stay whole numbers of milliseconds above 0.
+        assert!((0..100).all(|_| jittered(1) == 1));
+    }
 
     #[tokio::test]
     async fn an_argument_that_cannot_be_serialised_is_its_own_error_and_nothing_runs() {
