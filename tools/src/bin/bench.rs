@@ -1347,107 +1347,129 @@ fn median(v: &mut [f64]) -> f64 {
 const COLD_WARM_UP_ORDERS: usize = 300;
 
 /// `orders-api` from spawn to its first response, K times, split where the
-/// Runtime API sees it: init (spawn to the first `GET .../next`, as Lambda's
-/// init duration) and the first invocation (from there to the response).
-/// Process start alone is timed apart: the same binary, spawned with its
-/// configuration incomplete (no `ORDERS_TABLE`), refuses it and exits before
-/// building any client, so spawn to exit is the executable's loading, the
-/// Tokio runtime, the log subscriber and reading the environment; init minus
-/// that is the set-up of the clients. A second order in the same process,
-/// right after, is the warm figure the first invocation compares with.
+/// Runtime API sees it (see [`cold_series`]). Process start alone is timed
+/// apart: the same binary, spawned with its configuration incomplete (no
+/// `ORDERS_TABLE`), refuses it and exits before building any client, so
+/// spawn to exit is the executable's loading, the Tokio runtime, the log
+/// subscriber and reading the environment; init minus that is the set-up
+/// of the clients.
 async fn cold(runs: usize, bin: &str, warm_up: usize) -> Result<Value> {
     let tables = functions::tables().await?;
-    let order = r#"{"customer_id":"cus_42","amount":2500,"currency":"EUR"}"#;
-    let (mut total, mut init, mut first, mut start) = (vec![], vec![], vec![], vec![]);
-    let mut second = vec![];
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    // A fresh engine runs its first requests through the JVM's interpreter:
-    // one warm process serves orders on the same tables first, so the cold
-    // runs time the function's start, not DynamoDB Local's.
-    let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
-    let mut warm = functions::spawn(bin, &functions::orders_env(&api, &tables, &[]))?;
-    for i in 0..warm_up {
-        let outcome = api
-            .invoke(
-                functions::post_order_event(&format!("warm-{i}"), order),
-                Duration::from_secs(30),
-            )
-            .await;
-        if !matches!(&outcome, Outcome::Response(_)) {
-            return Err(format!("cold start warm-up order {i}: {outcome:?}"));
+    let series = ColdSeries {
+        what: "cold start",
+        body: r#"{"customer_id":"cus_42","amount":2500,"currency":"EUR"}"#,
+        env: &|api| functions::orders_env(api, &tables, &[]),
+        spawn: &|env| functions::spawn(bin, env),
+        refused_without: Some("ORDERS_TABLE"),
+    };
+    cold_series(&series, runs, warm_up).await
+}
+
+/// A function process's environment, as `(name, value)` pairs.
+type ProcessEnv = [(String, String)];
+
+/// One function's cold starts, as [`cold`] and [`cold_same`] time them.
+struct ColdSeries<'a> {
+    /// What error messages call it.
+    what: &'a str,
+    /// The body of every request.
+    body: &'a str,
+    /// The function's environment for a Runtime API.
+    env: &'a dyn Fn(&RuntimeApi) -> Vec<(String, String)>,
+    /// Start the function with an environment.
+    spawn: &'a dyn Fn(&ProcessEnv) -> Result<tokio::process::Child>,
+    /// A variable without which the function refuses to start: spawn to
+    /// exit without it is the process start.
+    refused_without: Option<&'a str>,
+}
+
+/// `warm_up` requests through one warm process first (a fresh engine runs
+/// its first requests through the JVM's interpreter, so the cold runs then
+/// time the function's start, not DynamoDB Local's), then K cold runs, each
+/// a new process on a new Runtime API: spawn to first response, split into
+/// init (spawn to the first `GET .../next`, as Lambda's init duration) and
+/// the first invocation (from there to the response), and a second request
+/// in the same process right after, the warm figure the first invocation
+/// compares with (the difference is first use: connections, clients).
+async fn cold_series(series: &ColdSeries<'_>, runs: usize, warm_up: usize) -> Result<Value> {
+    let what = series.what;
+    let invoke = |api: &RuntimeApi, key: String| {
+        let api = api.clone();
+        let event = functions::post_order_event(&key, series.body);
+        async move {
+            match api.invoke(event, Duration::from_secs(30)).await {
+                Outcome::Response(body)
+                    if String::from_utf8_lossy(&body).contains("\"statusCode\":201") =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{what}, request {key}: unexpected {other:?}")),
+            }
         }
+    };
+    let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
+    let mut warm = (series.spawn)(&(series.env)(&api))?;
+    for i in 0..warm_up {
+        invoke(&api, format!("warm-{i}")).await?;
     }
     let _ = warm.kill().await;
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (mut total, mut init, mut first) = (vec![], vec![], vec![]);
+    let (mut second, mut start) = (vec![], vec![]);
     // Run 0 warms the disk cache and is not recorded.
     for i in 0..=runs {
         let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
-        let env = functions::orders_env(&api, &tables, &[]);
-        let refused: Vec<(String, String)> = env
-            .iter()
-            .filter(|(k, _)| k != "ORDERS_TABLE")
-            .cloned()
-            .collect();
-        let t = Instant::now();
-        let status = functions::spawn(bin, &refused)?
-            .wait()
-            .await
-            .map_err(|e| e.to_string())?;
-        let started = t.elapsed();
-        if status.success() {
-            return Err(format!(
-                "cold start {i}: {bin} without ORDERS_TABLE exited successfully; \
-                 expected it to refuse its configuration"
-            ));
-        }
+        let env = (series.env)(&api);
+        let started = match series.refused_without {
+            None => None,
+            Some(name) => {
+                let refused: Vec<(String, String)> =
+                    env.iter().filter(|(k, _)| k != name).cloned().collect();
+                let t = Instant::now();
+                let mut child = (series.spawn)(&refused)?;
+                let status = child.wait().await.map_err(|e| e.to_string())?;
+                if status.success() {
+                    return Err(format!(
+                        "{what} {i}: without {name} the function exited successfully; \
+                         expected it to refuse its configuration"
+                    ));
+                }
+                Some(t.elapsed())
+            }
+        };
 
         let t = Instant::now();
-        let mut child = functions::spawn(bin, &env)?;
-        let outcome = api
-            .invoke(
-                functions::post_order_event(&format!("cold-{i}"), order),
-                Duration::from_secs(30),
-            )
-            .await;
+        let mut child = (series.spawn)(&env)?;
+        invoke(&api, format!("cold-{i}")).await?;
         let elapsed = t.elapsed();
-        match outcome {
-            Outcome::Response(body)
-                if String::from_utf8_lossy(&body).contains("\"statusCode\":201") => {}
-            other => return Err(format!("cold start {i}: unexpected {other:?}")),
-        }
-        // The same order again in the now warm process: what the first
-        // invocation costs beyond it is first use (connections, clients).
         let t2 = Instant::now();
-        let again = api
-            .invoke(
-                functions::post_order_event(&format!("warm-after-cold-{i}"), order),
-                Duration::from_secs(30),
-            )
-            .await;
+        let again = invoke(&api, format!("again-{i}")).await;
         let second_elapsed = t2.elapsed();
         let _ = child.kill().await;
-        if !matches!(&again, Outcome::Response(_)) {
-            return Err(format!("cold start {i}, second order: {again:?}"));
-        }
+        again?;
         let polled = api
             .first_poll()
-            .ok_or_else(|| format!("cold start {i}: answered without polling"))?;
+            .ok_or_else(|| format!("{what} {i}: answered without polling"))?;
         if i > 0 {
+            let to_poll = polled.saturating_duration_since(t);
             total.push(ms(elapsed));
-            init.push(ms(polled.saturating_duration_since(t)));
-            first.push(ms(
-                elapsed.saturating_sub(polled.saturating_duration_since(t))
-            ));
-            start.push(ms(started));
+            init.push(ms(to_poll));
+            first.push(ms(elapsed.saturating_sub(to_poll)));
             second.push(ms(second_elapsed));
+            start.extend(started.map(ms));
         }
     }
-    Ok(json!({
+    let mut out = json!({
         "cold_start_ms": total,
         "init_ms": init,
         "first_invocation_ms": first,
-        "process_start_ms": start,
         "second_invocation_ms": second,
-    }))
+    });
+    if series.refused_without.is_some() {
+        out["process_start_ms"] = json!(start);
+    }
+    Ok(out)
 }
 
 /// `bench serve`: the benchmark's handler in the middleware on DynamoDB, as
@@ -1463,90 +1485,32 @@ async fn serve() -> Result<Value> {
 }
 
 /// `bench cold-same K W`: [`cold`]'s split for `bench serve` on a fresh
-/// deployed table, each cold run with a new key and the 1 KB body.
+/// deployed table, each request with a new key and the 1 KB body.
 async fn cold_same(runs: usize, warm_up: usize) -> Result<Value> {
     let bin = std::env::current_exe().map_err(|e| e.to_string())?;
     let bin = bin.to_string_lossy();
     let table = integration_tests::create_table(&integration_tests::client().await).await;
-    let env = |api: &RuntimeApi| {
-        let mut env = api.function_env("bench-serve");
-        env.push(("IDEMPOTENCY_TABLE".into(), table.clone()));
-        env
+    let series = ColdSeries {
+        what: "cold-same",
+        body: body(),
+        env: &|api| {
+            let mut env = api.function_env("bench-serve");
+            env.push(("IDEMPOTENCY_TABLE".into(), table.clone()));
+            env
+        },
+        spawn: &|env| {
+            tokio::process::Command::new(bin.as_ref())
+                .arg("serve")
+                .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| format!("spawn {bin} serve: {e}"))
+        },
+        refused_without: None,
     };
-    let spawn = |env: &[(String, String)]| {
-        tokio::process::Command::new(bin.as_ref())
-            .arg("serve")
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("spawn {bin} serve: {e}"))
-    };
-    let ok = |outcome: &Outcome| {
-        matches!(outcome, Outcome::Response(body)
-            if String::from_utf8_lossy(body).contains("\"statusCode\":201"))
-    };
-    let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
-    let mut warm = spawn(&env(&api))?;
-    for i in 0..warm_up {
-        let outcome = api
-            .invoke(
-                functions::post_order_event(&format!("warm-{i}"), body()),
-                Duration::from_secs(30),
-            )
-            .await;
-        if !ok(&outcome) {
-            return Err(format!("cold-same warm-up {i}: {outcome:?}"));
-        }
-    }
-    let _ = warm.kill().await;
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let (mut total, mut init, mut first, mut second) = (vec![], vec![], vec![], vec![]);
-    // Run 0 warms the disk cache and is not recorded.
-    for i in 0..=runs {
-        let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        let mut child = spawn(&env(&api))?;
-        let outcome = api
-            .invoke(
-                functions::post_order_event(&format!("cold-{i}"), body()),
-                Duration::from_secs(30),
-            )
-            .await;
-        let elapsed = t.elapsed();
-        if !ok(&outcome) {
-            return Err(format!("cold-same {i}: unexpected {outcome:?}"));
-        }
-        let t2 = Instant::now();
-        let again = api
-            .invoke(
-                functions::post_order_event(&format!("again-{i}"), body()),
-                Duration::from_secs(30),
-            )
-            .await;
-        let second_elapsed = t2.elapsed();
-        let _ = child.kill().await;
-        if !ok(&again) {
-            return Err(format!("cold-same {i}, second request: {again:?}"));
-        }
-        let polled = api
-            .first_poll()
-            .ok_or_else(|| format!("cold-same {i}: answered without polling"))?;
-        if i > 0 {
-            let to_poll = polled.saturating_duration_since(t);
-            total.push(ms(elapsed));
-            init.push(ms(to_poll));
-            first.push(ms(elapsed.saturating_sub(to_poll)));
-            second.push(ms(second_elapsed));
-        }
-    }
-    Ok(json!({
-        "cold_start_ms": total,
-        "init_ms": init,
-        "first_invocation_ms": first,
-        "second_invocation_ms": second,
-    }))
+    cold_series(&series, runs, warm_up).await
 }
 
 /// `command` from spawn to its first stdout line, K times. That line is a
