@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lambda_idempotency::{
-    Record, RecordScope, Resolution, Status, Store, StoredRecord, StuckRecord, SweepCursor,
-    SweepPolicy, Sweeper,
+    scope::RecordScope,
+    store::{Record, Resolution, Status, StoredRecord, StuckRecord, SweepCursor},
+    sweep::{SweepPolicy, Sweeper},
+    Store,
 };
 use serde_json::{json, Value};
 
@@ -41,7 +43,7 @@ fn store_error(place: &str, err: lambda_idempotency::Error) -> Failure {
 /// A listing that did not read everything (a stream backlog larger than one
 /// listing, records trimmed before the sweeper read them, a catch-up scan
 /// under way) shows what it found; the operator is told it may be partial.
-fn partial_listing_warning(c: &Connected, page: &lambda_idempotency::StuckPage) {
+fn partial_listing_warning(c: &Connected, page: &lambda_idempotency::store::StuckPage) {
     if page.trimmed {
         eprintln!(
             "warning: the stream of {} trimmed records the sweeper had not read (it was behind \

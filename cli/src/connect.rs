@@ -8,8 +8,9 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::Client;
 use lambda_idempotency::{
-    open_url, schema, streams_endpoint, DynamoStore, OpenOptions, Store, UrlStore,
-    DYNAMODB_ENDPOINT_ENV,
+    store::dynamodb::{schema, streams_endpoint, DYNAMODB_ENDPOINT_ENV},
+    store::{open_url, OpenOptions, UrlStore},
+    DynamoStore, Store,
 };
 
 use crate::{Failure, StoreArgs};

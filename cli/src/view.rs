@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use comfy_table::{Cell, Color, ContentArrangement, Table};
-use lambda_idempotency::{Record, Status, StoredBody, StoredRecord};
+use lambda_idempotency::store::{Record, Status, StoredBody, StoredRecord};
 use serde_json::{json, Value};
 
 /// An instant, epoch milliseconds, as RFC 3339 UTC to the second.

@@ -11,8 +11,11 @@ use assert_cmd::Command;
 use common::{id, json_lines, now_ms, record_ids, stderr, stdout, stuck_lines, succeeded};
 use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
 use lambda_idempotency::{
-    problem, Checkpoint, DynamoStore, IdempotencyLayer, Lease, Status, Store, StuckRecord,
-    SweepPolicy, Sweeper, REPLAYED_HEADER,
+    http::REPLAYED_HEADER,
+    problem,
+    store::{Checkpoint, Lease, Status, StuckRecord},
+    sweep::{SweepPolicy, Sweeper},
+    DynamoStore, IdempotencyLayer, Store,
 };
 use serde_json::Value;
 use tower::{Layer, ServiceExt};
@@ -291,10 +294,10 @@ async fn release_refuses_a_live_lease_and_force_still_fences() {
         .store
         .complete(
             &holder,
-            &lambda_idempotency::StoredResponse::new(
+            &lambda_idempotency::store::StoredResponse::new(
                 200,
                 vec![],
-                lambda_idempotency::StoredBody::Empty,
+                lambda_idempotency::store::StoredBody::Empty,
             ),
             now_ms() / 1000 + 60,
         )
@@ -325,7 +328,7 @@ async fn release_refuses_a_live_lease_and_force_still_fences() {
             .unwrap();
         assert_eq!(
             resolution,
-            lambda_idempotency::Resolution::Fenced,
+            lambda_idempotency::store::Resolution::Fenced,
             "{policy:?}"
         );
     }

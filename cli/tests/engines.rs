@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use common::{id, json_lines, now_ms, record_ids, stderr, stdout, stuck_lines, succeeded};
-use lambda_idempotency::{ErrorKind, Lease, Status, Store, StoredBody, StoredResponse};
+use lambda_idempotency::{
+    store::{Lease, Status, StoredBody, StoredResponse},
+    ErrorKind, Store,
+};
 use serde_json::Value;
 
 /// The CLI with no store configured but what each test passes: none of the

@@ -9,7 +9,10 @@
 //! total_cents bigint)` table is its own.
 
 use lambda_http::{service_fn, Body, Error, Request, Response};
-use lambda_idempotency::{IdempotencyContext, IdempotencyLayer, PgType, PgWrite, PostgresStore};
+use lambda_idempotency::{
+    store::postgres::{PgType, PgWrite},
+    IdempotencyContext, IdempotencyLayer, PostgresStore,
+};
 use tower::Layer;
 
 async fn create_order(req: Request) -> Result<Response<Body>, Error> {

@@ -5,7 +5,7 @@
 //! Environment: `IDEMPOTENCY_TABLE` and the usual AWS variables.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use lambda_idempotency::{DynamoStore, IdempotentFunction, SqsBatch};
+use lambda_idempotency::{event::SqsBatch, DynamoStore, IdempotentFunction};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 async fn handle(batch: &SqsBatch, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {

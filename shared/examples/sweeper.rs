@@ -7,7 +7,10 @@
 
 use std::time::Duration;
 
-use lambda_idempotency::{DynamoStore, SweepPolicy, SweepSummary, Sweeper};
+use lambda_idempotency::{
+    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    DynamoStore,
+};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 async fn sweep(
@@ -30,7 +33,8 @@ async fn main() -> Result<(), Error> {
     // Stuck records are found in the table's stream (view type NEW_IMAGE):
     // the hot path writes nothing for the sweeper. The stream is read where
     // AWS_ENDPOINT_URL_DYNAMODB points when its own variable is unset.
-    let streams = lambda_idempotency::streams_endpoint(|name| std::env::var(name).ok());
+    let streams =
+        lambda_idempotency::store::dynamodb::streams_endpoint(|name| std::env::var(name).ok());
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table).with_stream_at(
         aws_sdk_dynamodbstreams::config::Builder::from(&aws),
         streams,

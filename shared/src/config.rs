@@ -9,6 +9,25 @@ use crate::claim::Leases;
 use crate::metrics::{Event, Metrics};
 use crate::store::Store;
 
+pub use crate::cache::DEFAULT_MAX_BYTES as DEFAULT_LOCAL_CACHE_BYTES;
+
+/// Set this environment variable to `true` (or `1`, `yes`) to turn the
+/// middleware off, for local tests of the handler alone. Read by
+/// [`IdempotencyLayer::from_env`](crate::IdempotencyLayer::from_env); a
+/// warning is logged when it is on.
+pub const DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
+
+/// Does [`DISABLED_ENV`] turn the middleware off in this process?
+pub fn disabled_from_env() -> bool {
+    disabled_by(std::env::var(DISABLED_ENV).ok().as_deref())
+}
+
+/// The rule of [`DISABLED_ENV`]: `1`, `true` or `yes` in any case, spaces
+/// around ignored; anything else (or unset) leaves the middleware on.
+fn disabled_by(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+}
+
 /// What the HTTP middleware ([`IdempotencyLayer`](crate::IdempotencyLayer))
 /// and the event path ([`IdempotentFunction`](crate::IdempotentFunction),
 /// and through it [`IdempotentEventLayer`](crate::IdempotentEventLayer) and
@@ -63,10 +82,10 @@ impl IdempotencyConfig {
     }
 
     /// [`new`](Self::new), switched off when the
-    /// [`DISABLED_ENV`](crate::DISABLED_ENV) environment variable says so
-    /// (see [`disabled_from_env`](crate::disabled_from_env)).
+    /// [`DISABLED_ENV`] environment variable says so
+    /// (see [`disabled_from_env`]).
     pub fn from_env(store: impl Store + 'static) -> Self {
-        Self::new(store).disabled(crate::disabled_from_env())
+        Self::new(store).disabled(disabled_from_env())
     }
 
     /// A namespace mixed into every record id, for sharing one table between
@@ -111,7 +130,7 @@ impl IdempotencyConfig {
     }
 
     /// Bound the local cache by the bytes of the outputs it holds (default
-    /// [`DEFAULT_LOCAL_CACHE_BYTES`](crate::DEFAULT_LOCAL_CACHE_BYTES));
+    /// [`DEFAULT_LOCAL_CACHE_BYTES`]);
     /// least recently used entries make room, one larger than the budget is
     /// not cached. Before or after [`local_cache`](Self::local_cache), which
     /// turns the cache on (a budget alone does not).
@@ -162,7 +181,7 @@ impl IdempotencyConfig {
             tracing::warn!(
                 "lambda-idempotency is DISABLED ({} or .disabled(true)): retries and duplicates \
                  will run the handler again",
-                crate::DISABLED_ENV
+                DISABLED_ENV
             );
         }
     }
@@ -172,6 +191,23 @@ impl IdempotencyConfig {
 mod tests {
     use super::*;
     use crate::MemoryStore;
+
+    #[test]
+    fn the_disabled_variable_turns_the_middleware_off_only_when_it_says_so() {
+        for value in ["1", "true", "TRUE", " yes ", "Yes"] {
+            assert!(disabled_by(Some(value)), "{value:?}");
+        }
+        for value in [
+            None,
+            Some(""),
+            Some("0"),
+            Some("false"),
+            Some("off"),
+            Some("no"),
+        ] {
+            assert!(!disabled_by(value), "{value:?}");
+        }
+    }
 
     #[test]
     fn the_local_cache_byte_budget_holds_in_either_order() {

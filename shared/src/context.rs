@@ -246,7 +246,7 @@ impl IdempotencyContext {
     /// ```no_run
     /// # #[cfg(feature = "postgres")]
     /// # mod phases {
-    /// use lambda_idempotency::{Error, IdempotencyContext, PgType, PgWrite};
+    /// use lambda_idempotency::{Error, IdempotencyContext, store::postgres::{PgType, PgWrite}};
     ///
     /// /// Seed 001's order: create it (phase 1), charge it (a foreign call,
     /// /// between two recovery points), record the charge (phase 2).
@@ -280,7 +280,7 @@ impl IdempotencyContext {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use lambda_idempotency::{ClaimOutcome, ClaimRequest, ErrorKind, IdempotencyContext, MemoryStore, Store};
+    /// use lambda_idempotency::{ErrorKind, IdempotencyContext, MemoryStore, Store, store::{ClaimOutcome, ClaimRequest}};
     ///
     /// # tokio_test_block_on(async {
     /// let store = Arc::new(MemoryStore::new());

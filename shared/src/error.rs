@@ -46,7 +46,7 @@ pub enum ErrorKind {
 /// causes can be added without breaking callers.
 ///
 /// ```
-/// use lambda_idempotency::{ErrorKind, IdempotencyKey};
+/// use lambda_idempotency::{ErrorKind, http::IdempotencyKey};
 ///
 /// let err = IdempotencyKey::parse("").unwrap_err();
 /// assert_eq!(err.kind(), ErrorKind::InvalidKey);

@@ -15,7 +15,7 @@ pub const MAX_KEY_LEN: usize = 255;
 /// header value that is an RFC 9651 sf-string (`"order-42"`) or bare.
 ///
 /// ```
-/// use lambda_idempotency::IdempotencyKey;
+/// use lambda_idempotency::http::IdempotencyKey;
 ///
 /// assert_eq!(IdempotencyKey::parse("\"order-42\"").unwrap().as_str(), "order-42");
 /// assert_eq!(IdempotencyKey::parse("8e03978e-40d5-43e8").unwrap().as_str(), "8e03978e-40d5-43e8");

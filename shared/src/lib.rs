@@ -41,41 +41,29 @@
 //! the same, and [`problem`] for the problem documents. The design behind it
 //! all is `docs/DESIGN.md` in the repository.
 //!
-//! # Where things happen
+//! # The modules
 //!
-//! | concept | the types | file (under `shared/src/`) |
-//! |---|---|---|
-//! | reading the key header | [`IdempotencyKey`] | `key.rs` |
-//! | is a retry the same request? | [`Fingerprinter`] | `fingerprint.rs` |
-//! | tenants and record ids | [`TenantSource`], [`RecordScope`] | `scope.rs` |
-//! | the record and its states | [`Record`], [`StoredResponse`], [`Checkpoint`] | `record.rs` |
-//! | how a claim is made and answered | (internal, shared by the middleware and the event wrappers) | `claim.rs` |
-//! | claim, complete, release, list and resolve stuck records | [`Store`], [`DynamoStore`], [`MemoryStore`] | `store/` |
-//! | adopting an existing table: attribute names, composite keys | [`TableLayout`], [`KeyValue`] | `store/dynamodb/layout.rs` |
-//! | finding stuck records in the table's stream (feature `streams`) | `DynamoStore::with_stream`, [`Settlement`] | `store/dynamodb/stream.rs` |
-//! | options both paths share (store, expiry, leases, cache, metrics, off switch) | [`IdempotencyConfig`] | `config.rs` |
-//! | the middleware, replay | [`IdempotencyLayer`], [`Idempotency`] | `http/` |
-//! | replay without a request | [`IdempotencyLayer::local_cache`] | `cache.rs` |
-//! | what the handler sees | [`IdempotencyContext`] | `context.rs` |
-//! | async functions, typed events, SQS batches (feature `sqs`), Kinesis and DynamoDB Streams batches (features `kinesis`, `dynamodb-stream-events`) | [`IdempotentFunction`], [`IdempotentEventLayer`] | `event/` |
-//! | stuck in-progress records (feature `sweeper`) | `Sweeper` | `sweep.rs` |
-//! | responses over the item limit in S3 (feature `s3-offload`) | `S3Offload` | `store/offload.rs` |
-//! | CloudWatch EMF metrics | [`metrics`] | `metrics.rs` |
-//! | errors | [`Error`], [`EventError`] | `error.rs` |
+//! The root holds what a first program needs: the HTTP layer, the event
+//! wrapper, the configuration, the handler's context, the [`Store`] trait and
+//! the stores, the tenant source, the fingerprinter and the error. The rest
+//! lives in its module:
 //!
-//! # Features
-//!
-//! | feature | what it adds |
+//! | module | what it holds |
 //! |---|---|
-//! | `dynamodb` (default) | [`DynamoStore`], [`schema`], [`TableLayout`] (adopting an existing table), transactional completion |
-//! | `sqs` | `SqsBatch`: SQS batches with partial batch responses |
-//! | `kinesis` | `KinesisBatch`: Kinesis Data Streams batches, in shard order, with partial batch responses |
-//! | `dynamodb-stream-events` | `DynamoDbStreamBatch`: DynamoDB Streams batches (a table's changes as Lambda events), in shard order, with partial batch responses |
-//! | `sweeper` | `Sweeper`: resolves records stuck in progress |
-//! | `postgres` | `PostgresStore`, `PgWrite`, `POSTGRES_SCHEMA`: records in PostgreSQL (through RDS Proxy too), transactional completion with the handler's own SQL |
-//! | `streams` | `DynamoStore::with_stream`: stuck records found in the table's stream, nothing written for them on the hot path |
-//! | `s3-offload` | `S3Offload`: responses over the store's item limit kept in S3 and replayed byte for byte (any store) |
-//! | `redis` | `RedisStore`: records in Redis or Valkey (TLS and AUTH through the URL) |
+//! | [`http`] | the middleware ([`IdempotencyLayer`], [`http::Idempotency`], its [`http::ResponseFuture`]), the key header ([`http::IdempotencyKey`]), which responses are stored |
+//! | [`event`] | async functions and typed events ([`IdempotentFunction`], [`IdempotentEventLayer`]), SQS, Kinesis and DynamoDB Streams batches |
+//! | [`store`] | the [`Store`] trait, the record and its states ([`store::Record`], [`store::StoredResponse`], [`store::Checkpoint`]), stores opened from a URL; one module per engine: [`store::memory`], `store::dynamodb`, `store::redis`, `store::postgres`, and `store::offload` (responses over the item limit in S3) |
+//! | `sweep` | the sweeper of records stuck in progress |
+//! | [`config`] | [`IdempotencyConfig`], the options both paths share, and the off switch |
+//! | [`context`] | [`IdempotencyContext`], what the handler sees |
+//! | [`scope`] | [`TenantSource`] and [`scope::RecordScope`]: tenants and record ids |
+//! | [`fingerprint`] | [`Fingerprinter`]: what makes two requests the same |
+//! | [`metrics`], [`problem`] | CloudWatch EMF metrics, the problem documents |
+//!
+//! Items behind a feature say so in these docs. The features: `dynamodb`
+//! (default), `sqs`, `kinesis`, `dynamodb-stream-events`, `sweeper`,
+//! `streams` (stuck records found in a DynamoDB table's stream), `postgres`,
+//! `redis` and `s3-offload`; `shared/Cargo.toml` says what each turns on.
 //!
 //! # Testing your handler
 //!
@@ -84,71 +72,46 @@
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cache;
 mod claim;
 mod clock;
-mod config;
-mod context;
+pub mod config;
+pub mod context;
 mod error;
-mod event;
-mod fingerprint;
+pub mod event;
+pub mod fingerprint;
 mod hash;
-mod http;
+pub mod http;
 mod key;
 pub mod metrics;
 pub mod problem;
 mod record;
-mod scope;
-mod store;
+pub mod scope;
+pub mod store;
 #[cfg(feature = "sweeper")]
-mod sweep;
+#[cfg_attr(docsrs, doc(cfg(feature = "sweeper")))]
+pub mod sweep;
 
-pub use crate::cache::DEFAULT_MAX_BYTES as DEFAULT_LOCAL_CACHE_BYTES;
 pub use crate::config::IdempotencyConfig;
-pub use crate::context::{IdempotencyContext, MAX_DEFERRED_WRITES};
+pub use crate::context::IdempotencyContext;
 pub use crate::error::{Error, ErrorKind};
-#[cfg(feature = "dynamodb-stream-events")]
-pub use crate::event::DynamoDbStreamBatch;
-#[cfg(feature = "kinesis")]
-pub use crate::event::KinesisBatch;
-#[cfg(feature = "sqs")]
-pub use crate::event::SqsBatch;
-pub use crate::event::{EventError, IdempotentEvent, IdempotentEventLayer, IdempotentFunction};
+pub use crate::event::{IdempotentEventLayer, IdempotentFunction};
 pub use crate::fingerprint::Fingerprinter;
-pub use crate::http::{
-    disabled_from_env, idempotent, stored_by_default, Idempotency, IdempotencyLayer,
-    ResponseFuture, DISABLED_ENV, REPLAYED_HEADER,
-};
-pub use crate::key::{IdempotencyKey, MAX_KEY_LEN};
-pub use crate::record::{
-    Checkpoint, Record, Status, StoredBody, StoredResponse, MAX_BODY_BYTES, WRITE_UNIT_BYTES,
-};
-pub use crate::scope::{RecordScope, TenantSource};
+pub use crate::http::IdempotencyLayer;
+pub use crate::scope::TenantSource;
 #[cfg(feature = "dynamodb")]
-pub use crate::store::dynamodb::{schema, DynamoStore, KeyValue, TableLayout};
-#[cfg(feature = "streams")]
-pub use crate::store::dynamodb::{streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV};
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use crate::store::dynamodb::DynamoStore;
 pub use crate::store::memory::MemoryStore;
-#[cfg(feature = "s3-offload")]
-pub use crate::store::offload::S3Offload;
 #[cfg(feature = "postgres")]
-pub use crate::store::postgres::{PgWrite, PostgresStore, POSTGRES_SCHEMA, POSTGRES_TABLE};
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use crate::store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
-pub use crate::store::redis::{RedisStore, RedisStoreBuilder};
-pub use crate::store::url::{
-    open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
-};
-pub use crate::store::{
-    resolver_owner, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
-    Resolution, Resolve, Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
-    DEFAULT_MAX_RESPONSE_BYTES,
-};
-#[cfg(feature = "sweeper")]
-pub use crate::sweep::{SweepPolicy, SweepSummary, Sweeper};
-/// PostgreSQL types of [`PgWrite`] parameters.
-#[cfg(feature = "postgres")]
-pub use tokio_postgres::types::Type as PgType;
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use crate::store::redis::RedisStore;
+pub use crate::store::Store;
 
 // The README's quickstart is compiled with the doc tests.
 #[cfg(all(

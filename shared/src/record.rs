@@ -48,7 +48,7 @@ impl Status {
 /// ```
 ///
 /// ```
-/// use lambda_idempotency::{StoredBody, StoredResponse};
+/// use lambda_idempotency::store::{StoredBody, StoredResponse};
 ///
 /// let stored = StoredResponse::new(201, vec![("content-type".into(), b"application/json".to_vec())],
 ///                                  StoredBody::Text("{\"id\":1}".into()));

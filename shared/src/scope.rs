@@ -259,7 +259,7 @@ pub(crate) fn normalize_path(path: &str) -> std::borrow::Cow<'_, str> {
 /// (the matched route template, or the path) and the key.
 ///
 /// ```
-/// use lambda_idempotency::RecordScope;
+/// use lambda_idempotency::scope::RecordScope;
 ///
 /// let scope = RecordScope { tenant: Some("t-42"), ..RecordScope::new("POST", "/orders", "order-0001") };
 /// assert_eq!(scope.record_id().len(), 64);

@@ -114,7 +114,7 @@ impl SweepSummary {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use lambda_idempotency::{DynamoStore, SweepPolicy, Sweeper};
+/// use lambda_idempotency::{DynamoStore, sweep::{SweepPolicy, Sweeper}};
 ///
 /// # async fn f(store: DynamoStore) -> Result<(), lambda_idempotency::Error> {
 /// let sweeper = Sweeper::new(store).policy(SweepPolicy::Release).grace(Duration::from_secs(60));
@@ -494,7 +494,7 @@ mod tests {
         id: &str,
         lease_ms: u64,
         expires_at_s: u64,
-    ) -> crate::Lease {
+    ) -> crate::store::Lease {
         let now = crate::clock::now_ms();
         let request = ClaimRequest {
             record_id: id.into(),

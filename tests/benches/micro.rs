@@ -11,7 +11,7 @@ use std::time::Duration;
 use divan::Bencher;
 use lambda_http::{Body, IntoResponse, Request, Response};
 use lambda_idempotency::{
-    Fingerprinter, IdempotencyKey, IdempotencyLayer, MemoryStore, StoredResponse,
+    http::IdempotencyKey, store::StoredResponse, Fingerprinter, IdempotencyLayer, MemoryStore,
 };
 use tower::{Layer, Service, ServiceExt};
 

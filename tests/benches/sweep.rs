@@ -7,7 +7,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lambda_idempotency::{ClaimOutcome, ClaimRequest, Store, SweepPolicy, Sweeper};
+use lambda_idempotency::{
+    store::{ClaimOutcome, ClaimRequest},
+    sweep::{SweepPolicy, Sweeper},
+    Store,
+};
 
 #[tokio::main]
 async fn main() {
@@ -35,9 +39,9 @@ async fn main() {
                 let request = ClaimRequest {
                     // Ids as the middleware makes them (hashes): spread over
                     // the 16 index shards as in production.
-                    record_id: lambda_idempotency::RecordScope {
+                    record_id: lambda_idempotency::scope::RecordScope {
                         namespace: "bench",
-                        ..lambda_idempotency::RecordScope::new(
+                        ..lambda_idempotency::scope::RecordScope::new(
                             "POST",
                             "/orders",
                             &format!("key-{i}"),

@@ -3,7 +3,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lambda_idempotency::{ClaimOutcome, ClaimRequest, IdempotencyLayer, Lease, RecordScope, Store};
+use lambda_idempotency::{
+    scope::RecordScope,
+    store::{ClaimOutcome, ClaimRequest, Lease},
+    IdempotencyLayer, Store,
+};
 use serde_json::Value;
 use tower::{Layer, ServiceExt};
 

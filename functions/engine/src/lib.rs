@@ -23,7 +23,7 @@
 //! one line naming the variable. [`expires_after`] reads the functions'
 //! `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` with the same care.
 
-use lambda_idempotency::{
+use lambda_idempotency::store::{
     open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
 };
 

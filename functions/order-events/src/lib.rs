@@ -26,7 +26,8 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
-    DynamoStore, IdempotencyContext, IdempotentFunction, S3Offload, SqsBatch, Store,
+    event::SqsBatch, store::offload::S3Offload, DynamoStore, IdempotencyContext,
+    IdempotentFunction, Store,
 };
 use serde::{Deserialize, Serialize};
 

@@ -24,7 +24,8 @@ use http::{header, StatusCode};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
-    DynamoStore, Idempotency, IdempotencyContext, IdempotencyLayer, S3Offload, Store, TenantSource,
+    http::Idempotency, store::offload::S3Offload, DynamoStore, IdempotencyContext,
+    IdempotencyLayer, Store, TenantSource,
 };
 use serde::Deserialize;
 use tower::Layer;
@@ -412,7 +413,7 @@ impl<'a> Run<'a> {
         Ok(run)
     }
 
-    fn recovery_point(&self) -> Option<&lambda_idempotency::Checkpoint> {
+    fn recovery_point(&self) -> Option<&lambda_idempotency::store::Checkpoint> {
         self.ctx.and_then(IdempotencyContext::recovery_point)
     }
 

@@ -1,5 +1,5 @@
 //! `sweeper`: a scheduled Lambda that resolves stuck in-progress idempotency
-//! records (see `lambda_idempotency::Sweeper`).
+//! records (see `lambda_idempotency::sweep::Sweeper`).
 //!
 //! Environment: `IDEMPOTENCY_TABLE`, `SWEEP_POLICY` (`release` | `fail`, default
 //! `release`), `SWEEP_GRACE_SECONDS` (default 60), `SWEEP_DISCOVERY` (`stream`,
@@ -7,7 +7,7 @@
 //! the sparse `sweep` index, for tables whose writers opted into it),
 //! `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` (where the stream is read; unset or
 //! empty: where `AWS_ENDPOINT_URL_DYNAMODB` points, so DynamoDB Local needs
-//! only that one, see `lambda_idempotency::streams_endpoint`), and
+//! only that one, see `lambda_idempotency::store::dynamodb::streams_endpoint`), and
 //! `IDEMPOTENCY_STORE_URL` with its companions (the `idempotency_engine`
 //! crate): the records in Redis, Valkey or PostgreSQL, listed through the
 //! store (`IDEMPOTENCY_TABLE` is then not needed); on PostgreSQL each run
@@ -19,7 +19,10 @@
 
 use std::time::Duration;
 
-use lambda_idempotency::{DynamoStore, PostgresStore, Store, SweepPolicy, SweepSummary, Sweeper};
+use lambda_idempotency::{
+    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    DynamoStore, PostgresStore, Store,
+};
 use lambda_runtime::LambdaEvent;
 
 /// Settings read from the environment.
@@ -86,7 +89,7 @@ impl Config {
             policy,
             grace: Duration::from_secs(grace),
             index,
-            streams_endpoint: lambda_idempotency::streams_endpoint(&lookup),
+            streams_endpoint: lambda_idempotency::store::dynamodb::streams_endpoint(&lookup),
         })
     }
 

@@ -1,6 +1,6 @@
 //! Lambda entry point of `sweeper`.
 
-use lambda_idempotency::UrlStore;
+use lambda_idempotency::store::UrlStore;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]

@@ -70,7 +70,7 @@ impl std::fmt::Debug for StreamKey {
 ///
 /// ```
 /// use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-/// use lambda_idempotency::{DynamoDbStreamBatch, IdempotentFunction, MemoryStore};
+/// use lambda_idempotency::{IdempotentFunction, MemoryStore, event::DynamoDbStreamBatch};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let batch = DynamoDbStreamBatch::new(IdempotentFunction::new(MemoryStore::new(), "projector"));

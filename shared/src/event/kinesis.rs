@@ -67,7 +67,7 @@ impl std::fmt::Debug for KinesisKey {
 ///
 /// ```
 /// use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-/// use lambda_idempotency::{IdempotentFunction, KinesisBatch, MemoryStore};
+/// use lambda_idempotency::{IdempotentFunction, MemoryStore, event::KinesisBatch};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let batch = KinesisBatch::new(IdempotentFunction::new(MemoryStore::new(), "consumer"));

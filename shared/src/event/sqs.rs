@@ -51,7 +51,7 @@ impl std::fmt::Debug for SqsKey {
 ///
 /// ```
 /// use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-/// use lambda_idempotency::{IdempotentFunction, MemoryStore, SqsBatch};
+/// use lambda_idempotency::{IdempotentFunction, MemoryStore, event::SqsBatch};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let batch = SqsBatch::new(IdempotentFunction::new(MemoryStore::new(), "consumer"));

@@ -7,10 +7,11 @@ use http::{HeaderName, Method, Response, StatusCode};
 use lambda_http::Body;
 use tower::Layer;
 
-#[cfg(doc)]
-use super::DISABLED_ENV;
-use super::{disabled_from_env, Idempotency};
+use super::Idempotency;
+use crate::config::disabled_from_env;
 use crate::config::IdempotencyConfig;
+#[cfg(doc)]
+use crate::config::DISABLED_ENV;
 use crate::fingerprint::Fingerprinter;
 use crate::metrics::{Event, Metrics};
 use crate::record::Record;
@@ -33,7 +34,7 @@ use crate::store::Store;
 /// | same key, different request | `422` problem |
 /// | key missing (when required) or malformed | `400` problem |
 /// | store unreachable | `503` problem, `Retry-After`; the handler does not run |
-/// | handler error, 5xx, or a client error that may change (401, 403, 404, 408, 409, 425, 429, ...) | record released so a retry runs again ([`stored_by_default`](crate::stored_by_default); [`store_when`](IdempotencyLayer::store_when) changes it) |
+/// | handler error, 5xx, or a client error that may change (401, 403, 404, 408, 409, 425, 429, ...) | record released so a retry runs again ([`stored_by_default`](crate::http::stored_by_default); [`store_when`](IdempotencyLayer::store_when) changes it) |
 /// | a tenant source is configured and finds no tenant | `401` problem |
 /// | other methods | passed through untouched |
 ///
@@ -220,7 +221,7 @@ impl IdempotencyLayer {
     /// on). Handler errors (`Err`) are always released.
     ///
     /// ```
-    /// use lambda_idempotency::{stored_by_default, IdempotencyLayer, MemoryStore};
+    /// use lambda_idempotency::{IdempotencyLayer, MemoryStore, http::stored_by_default};
     ///
     /// // This API's 409 means "already cancelled": final, so replay it.
     /// let layer = IdempotencyLayer::new(MemoryStore::new())

@@ -9,27 +9,12 @@ use tower::Layer;
 pub use self::future::ResponseFuture;
 pub use self::layer::IdempotencyLayer;
 pub use self::service::Idempotency;
+pub use crate::key::{IdempotencyKey, MAX_KEY_LEN};
 use crate::store::Store;
 use http::StatusCode;
 
 /// Header added to replayed responses.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
-
-/// Set this environment variable to `true` (or `1`, `yes`) to turn the
-/// middleware off, for local tests of the handler alone. Read by
-/// [`IdempotencyLayer::from_env`]; a warning is logged when it is on.
-pub const DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
-
-/// Does [`DISABLED_ENV`] turn the middleware off in this process?
-pub fn disabled_from_env() -> bool {
-    disabled_by(std::env::var(DISABLED_ENV).ok().as_deref())
-}
-
-/// The rule of [`DISABLED_ENV`]: `1`, `true` or `yes` in any case, spaces
-/// around ignored; anything else (or unset) leaves the middleware on.
-fn disabled_by(value: Option<&str>) -> bool {
-    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
-}
 
 /// Is a response with `status` stored and replayed by default? Yes for 2xx
 /// and 3xx, and for the client errors that are final for the same request:
@@ -48,7 +33,7 @@ pub fn stored_by_default(status: StatusCode) -> bool {
 ///
 /// ```no_run
 /// use lambda_http::{Body, Error, Request, Response};
-/// use lambda_idempotency::{idempotent, DynamoStore};
+/// use lambda_idempotency::{DynamoStore, http::idempotent};
 ///
 /// async fn create_order(_req: Request) -> Result<Response<Body>, Error> {
 ///     Ok(Response::builder().status(201).body(Body::from("{}"))?)
@@ -89,23 +74,6 @@ mod tests {
             Ok::<_, lambda_http::Error>(Response::new(Body::Empty))
         }));
         assert_bounds(&svc);
-    }
-
-    #[test]
-    fn the_disabled_variable_turns_the_middleware_off_only_when_it_says_so() {
-        for value in ["1", "true", "TRUE", " yes ", "Yes"] {
-            assert!(disabled_by(Some(value)), "{value:?}");
-        }
-        for value in [
-            None,
-            Some(""),
-            Some("0"),
-            Some("false"),
-            Some("off"),
-            Some("no"),
-        ] {
-            assert!(!disabled_by(value), "{value:?}");
-        }
     }
 
     #[tokio::test]

@@ -1,19 +1,27 @@
 //! Where records live: the [`Store`] trait and its implementations.
 
 #[cfg(feature = "dynamodb")]
-pub(crate) mod dynamodb;
-pub(crate) mod memory;
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub mod dynamodb;
+pub mod memory;
 #[cfg(feature = "s3-offload")]
-pub(crate) mod offload;
+#[cfg_attr(docsrs, doc(cfg(feature = "s3-offload")))]
+pub mod offload;
 #[cfg(feature = "postgres")]
-pub(crate) mod postgres;
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 #[cfg(feature = "redis")]
-pub(crate) mod redis;
-pub(crate) mod url;
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
+mod url;
 
+pub use self::url::{
+    open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
+};
 use crate::error::Error;
-pub(crate) use crate::record::Checkpoint;
-use crate::record::{Record, StoredResponse};
+pub use crate::record::{
+    Checkpoint, Record, Status, StoredBody, StoredResponse, MAX_BODY_BYTES, WRITE_UNIT_BYTES,
+};
 
 /// Everything a claim writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,7 +225,7 @@ pub enum Resolution {
 ///    replaced is fenced if it completes late.
 ///
 /// ```
-/// use lambda_idempotency::{ClaimOutcome, ClaimRequest, MemoryStore, Store, StoredBody, StoredResponse};
+/// use lambda_idempotency::{MemoryStore, Store, store::{ClaimOutcome, ClaimRequest, StoredBody, StoredResponse}};
 ///
 /// # tokio_test_block_on(async {
 /// let store = MemoryStore::new();

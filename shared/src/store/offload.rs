@@ -2,7 +2,7 @@
 //! of any [`Store`].
 //!
 //! A completion whose response would not fit the store (the rule of
-//! [`fit`](super::fit), the same limit) writes the whole response to S3 first,
+//! `store::fit`, the same limit) writes the whole response to S3 first,
 //! at a key of its own attempt, then completes the record with a small
 //! pointer (bucket, key, size, SHA-256) in one fenced write of the store: the
 //! object is only ever reachable through a record that a fenced completion
@@ -50,7 +50,7 @@ const MAX_OBJECT_BYTES: u64 = MAX_BODY_BYTES as u64 + 1024 * 1024;
 ///
 /// Without it, a response that does not fit the store completes the record
 /// with the `response-too-large` problem (HTTP: a 500 to every retry; events:
-/// [`EventError::OutputTooLarge`](crate::EventError::OutputTooLarge)). With
+/// [`EventError::OutputTooLarge`](crate::event::EventError::OutputTooLarge)). With
 /// it, such a response replays byte for byte like any other:
 ///
 /// - **complete**: a response over the limit (decided like the store decides,
@@ -80,7 +80,7 @@ const MAX_OBJECT_BYTES: u64 = MAX_BODY_BYTES as u64 + 1024 * 1024;
 /// `s3:PutObject`, `s3:GetObject` and `s3:DeleteObject` on the prefix.
 ///
 /// ```no_run
-/// use lambda_idempotency::{DynamoStore, IdempotencyLayer, S3Offload};
+/// use lambda_idempotency::{DynamoStore, IdempotencyLayer, store::offload::S3Offload};
 ///
 /// # async fn example() {
 /// let aws = aws_config::load_from_env().await;
@@ -94,7 +94,7 @@ const MAX_OBJECT_BYTES: u64 = MAX_BODY_BYTES as u64 + 1024 * 1024;
 /// Small responses never touch S3:
 ///
 /// ```
-/// use lambda_idempotency::{MemoryStore, S3Offload, DEFAULT_MAX_RESPONSE_BYTES};
+/// use lambda_idempotency::{MemoryStore, store::DEFAULT_MAX_RESPONSE_BYTES, store::offload::S3Offload};
 ///
 /// let s3 = aws_sdk_s3::Client::from_conf(
 ///     aws_sdk_s3::Config::builder()

@@ -24,10 +24,10 @@ pub const REDIS_CLUSTER_ENV: &str = "IDEMPOTENCY_REDIS_CLUSTER";
 pub enum UrlStore {
     /// `redis://` or `rediss://`.
     #[cfg(feature = "redis")]
-    Redis(crate::RedisStore),
+    Redis(super::redis::RedisStore),
     /// `postgres://` or `postgresql://`.
     #[cfg(feature = "postgres")]
-    Postgres(crate::PostgresStore),
+    Postgres(super::postgres::PostgresStore),
 }
 
 impl UrlStore {
@@ -47,7 +47,7 @@ impl UrlStore {
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
     /// PostgreSQL: create the schema when missing
-    /// ([`PostgresStore::migrate`](crate::PostgresStore::migrate), safe when
+    /// ([`PostgresStore::migrate`](super::postgres::PostgresStore::migrate), safe when
     /// many cold starts run it at once) instead of failing the start.
     pub create_schema: bool,
     /// Redis: the URL names a Redis Cluster (ElastiCache Serverless,
@@ -138,15 +138,15 @@ fn with_password(url: &str, password: &str) -> Result<String, Error> {
 /// unreachable server or (PostgreSQL) a missing schema fails at start-up
 /// with one line naming [`STORE_URL_ENV`] rather than on the first request.
 ///
-/// - `redis://` / `rediss://` (feature `redis`): [`RedisStore`](crate::RedisStore),
+/// - `redis://` / `rediss://` (feature `redis`): [`RedisStore`](super::redis::RedisStore),
 ///   database number, user and password as written.
 /// - `postgres://` / `postgresql://` (feature `postgres`):
-///   [`PostgresStore`](crate::PostgresStore), database, user and `sslmode`
+///   [`PostgresStore`](super::postgres::PostgresStore), database, user and `sslmode`
 ///   as written; its table is checked, or created with
 ///   [`OpenOptions::create_schema`].
 ///
 /// ```
-/// use lambda_idempotency::{open_url, ErrorKind, OpenOptions};
+/// use lambda_idempotency::{ErrorKind, store::{open_url, OpenOptions}};
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let err = open_url("mysql://db/idempotency", &OpenOptions::default()).await.unwrap_err();
@@ -173,7 +173,7 @@ pub async fn open_url(url: &str, options: &OpenOptions) -> Result<UrlStore, Erro
         Engine::Redis => {
             #[cfg(feature = "redis")]
             {
-                let mut builder = crate::RedisStore::builder(url);
+                let mut builder = super::redis::RedisStore::builder(url);
                 if options.redis_cluster {
                     builder = builder.cluster();
                 }
@@ -190,7 +190,7 @@ pub async fn open_url(url: &str, options: &OpenOptions) -> Result<UrlStore, Erro
                     Some(password) => with_password(url, password)?,
                     None => url.to_owned(),
                 };
-                let store = crate::PostgresStore::from_url(&url).map_err(named)?;
+                let store = super::postgres::PostgresStore::from_url(&url).map_err(named)?;
                 if options.create_schema {
                     store.migrate().await.map_err(named)?;
                 } else {

@@ -8,8 +8,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
-    problem, ClaimOutcome, ClaimRequest, DynamoStore, ErrorKind, IdempotencyContext,
-    IdempotencyLayer, MemoryStore, Store, StoredBody, StoredResponse, REPLAYED_HEADER,
+    http::REPLAYED_HEADER,
+    problem,
+    store::{ClaimOutcome, ClaimRequest, StoredBody, StoredResponse},
+    DynamoStore, ErrorKind, IdempotencyContext, IdempotencyLayer, MemoryStore, Store,
 };
 use serde_json::json;
 use tower::{Layer, ServiceExt};
@@ -471,8 +473,8 @@ async fn tables() -> (DynamoStore, String, aws_sdk_dynamodb::Client) {
 }
 
 /// One write to hand to a completion.
-fn deferred(write: TransactWriteItem) -> lambda_idempotency::DeferredWrites {
-    let mut writes = lambda_idempotency::DeferredWrites::new();
+fn deferred(write: TransactWriteItem) -> lambda_idempotency::store::DeferredWrites {
+    let mut writes = lambda_idempotency::store::DeferredWrites::new();
     writes.push(write);
     writes
 }

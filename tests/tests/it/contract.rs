@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::{problem, IdempotencyLayer, TenantSource, REPLAYED_HEADER};
+use lambda_idempotency::{http::REPLAYED_HEADER, problem, IdempotencyLayer, TenantSource};
 use tower::{Layer, Service, ServiceExt};
 
 use crate::fixture::{
@@ -41,7 +41,7 @@ fn service(
     f: &Fixture,
     runs: &Runs,
     delay: Duration,
-) -> lambda_idempotency::Idempotency<impl Handler> {
+) -> lambda_idempotency::http::Idempotency<impl Handler> {
     IdempotencyLayer::new(f.store.clone()).layer(counting_handler(runs.clone(), delay))
 }
 
@@ -500,7 +500,7 @@ async fn derived_key_is_stable_across_attempts(f: Fixture) {
     let resumed = call(&mut svc, post("/orders", Some("k1"), "{}")).await;
     assert_eq!(json(&resumed)["attempt"], 2);
     let expected = lambda_idempotency::IdempotencyContext::new(
-        lambda_idempotency::RecordScope::new("POST", "/orders", "k1").record_id(),
+        lambda_idempotency::scope::RecordScope::new("POST", "/orders", "k1").record_id(),
         1,
     )
     .with_fingerprint(lambda_idempotency::Fingerprinter::new().fingerprint(
@@ -563,7 +563,7 @@ async fn layer_wraps_an_axum_router(f: Fixture) {
 }
 
 async fn call_axum(
-    svc: &mut lambda_idempotency::Idempotency<axum::Router>,
+    svc: &mut lambda_idempotency::http::Idempotency<axum::Router>,
     req: Request,
 ) -> Response<Body> {
     match svc.ready().await {

@@ -7,8 +7,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use integration_tests::{client_with, create_table, LoseResponses, RequestCounter};
 use lambda_http::{Body, Response};
 use lambda_idempotency::{
-    problem, schema, ClaimOutcome, ClaimRequest, DynamoStore, IdempotencyLayer, Store,
-    REPLAYED_HEADER,
+    http::REPLAYED_HEADER,
+    problem,
+    store::dynamodb::schema,
+    store::{ClaimOutcome, ClaimRequest},
+    DynamoStore, IdempotencyLayer, Store,
 };
 use tower::Layer;
 
@@ -184,7 +187,7 @@ async fn a_first_execution_writes_two_units_and_no_index_unit() {
 #[tokio::test]
 async fn a_foreign_item_is_a_store_error_not_a_panic() {
     let (store, _) = integration_tests::dynamo_store().await;
-    let id = lambda_idempotency::RecordScope::new("POST", "/orders", "k1").record_id();
+    let id = lambda_idempotency::scope::RecordScope::new("POST", "/orders", "k1").record_id();
     store
         .client()
         .put_item()
@@ -236,7 +239,7 @@ async fn scan_one(
 
 #[test]
 fn the_template_tables_match_the_library_schema() {
-    use lambda_idempotency::schema;
+    use lambda_idempotency::store::dynamodb::schema;
     let table = integration_tests::table_definition("IdempotencyTable").unwrap();
     assert_eq!(
         table.billing_mode.as_deref(),
@@ -329,7 +332,7 @@ async fn a_recovery_point_writes_no_index_unit() {
             .unwrap(),
     );
     let before = proxy.units(store.table());
-    let point = lambda_idempotency::Checkpoint {
+    let point = lambda_idempotency::store::Checkpoint {
         name: "charged".into(),
         data: serde_json::json!({"charge_id": "ch_1"}),
         attempt: lease.attempt,
@@ -361,10 +364,10 @@ async fn a_compressible_kilobyte_response_completes_in_one_write_unit() {
             .unwrap(),
     );
     let before = proxy.units(&table);
-    let response = lambda_idempotency::StoredResponse::new(
+    let response = lambda_idempotency::store::StoredResponse::new(
         201,
         vec![("content-type".into(), b"application/json".to_vec())],
-        lambda_idempotency::StoredBody::Text(body.clone()),
+        lambda_idempotency::store::StoredBody::Text(body.clone()),
     );
     store
         .complete(&lease, &response, now_ms() / 1000 + 60)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use integration_tests::functions::{orders_env, post_order_event};
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
-use lambda_idempotency::{Status, Store};
+use lambda_idempotency::{store::Status, Store};
 use serde_json::Value;
 
 /// The debug binary next to this test's own (built by `make test`).

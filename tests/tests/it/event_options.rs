@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
-    EventError, IdempotencyConfig, IdempotencyLayer, IdempotentEventLayer, IdempotentFunction,
-    SqsBatch,
+    event::{EventError, SqsBatch},
+    IdempotencyConfig, IdempotencyLayer, IdempotentEventLayer, IdempotentFunction,
 };
 use lambda_runtime::{service_fn, LambdaEvent};
 use serde_json::{json, Value};
@@ -194,7 +194,10 @@ async fn the_local_cache_replays_events_without_the_store_and_keeps_mismatches(f
         .unwrap_err();
     assert_eq!(err.error_type(), "Idempotency.PayloadMismatch");
     let existing = err.existing_record().expect("the cached record");
-    assert_eq!(existing.status, lambda_idempotency::Status::Completed);
+    assert_eq!(
+        existing.status,
+        lambda_idempotency::store::Status::Completed
+    );
     assert_eq!(f.requests(), before, "every duplicate answered from memory");
     assert_eq!(runs.count(), 1);
 

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::{EventError, IdempotentEventLayer, IdempotentFunction, SqsBatch};
+use lambda_idempotency::{
+    event::{EventError, SqsBatch},
+    IdempotentEventLayer, IdempotentFunction,
+};
 use lambda_runtime::{service_fn, LambdaEvent};
 use serde_json::{json, Value};
 use tower::{Layer, Service, ServiceExt};
@@ -121,7 +124,10 @@ async fn concurrent_duplicates_run_once_and_the_rest_are_typed_in_progress(f: Fi
                 assert!(retry_after > Duration::ZERO);
                 // The error carries the record that holds the key.
                 let existing = err.existing_record().expect("the in-progress record");
-                assert_eq!(existing.status, lambda_idempotency::Status::InProgress);
+                assert_eq!(
+                    existing.status,
+                    lambda_idempotency::store::Status::InProgress
+                );
                 assert!(existing.expires_at_s > now_ms() / 1000);
                 assert!(existing.response.is_none());
                 in_progress += 1
@@ -198,7 +204,10 @@ async fn validation_mismatch_is_a_distinct_error(f: Fixture) {
     assert_eq!(err.error_type(), "Idempotency.PayloadMismatch");
     // The error carries the completed record and its stored output.
     let existing = err.existing_record().expect("the completed record");
-    assert_eq!(existing.status, lambda_idempotency::Status::Completed);
+    assert_eq!(
+        existing.status,
+        lambda_idempotency::store::Status::Completed
+    );
     let stored = existing.response.as_ref().expect("its stored output");
     assert_eq!(stored.body.bytes(), b"5");
 }

@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use integration_tests::{post, Handler};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    ClaimOutcome, ClaimRequest, IdempotencyContext, Lease, MemoryStore, Store, Sweeper,
+    store::{ClaimOutcome, ClaimRequest, Lease},
+    sweep::Sweeper,
+    IdempotencyContext, MemoryStore, Store,
 };
 
 /// A store under test and a way to count the requests it made.
@@ -300,8 +302,8 @@ pub async fn force_resolution(
     store: &Arc<dyn Store>,
     record_id: &str,
     attempt: u64,
-    policy: lambda_idempotency::SweepPolicy,
-) -> lambda_idempotency::Resolution {
+    policy: lambda_idempotency::sweep::SweepPolicy,
+) -> lambda_idempotency::store::Resolution {
     let owner = store
         .get(record_id)
         .await
@@ -309,7 +311,7 @@ pub async fn force_resolution(
         .expect("the record exists")
         .record
         .owner;
-    let stuck = lambda_idempotency::StuckRecord {
+    let stuck = lambda_idempotency::store::StuckRecord {
         id: record_id.to_owned(),
         attempt,
         owner,

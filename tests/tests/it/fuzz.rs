@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    Fingerprinter, IdempotencyKey, IdempotencyLayer, MemoryStore, TenantSource,
+    http::IdempotencyKey, Fingerprinter, IdempotencyLayer, MemoryStore, TenantSource,
 };
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -94,7 +94,7 @@ proptest! {
         if let Ok(k) = IdempotencyKey::parse_bytes(&bytes) {
             KEY_PARSER.add("accepted");
             let k = k.as_str();
-            prop_assert!(!k.is_empty() && k.len() <= lambda_idempotency::MAX_KEY_LEN);
+            prop_assert!(!k.is_empty() && k.len() <= lambda_idempotency::http::MAX_KEY_LEN);
             prop_assert!(k.bytes().all(|b| (0x20..=0x7e).contains(&b)));
         } else {
             KEY_PARSER.add("rejected");

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
-    DynamoStore, ErrorKind, EventError, IdempotentFunction, Store, StoredBody, StoredResponse,
+    event::EventError,
+    store::{StoredBody, StoredResponse},
+    DynamoStore, ErrorKind, IdempotentFunction, Store,
 };
 use serde_json::{json, Value};
 
@@ -103,7 +105,7 @@ async fn transactional_completion() {
             .condition_expression("attribute_not_exists(order_id)")
             .build()
             .expect("a put with a table and an item");
-        let mut writes = lambda_idempotency::DeferredWrites::new();
+        let mut writes = lambda_idempotency::store::DeferredWrites::new();
         writes.push(TransactWriteItem::builder().put(put).build());
         writes
     };
@@ -181,7 +183,7 @@ async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
         integration_tests::iam_record::streams_config("sweeper").await,
         Some(integration_tests::iam_record::dynamodb_endpoint()),
     );
-    let sweeper = lambda_idempotency::Sweeper::new(store).grace(Duration::ZERO);
+    let sweeper = lambda_idempotency::sweep::Sweeper::new(store).grace(Duration::ZERO);
     let place = || async {
         harness
             .get_item()

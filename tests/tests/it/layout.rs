@@ -10,9 +10,13 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    schema, Checkpoint, ClaimOutcome, DynamoStore, ErrorKind, IdempotencyContext, IdempotencyLayer,
-    IdempotentEventLayer, IdempotentFunction, KeyValue, RecordScope, Status, Store, StoredBody,
-    StoredResponse, SweepPolicy, SweepSummary, Sweeper, TableLayout, REPLAYED_HEADER,
+    http::REPLAYED_HEADER,
+    scope::RecordScope,
+    store::dynamodb::{schema, KeyValue, TableLayout},
+    store::{Checkpoint, ClaimOutcome, Status, StoredBody, StoredResponse},
+    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    DynamoStore, ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentEventLayer,
+    IdempotentFunction, Store,
 };
 use lambda_runtime::LambdaEvent;
 use serde_json::json;
@@ -602,7 +606,7 @@ async fn sweep_now(store: &DynamoStore, policy: SweepPolicy) -> SweepSummary {
 }
 
 /// Claim `id` with a lease of `lease_ms`.
-async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> lambda_idempotency::Lease {
+async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> lambda_idempotency::store::Lease {
     claimed(
         store
             .claim(&claim_request(id, &format!("owner-{id}"), lease_ms))

@@ -8,10 +8,11 @@
 
 use std::sync::Arc;
 
-use lambda_idempotency::StuckRecord;
+use lambda_idempotency::store::StuckRecord;
 use lambda_idempotency::{
-    ClaimOutcome, ClaimRequest, Lease, MemoryStore, Resolution, Status, Store, StoredBody,
-    StoredResponse, Sweeper,
+    store::{ClaimOutcome, ClaimRequest, Lease, Resolution, Status, StoredBody, StoredResponse},
+    sweep::Sweeper,
+    MemoryStore, Store,
 };
 use proptest::prelude::*;
 
@@ -286,7 +287,7 @@ async fn check(
                 };
                 let allowed = m.holds(&lease);
                 let name = format!("step-{step}");
-                let checkpoint = lambda_idempotency::Checkpoint {
+                let checkpoint = lambda_idempotency::store::Checkpoint {
                     name: name.clone(),
                     data: serde_json::json!(step),
                     attempt: lease.attempt,

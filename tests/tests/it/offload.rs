@@ -11,8 +11,11 @@ use http::StatusCode;
 use integration_tests::{noise, RequestCounter};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    ErrorKind, EventError, IdempotencyLayer, IdempotentFunction, Record, S3Offload, Status, Store,
-    StoredBody, StoredResponse, REPLAYED_HEADER,
+    event::EventError,
+    http::REPLAYED_HEADER,
+    store::offload::S3Offload,
+    store::{Record, Status, StoredBody, StoredResponse},
+    ErrorKind, IdempotencyLayer, IdempotentFunction, Store,
 };
 use serde_json::json;
 use tower::Layer;
@@ -546,7 +549,7 @@ async fn the_example_consumer_offloads_when_a_bucket_is_named() {
 }
 
 /// One conditional order put to hand to a completion.
-fn put_order(table: &str, id: &str) -> lambda_idempotency::DeferredWrites {
+fn put_order(table: &str, id: &str) -> lambda_idempotency::store::DeferredWrites {
     use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
     let put = Put::builder()
         .table_name(table)
@@ -554,7 +557,7 @@ fn put_order(table: &str, id: &str) -> lambda_idempotency::DeferredWrites {
         .condition_expression("attribute_not_exists(order_id)")
         .build()
         .expect("a put with a table and an item");
-    let mut writes = lambda_idempotency::DeferredWrites::new();
+    let mut writes = lambda_idempotency::store::DeferredWrites::new();
     writes.push(TransactWriteItem::builder().put(put).build());
     writes
 }

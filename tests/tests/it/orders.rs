@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use integration_tests::{client, create_table_from_template, unique_name};
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::{IdempotencyContext, REPLAYED_HEADER};
+use lambda_idempotency::{http::REPLAYED_HEADER, IdempotencyContext};
 use orders_api::{Config, Orders};
 use tower::{Layer, Service, ServiceExt};
 
@@ -186,7 +186,7 @@ async fn create_replay_and_get_an_order() {
     assert!(body["charge_id"].as_str().unwrap().starts_with("ch_"));
     let order_id = body["order_id"].as_str().unwrap().to_owned();
     let expected_id = IdempotencyContext::new(
-        lambda_idempotency::RecordScope::new("POST", "/orders", "k1").record_id(),
+        lambda_idempotency::scope::RecordScope::new("POST", "/orders", "k1").record_id(),
         1,
     )
     .with_fingerprint(lambda_idempotency::Fingerprinter::new().fingerprint(
@@ -376,10 +376,11 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
     let app = App::new(0).await;
     let store = app.store();
     let mut orders = Orders::new(app.client.clone(), &app.config);
-    let record = lambda_idempotency::RecordScope::new("POST", "/orders", "crash").record_id();
+    let record =
+        lambda_idempotency::scope::RecordScope::new("POST", "/orders", "crash").record_id();
     let claim = |owner: &str| {
         let now = crate::fixture::now_ms();
-        lambda_idempotency::ClaimRequest {
+        lambda_idempotency::store::ClaimRequest {
             record_id: record.clone(),
             fingerprint: "fp".into(),
             owner: owner.into(),
@@ -394,7 +395,7 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
             .await
             .unwrap()
         {
-            lambda_idempotency::ClaimOutcome::Claimed(lease) => lease,
+            lambda_idempotency::store::ClaimOutcome::Claimed(lease) => lease,
             other => panic!("{other:?}"),
         };
         let mut req = order(Some("crash"), BODY);
@@ -452,7 +453,7 @@ async fn a_failed_confirmation_after_the_charge_resumes_on_retry_without_a_secon
     let first = call(order(Some("confirm-fails"), BODY)).await.unwrap();
     assert_eq!(first.status(), 503, "{:?}", first.body());
     let record =
-        lambda_idempotency::RecordScope::new("POST", "/orders", "confirm-fails").record_id();
+        lambda_idempotency::scope::RecordScope::new("POST", "/orders", "confirm-fails").record_id();
     let kept = lambda_idempotency::Store::get(&app.store(), &record)
         .await
         .unwrap()

@@ -11,8 +11,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    Checkpoint, DeferredWrites, ErrorKind, IdempotencyContext, IdempotencyLayer, MemoryStore,
-    PgType, PgWrite, PostgresStore, RecordScope, Status, Store,
+    scope::RecordScope,
+    store::postgres::{PgType, PgWrite},
+    store::{Checkpoint, DeferredWrites, Status},
+    ErrorKind, IdempotencyContext, IdempotencyLayer, MemoryStore, PostgresStore, Store,
 };
 use tower::{Layer, ServiceExt};
 

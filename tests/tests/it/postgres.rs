@@ -8,9 +8,15 @@ use std::time::Duration;
 
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    problem, ClaimOutcome, Completion, DeferredWrites, ErrorKind, IdempotencyContext,
-    IdempotencyLayer, Lease, PgType, PgWrite, PostgresStore, Resolution, Status, Store, StoredBody,
-    StoredResponse, SweepPolicy, Sweeper, REPLAYED_HEADER,
+    http::REPLAYED_HEADER,
+    problem,
+    store::postgres::{PgType, PgWrite},
+    store::{
+        ClaimOutcome, Completion, DeferredWrites, Lease, Resolution, Status, StoredBody,
+        StoredResponse,
+    },
+    sweep::{SweepPolicy, Sweeper},
+    ErrorKind, IdempotencyContext, IdempotencyLayer, PostgresStore, Store,
 };
 use tower::{Layer, ServiceExt};
 
@@ -97,7 +103,7 @@ fn transactional_handler(
 }
 
 fn record_id(key: &str) -> String {
-    lambda_idempotency::RecordScope::new("POST", "/orders", key).record_id()
+    lambda_idempotency::scope::RecordScope::new("POST", "/orders", key).record_id()
 }
 
 #[tokio::test]
@@ -411,7 +417,7 @@ async fn a_new_life_drops_the_old_recovery_point_and_a_takeover_keeps_it() {
     let commit = |lease: Lease| {
         let store = store.clone();
         async move {
-            let point = lambda_idempotency::Checkpoint {
+            let point = lambda_idempotency::store::Checkpoint {
                 name: "charged".into(),
                 data: serde_json::json!({"charge": "ch_1", "amount": 12.5}),
                 attempt: lease.attempt,
@@ -545,7 +551,7 @@ async fn a_recovery_point_keeps_a_stuck_record_unless_the_policy_fails_it() {
     assert_eq!(listed.len(), 1);
     assert!(!listed[0].has_checkpoint);
     // The still-running invocation commits a recovery point after the listing.
-    let point = lambda_idempotency::Checkpoint {
+    let point = lambda_idempotency::store::Checkpoint {
         name: "charged".into(),
         data: serde_json::json!({"charge": "ch_1"}),
         attempt: lease.attempt,
@@ -1005,7 +1011,7 @@ async fn a_phase_whose_commit_answer_is_lost_is_resumed_never_run_twice() {
     let svc = IdempotencyLayer::new(store.clone())
         .max_lease(Duration::from_millis(1500))
         .layer(handler);
-    let id = lambda_idempotency::RecordScope::new("POST", "/orders", "k1").record_id();
+    let id = lambda_idempotency::scope::RecordScope::new("POST", "/orders", "k1").record_id();
 
     let first = svc.clone().oneshot(post("/orders", Some("k1"), "{}")).await;
     assert!(

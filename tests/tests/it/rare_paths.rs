@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentFunction, Lease, RecordScope,
-    Resolution, Status, Store, StoredBody, StoredResponse, SweepPolicy,
+    scope::RecordScope,
+    store::{Lease, Resolution, Status, StoredBody, StoredResponse},
+    sweep::SweepPolicy,
+    ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentFunction, Store,
 };
 use tower::{Layer, ServiceExt};
 
@@ -155,7 +157,7 @@ async fn a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays(f:
     assert_ne!(record.owner, lease.owner, "the resolution took ownership");
     assert_eq!(
         record.owner,
-        lambda_idempotency::resolver_owner(&lease.owner)
+        lambda_idempotency::store::resolver_owner(&lease.owner)
     );
 }
 
@@ -391,7 +393,7 @@ async fn a_forced_failure_during_an_invocation_is_what_its_own_instance_replays(
         "the resolution's outcome, not a cached 201"
     );
     assert_eq!(
-        replay.headers()[lambda_idempotency::REPLAYED_HEADER],
+        replay.headers()[lambda_idempotency::http::REPLAYED_HEADER],
         "true"
     );
 }

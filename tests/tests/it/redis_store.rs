@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_idempotency::{
-    problem, ClaimOutcome, Completion, ErrorKind, IdempotencyLayer, RedisStore, Status, Store,
-    StoredBody, StoredResponse, Sweeper, REPLAYED_HEADER,
+    http::REPLAYED_HEADER,
+    problem,
+    store::{ClaimOutcome, Completion, Status, StoredBody, StoredResponse},
+    sweep::Sweeper,
+    ErrorKind, IdempotencyLayer, RedisStore, Store,
 };
 use redis::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

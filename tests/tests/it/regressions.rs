@@ -8,7 +8,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::SharedInterceptor;
 use integration_tests::{client_with, create_table, LoseResponses};
 use lambda_idempotency::{
-    ClaimRequest, Completion, DynamoStore, ErrorKind, Lease, Store, StoredBody, StoredResponse,
+    store::{ClaimRequest, Completion, Lease, StoredBody, StoredResponse},
+    DynamoStore, ErrorKind, Store,
 };
 
 use crate::fixture::{claim_request as request, claimed, now_ms};
@@ -67,7 +68,7 @@ impl IdempotencyContextExt {
         store
             .checkpoint(
                 lease,
-                &lambda_idempotency::Checkpoint {
+                &lambda_idempotency::store::Checkpoint {
                     name: name.into(),
                     data: serde_json::json!({"charge_id": "ch_old"}),
                     attempt: lease.attempt,
@@ -223,7 +224,7 @@ async fn a_transaction_dynamodb_refuses_as_invalid_releases_the_key() {
 async fn an_event_whose_transactional_completion_is_cancelled_fails_and_is_released() {
     use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
     use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-    use lambda_idempotency::{IdempotentFunction, SqsBatch};
+    use lambda_idempotency::{event::SqsBatch, IdempotentFunction};
 
     let (store, _) = integration_tests::dynamo_store().await;
     let orders = integration_tests::unique_name("orders");
@@ -359,7 +360,7 @@ async fn an_event_whose_completion_outcome_is_unknown_fails_and_keeps_the_key() 
 
 #[tokio::test]
 async fn an_output_that_cannot_be_serialised_completes_with_a_marker_and_never_runs_again() {
-    use lambda_idempotency::{IdempotentFunction, MemoryStore, Status};
+    use lambda_idempotency::{store::Status, IdempotentFunction, MemoryStore};
     use std::collections::HashMap;
 
     let store = MemoryStore::new();
@@ -520,7 +521,7 @@ crate::fixture::on_both_stores!(
 
 async fn keys_of_different_json_types_never_collide(f: crate::fixture::Fixture) {
     use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-    use lambda_idempotency::{IdempotentFunction, SqsBatch};
+    use lambda_idempotency::{event::SqsBatch, IdempotentFunction};
 
     let runs = crate::fixture::Runs::default();
     let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
@@ -571,7 +572,7 @@ async fn an_sqs_record_without_a_message_id_that_fails_fails_the_whole_batch(
     f: crate::fixture::Fixture,
 ) {
     use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-    use lambda_idempotency::{ErrorKind, IdempotentFunction, SqsBatch};
+    use lambda_idempotency::{event::SqsBatch, ErrorKind, IdempotentFunction};
 
     let batch = SqsBatch::new(IdempotentFunction::new(f.store.clone(), "sqs"))
         .key_body_pointer("/event_id");
@@ -687,7 +688,7 @@ async fn a_tenant_source_that_resolves_nothing_answers_401(f: crate::fixture::Fi
     assert_eq!(send(&shared, no_claims()).await.status(), 201);
     let replay = send(&shared, no_claims()).await;
     assert_eq!(
-        replay.headers()[lambda_idempotency::REPLAYED_HEADER],
+        replay.headers()[lambda_idempotency::http::REPLAYED_HEADER],
         "true"
     );
     assert_eq!(runs.count(), 2);
@@ -711,7 +712,7 @@ async fn the_query_string_is_part_of_the_request(f: crate::fixture::Fixture) {
     send(&svc, post("/orders?a=1&b=2", Some("k2"), "{}")).await;
     let reordered = send(&svc, post("/orders?b=2&a=1", Some("k2"), "{}")).await;
     assert_eq!(
-        reordered.headers()[lambda_idempotency::REPLAYED_HEADER],
+        reordered.headers()[lambda_idempotency::http::REPLAYED_HEADER],
         "true"
     );
     // A repeated name's values are a list: their order counts.
@@ -744,7 +745,7 @@ async fn every_value_of_a_repeated_fingerprinted_header_counts(f: crate::fixture
     assert_eq!(first.status(), 201);
     let replay = send(&svc, with_accept(&["application/json", "text/csv"])).await;
     assert_eq!(
-        replay.headers()[lambda_idempotency::REPLAYED_HEADER],
+        replay.headers()[lambda_idempotency::http::REPLAYED_HEADER],
         "true"
     );
     let fewer = send(&svc, with_accept(&["application/json"])).await;
@@ -772,7 +773,7 @@ async fn a_trailing_slash_or_doubled_slash_is_the_same_route(f: crate::fixture::
         let res = send(&svc, post(variant, Some("k1"), "{}")).await;
         assert_eq!(res.status(), 201, "{variant}");
         assert_eq!(
-            res.headers()[lambda_idempotency::REPLAYED_HEADER],
+            res.headers()[lambda_idempotency::http::REPLAYED_HEADER],
             "true",
             "{variant} is the same route: a replay"
         );
@@ -797,7 +798,7 @@ async fn the_matched_route_template_is_the_scope(f: crate::fixture::Fixture) {
     )
     .await;
     assert_eq!(
-        replay.headers()[lambda_idempotency::REPLAYED_HEADER],
+        replay.headers()[lambda_idempotency::http::REPLAYED_HEADER],
         "true"
     );
     // The same key on another order of the same route is a reused key.
@@ -859,7 +860,7 @@ async fn transient_client_errors_are_released_not_stored(f: crate::fixture::Fixt
         async { Ok::<_, lambda_http::Error>(Response::builder().status(409).body(Body::Empty)?) }
     });
     let svc = IdempotencyLayer::new(f.store.clone())
-        .store_when(|status| status == 409 || lambda_idempotency::stored_by_default(status))
+        .store_when(|status| status == 409 || lambda_idempotency::http::stored_by_default(status))
         .layer(handler);
     for _ in 0..2 {
         send(&svc, crate::fixture::post("/orders", Some("k-opt"), "{}")).await;
@@ -910,7 +911,7 @@ async fn a_lease_capped_below_the_deadline_is_reported(f: crate::fixture::Fixtur
 #[tokio::test]
 async fn a_claim_over_an_expired_record_does_not_decode_its_old_body() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use lambda_idempotency::schema;
+    use lambda_idempotency::store::dynamodb::schema;
 
     let (store, _) = integration_tests::dynamo_store().await;
     let lease = claimed(store.claim(&request("r", "a", 60_000)).await.unwrap());
@@ -941,7 +942,7 @@ async fn a_claim_over_an_expired_record_does_not_decode_its_old_body() {
 
 #[test]
 fn a_pointer_without_its_leading_slash_is_refused_when_built() {
-    use lambda_idempotency::{Fingerprinter, IdempotentFunction, MemoryStore, SqsBatch};
+    use lambda_idempotency::{event::SqsBatch, Fingerprinter, IdempotentFunction, MemoryStore};
     let message = |result: std::thread::Result<()>| {
         let panic = result.expect_err("refused");
         panic.downcast_ref::<String>().cloned().unwrap_or_default()
@@ -973,7 +974,7 @@ fn a_pointer_without_its_leading_slash_is_refused_when_built() {
 
 #[tokio::test]
 async fn an_expiry_past_the_end_of_time_saturates_on_both_paths() {
-    use lambda_idempotency::{IdempotencyLayer, IdempotentFunction, MemoryStore, Status};
+    use lambda_idempotency::{store::Status, IdempotencyLayer, IdempotentFunction, MemoryStore};
     use tower::{Layer, ServiceExt};
 
     let forever = Duration::from_secs(u64::MAX);

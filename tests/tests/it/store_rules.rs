@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
-    ClaimOutcome, ClaimRequest, ErrorKind, Lease, Status, Store, StoredBody, StoredResponse,
+    store::{ClaimOutcome, ClaimRequest, Lease, Status, StoredBody, StoredResponse},
+    ErrorKind, Store,
 };
 
 use crate::fixture::{claim_request, claimed, now_ms, on_both_stores, Fixture};
@@ -28,7 +29,7 @@ fn request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
     }
 }
 
-fn existing(outcome: ClaimOutcome) -> lambda_idempotency::Record {
+fn existing(outcome: ClaimOutcome) -> lambda_idempotency::store::Record {
     match outcome {
         ClaimOutcome::Exists(record) => record,
         ClaimOutcome::Claimed(lease) => panic!("expected an existing record, claimed {lease:?}"),
@@ -269,14 +270,14 @@ async fn dynamodb_sizes_match_the_billed_write_units() {
         .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
         .attribute_definitions(
             aws_sdk_dynamodb::types::AttributeDefinition::builder()
-                .attribute_name(lambda_idempotency::schema::ID)
+                .attribute_name(lambda_idempotency::store::dynamodb::schema::ID)
                 .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
                 .build()
                 .unwrap(),
         )
         .key_schema(
             aws_sdk_dynamodb::types::KeySchemaElement::builder()
-                .attribute_name(lambda_idempotency::schema::ID)
+                .attribute_name(lambda_idempotency::store::dynamodb::schema::ID)
                 .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
                 .build()
                 .unwrap(),
@@ -302,7 +303,7 @@ async fn dynamodb_sizes_match_the_billed_write_units() {
             .get_item()
             .table_name(store.table())
             .key(
-                lambda_idempotency::schema::ID,
+                lambda_idempotency::store::dynamodb::schema::ID,
                 aws_sdk_dynamodb::types::AttributeValue::S(id.clone()),
             )
             .consistent_read(true)

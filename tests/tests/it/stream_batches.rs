@@ -9,7 +9,8 @@ use aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord};
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::{DynamoDbEventResponse, KinesisEventResponse};
 use lambda_idempotency::{
-    DynamoDbStreamBatch, ErrorKind, IdempotencyContext, IdempotentFunction, KinesisBatch,
+    event::{DynamoDbStreamBatch, KinesisBatch},
+    ErrorKind, IdempotencyContext, IdempotentFunction,
 };
 use serde_json::{json, Value};
 
@@ -359,7 +360,7 @@ async fn completed_record_whose_output_no_longer_fits_counts_as_processed(f: Fix
 /// it used to be named as the batch's failure on every redelivery.
 async fn an_abandoned_record_or_a_missing_key_does_not_stall_the_shard(f: Fixture) {
     use lambda_idempotency::metrics::Metrics;
-    use lambda_idempotency::{IdempotencyConfig, SweepPolicy};
+    use lambda_idempotency::{sweep::SweepPolicy, IdempotencyConfig};
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let sink = lines.clone();
     let config = IdempotencyConfig::new(f.store.clone())

@@ -13,8 +13,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use integration_tests::streams_proxy::{latest_sequence, StreamsProxy};
 use lambda_idempotency::{
-    schema, DynamoStore, RecordScope, Status, Store, StoredResponse, SweepPolicy, SweepSummary,
-    Sweeper,
+    scope::RecordScope,
+    store::dynamodb::schema,
+    store::{Status, StoredResponse},
+    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    DynamoStore, Store,
 };
 
 use crate::fixture::{claim_request, claimed, now_ms};
@@ -72,7 +75,7 @@ async fn neighbours(store: &DynamoStore) -> (String, String) {
     store
         .complete(
             &lease,
-            &StoredResponse::new(200, vec![], lambda_idempotency::StoredBody::Empty),
+            &StoredResponse::new(200, vec![], lambda_idempotency::store::StoredBody::Empty),
             now_ms() / 1000 + 3600,
         )
         .await

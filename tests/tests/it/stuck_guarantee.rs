@@ -8,7 +8,11 @@
 
 use std::time::Duration;
 
-use lambda_idempotency::{ClaimRequest, Status, Store, Sweeper};
+use lambda_idempotency::{
+    store::{ClaimRequest, Status},
+    sweep::Sweeper,
+    Store,
+};
 
 use crate::fixture::{claim_request, claimed, now_ms, Fixture};
 
@@ -63,7 +67,7 @@ on_listing_stores!(records_stuck_through_an_outage_of_days_are_resolved_by_the_n
 const DAY_MS: u64 = 24 * 3600 * 1000;
 
 fn hashed_id(key: &str) -> String {
-    lambda_idempotency::RecordScope::new("POST", "/orders", key).record_id()
+    lambda_idempotency::scope::RecordScope::new("POST", "/orders", key).record_id()
 }
 
 /// A claim made `ago_ms` before now whose lease ended a minute later: stuck

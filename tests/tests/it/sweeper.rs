@@ -7,9 +7,14 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::{
-    problem, schema, Checkpoint, ClaimOutcome, DynamoStore, IdempotencyLayer, Lease, Record,
-    Resolution, Status, Store, StoredBody, StoredResponse, SweepPolicy, SweepSummary, Sweeper,
-    REPLAYED_HEADER,
+    http::REPLAYED_HEADER,
+    problem,
+    store::dynamodb::schema,
+    store::{
+        Checkpoint, ClaimOutcome, Lease, Record, Resolution, Status, StoredBody, StoredResponse,
+    },
+    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    DynamoStore, IdempotencyLayer, Store,
 };
 use tower::{Layer, ServiceExt};
 
@@ -200,7 +205,7 @@ async fn commit_charged(store: &Subject, lease: &Lease) {
 /// A record id as the middleware makes it (a hash, so ids spread over the 16
 /// index shards).
 fn hashed_id(key: &str) -> String {
-    lambda_idempotency::RecordScope::new("POST", "/orders", key).record_id()
+    lambda_idempotency::scope::RecordScope::new("POST", "/orders", key).record_id()
 }
 
 /// Ids of the completed and the live neighbour records of [`populate`].
@@ -225,7 +230,7 @@ async fn populate(store: &Subject, n: usize) -> Vec<String> {
 }
 
 /// Every stuck record the store lists (lease over now), all pages.
-async fn stuck(store: &Subject) -> Vec<lambda_idempotency::StuckRecord> {
+async fn stuck(store: &Subject) -> Vec<lambda_idempotency::store::StuckRecord> {
     let mut found = Vec::new();
     let mut cursor = None;
     loop {
@@ -410,7 +415,7 @@ async fn fail_policy_stores_a_problem_that_replays(mode: Discovery) {
     );
     let record = item(
         &store,
-        &lambda_idempotency::RecordScope::new("POST", "/orders", "abandoned").record_id(),
+        &lambda_idempotency::scope::RecordScope::new("POST", "/orders", "abandoned").record_id(),
     )
     .await
     .unwrap();

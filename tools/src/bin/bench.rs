@@ -71,8 +71,9 @@ use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use integration_tests::RequestCounter;
 use lambda_http::{Body, IntoResponse, Request, Response};
 use lambda_idempotency::{
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DynamoStore, Fingerprinter,
-    IdempotencyLayer, Lease, MemoryStore, Status, Store, StoredResponse, REPLAYED_HEADER,
+    http::REPLAYED_HEADER,
+    store::{Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, Status, StoredResponse},
+    DynamoStore, Fingerprinter, IdempotencyLayer, MemoryStore, Store,
 };
 use serde_json::{json, Value};
 use tower::{Layer, Service, ServiceExt};
@@ -329,30 +330,33 @@ impl Store for TimedStore {
     async fn stuck(
         &self,
         cutoff_ms: u64,
-        cursor: Option<lambda_idempotency::SweepCursor>,
+        cursor: Option<lambda_idempotency::store::SweepCursor>,
         limit: usize,
-    ) -> StoreResult<lambda_idempotency::StuckPage> {
+    ) -> StoreResult<lambda_idempotency::store::StuckPage> {
         self.inner.stuck(cutoff_ms, cursor, limit).await
     }
     async fn resolve_stuck(
         &self,
-        record: &lambda_idempotency::StuckRecord,
-        how: lambda_idempotency::Resolve<'_>,
+        record: &lambda_idempotency::store::StuckRecord,
+        how: lambda_idempotency::store::Resolve<'_>,
         cutoff_ms: u64,
         now_ms: u64,
-    ) -> StoreResult<lambda_idempotency::Resolution> {
+    ) -> StoreResult<lambda_idempotency::store::Resolution> {
         self.inner
             .resolve_stuck(record, how, cutoff_ms, now_ms)
             .await
     }
-    async fn get(&self, record_id: &str) -> StoreResult<Option<lambda_idempotency::StoredRecord>> {
+    async fn get(
+        &self,
+        record_id: &str,
+    ) -> StoreResult<Option<lambda_idempotency::store::StoredRecord>> {
         self.inner.get(record_id).await
     }
     async fn scan(
         &self,
-        cursor: Option<lambda_idempotency::SweepCursor>,
+        cursor: Option<lambda_idempotency::store::SweepCursor>,
         limit: usize,
-    ) -> StoreResult<lambda_idempotency::RecordPage> {
+    ) -> StoreResult<lambda_idempotency::store::RecordPage> {
         self.inner.scan(cursor, limit).await
     }
 }
@@ -478,7 +482,7 @@ fn claim_request(key: &str, owner: String, fingerprint: &str) -> ClaimRequest {
     let now = now_ms();
     let lease = now + 15 * 60 * 1000;
     ClaimRequest {
-        record_id: lambda_idempotency::RecordScope::new("POST", "/orders", key).record_id(),
+        record_id: lambda_idempotency::scope::RecordScope::new("POST", "/orders", key).record_id(),
         fingerprint: fingerprint.to_owned(),
         owner,
         now_ms: now,

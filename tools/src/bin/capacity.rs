@@ -24,7 +24,7 @@ use integration_tests::functions;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use lambda_http::Request;
 use lambda_idempotency::{
-    ClaimRequest, DynamoStore, IdempotencyLayer, RecordScope, Store, Sweeper,
+    scope::RecordScope, store::ClaimRequest, sweep::Sweeper, DynamoStore, IdempotencyLayer, Store,
 };
 use serde_json::{json, Value};
 use tokio::sync::Notify;
@@ -248,11 +248,11 @@ async fn sweeper(lab: &Lab) -> Result<Value> {
             .await
             .map_err(|e| e.to_string())?;
         if i % 2 == 0 {
-            if let lambda_idempotency::ClaimOutcome::Claimed(lease) = outcome {
-                let done = lambda_idempotency::StoredResponse::new(
+            if let lambda_idempotency::store::ClaimOutcome::Claimed(lease) = outcome {
+                let done = lambda_idempotency::store::StoredResponse::new(
                     200,
                     vec![],
-                    lambda_idempotency::StoredBody::Empty,
+                    lambda_idempotency::store::StoredBody::Empty,
                 );
                 lab.direct
                     .complete(&lease, &done, now / 1000 + 3600)

@@ -26,7 +26,9 @@ use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
-    problem, DynamoStore, IdempotencyContext, IdempotencyLayer, SweepPolicy, Sweeper,
+    problem,
+    sweep::{SweepPolicy, Sweeper},
+    DynamoStore, IdempotencyContext, IdempotencyLayer,
 };
 use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt;
@@ -163,7 +165,7 @@ fn parse_response(bytes: &[u8]) -> Option<Answer> {
                 .collect()
         })
         .unwrap_or_default();
-    let replayed = headers.remove(lambda_idempotency::REPLAYED_HEADER) == Some("true".into());
+    let replayed = headers.remove(lambda_idempotency::http::REPLAYED_HEADER) == Some("true".into());
     Some(Answer {
         status: v["statusCode"].as_u64()?,
         replayed,

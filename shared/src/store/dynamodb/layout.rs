@@ -54,14 +54,14 @@ impl KeyValue {
 
 /// How records sit in their DynamoDB table: every attribute name, the key,
 /// and the sweep index. [`TableLayout::default`] is the layout of the
-/// template's table (names in [`schema`](crate::schema)), so a store without
+/// template's table (names in [`schema`](crate::store::dynamodb::schema)), so a store without
 /// a layout reads and writes exactly what it always did. Give a store
 /// another one with [`DynamoStore::with_layout`](crate::DynamoStore::with_layout)
 /// to adopt an existing table, a single-table design included; every writer
 /// of the table and the sweeper must use the same layout.
 ///
 /// ```
-/// use lambda_idempotency::{KeyValue, TableLayout};
+/// use lambda_idempotency::store::dynamodb::{KeyValue, TableLayout};
 ///
 /// // Powertools' layout with a sort key: pk = "idempotency", sk = record id.
 /// let layout = TableLayout::default()
@@ -103,7 +103,7 @@ pub struct TableLayout {
 
 impl Default for TableLayout {
     /// The template's table: partition key `id` = record id, every name of
-    /// [`schema`](crate::schema).
+    /// [`schema`](crate::store::dynamodb::schema).
     fn default() -> Self {
         TableLayout {
             partition: (schema::ID.to_owned(), KeyValue::record_id()),

@@ -20,6 +20,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
+/// PostgreSQL types of [`PgWrite`] parameters.
+pub use tokio_postgres::types::Type as PgType;
 pub use write::PgWrite;
 
 use crate::error::{Error, ErrorKind};

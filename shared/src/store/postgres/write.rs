@@ -14,7 +14,7 @@ use tokio_postgres::types::{ToSql, Type};
 /// through a transaction-pooling proxy (RDS Proxy, PgBouncer).
 ///
 /// ```
-/// use lambda_idempotency::{PgType, PgWrite};
+/// use lambda_idempotency::store::postgres::{PgType, PgWrite};
 ///
 /// let write = PgWrite::new("INSERT INTO orders (id, total_cents) VALUES ($1, $2)")
 ///     .bind("o-42".to_owned(), PgType::TEXT)
