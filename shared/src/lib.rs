@@ -50,13 +50,13 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`http`] | the middleware ([`IdempotencyLayer`], [`http::Idempotency`], its [`http::ResponseFuture`]), the key header ([`http::IdempotencyKey`]), which responses are stored |
+//! | [`http`] | the middleware ([`IdempotencyLayer`], [`http::Idempotency`], its [`http::ResponseFuture`]), the key header ([`http::IdempotencyKey`]), the tenant ([`TenantSource`]), which responses are stored |
 //! | [`event`] | async functions and typed events ([`IdempotentFunction`], [`IdempotentEventLayer`]), SQS, Kinesis and DynamoDB Streams batches |
 //! | [`store`] | the [`Store`] trait, the record and its states ([`store::Record`], [`store::StoredResponse`], [`store::Checkpoint`]), stores opened from a URL; one module per engine: [`store::memory`], `store::dynamodb`, `store::redis`, `store::postgres`, and `store::offload` (responses over the item limit in S3) |
 //! | `sweep` | the sweeper of records stuck in progress |
 //! | [`config`] | [`IdempotencyConfig`], the options both paths share, and the off switch |
 //! | [`context`] | [`IdempotencyContext`], what the handler sees |
-//! | [`scope`] | [`TenantSource`] and [`scope::RecordScope`]: tenants and record ids |
+//! | [`scope`] | [`scope::RecordScope`]: which record a key maps to |
 //! | [`fingerprint`] | [`Fingerprinter`]: what makes two requests the same |
 //! | [`metrics`], [`problem`] | CloudWatch EMF metrics, the problem documents |
 //!
@@ -83,6 +83,8 @@ mod error;
 pub mod event;
 pub mod fingerprint;
 mod hash;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 mod key;
 pub mod metrics;
@@ -99,8 +101,9 @@ pub use crate::context::IdempotencyContext;
 pub use crate::error::{Error, ErrorKind};
 pub use crate::event::{IdempotentEventLayer, IdempotentFunction};
 pub use crate::fingerprint::Fingerprinter;
-pub use crate::http::IdempotencyLayer;
-pub use crate::scope::TenantSource;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use crate::http::{IdempotencyLayer, TenantSource};
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use crate::store::dynamodb::DynamoStore;

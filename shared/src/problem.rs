@@ -24,7 +24,9 @@
 //! assert_eq!(response.headers()["content-type"], "application/problem+json");
 //! ```
 
+#[cfg(feature = "http")]
 use http::{header, HeaderValue, Response, StatusCode};
+#[cfg(feature = "http")]
 use lambda_http::Body;
 
 /// Base of the problem type URIs.
@@ -87,25 +89,37 @@ problem_types! {
     TRANSACTION_REJECTED = ("transaction-rejected", 500, "The request's writes were rejected as invalid");
 }
 
-/// Build a problem response of `kind` with a `detail` sentence.
-pub fn response(kind: ProblemType, detail: &str) -> Response<Body> {
-    let body = serde_json::json!({
+/// The problem document of `kind` with a `detail` sentence, as JSON text:
+/// the body of [`response`] and of the problems the event path stores.
+pub(crate) fn document(kind: ProblemType, detail: &str) -> String {
+    serde_json::json!({
         "type": kind.uri,
         "title": kind.title,
         "status": kind.status,
         "detail": detail,
-    });
-    let mut response = Response::new(Body::Text(body.to_string()));
+    })
+    .to_string()
+}
+
+/// The content type of a problem document.
+pub(crate) const CONTENT_TYPE: &str = "application/problem+json";
+
+/// Build a problem response of `kind` with a `detail` sentence.
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub fn response(kind: ProblemType, detail: &str) -> Response<Body> {
+    let mut response = Response::new(Body::Text(document(kind, detail)));
     *response.status_mut() =
         StatusCode::from_u16(kind.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
     response
 }
 
 /// Like [`response`], with a `Retry-After` header in whole seconds (at least 1).
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub fn response_retry_after(kind: ProblemType, detail: &str, seconds: u64) -> Response<Body> {
     let mut response = response(kind, detail);
     response

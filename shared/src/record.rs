@@ -1,5 +1,6 @@
 //! The idempotency record and its state machine.
 
+#[cfg(feature = "http")]
 use lambda_http::Body;
 
 /// Where a record is in its life.
@@ -158,7 +159,22 @@ impl StoredResponse {
         }
     }
 
+    /// A problem document of `kind` with a `detail` sentence, stored as
+    /// [`crate::problem::response`] would answer it.
+    pub(crate) fn problem(kind: crate::problem::ProblemType, detail: &str) -> Self {
+        StoredResponse::new(
+            kind.status,
+            vec![(
+                "content-type".to_owned(),
+                crate::problem::CONTENT_TYPE.as_bytes().to_vec(),
+            )],
+            StoredBody::Text(crate::problem::document(kind, detail)),
+        )
+    }
+
     /// Capture a handler's response.
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn from_http(response: &http::Response<Body>) -> Self {
         let headers = response
             .headers()
@@ -182,6 +198,8 @@ impl StoredResponse {
     /// Rebuild the HTTP response. Headers that are no longer valid (they were
     /// valid when stored, so only a foreign writer produces them) are skipped;
     /// an invalid status becomes 500.
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn to_http(&self) -> http::Response<Body> {
         let mut response = http::Response::new(match &self.body {
             StoredBody::Empty => Body::Empty,
@@ -307,14 +325,14 @@ pub(crate) fn stored_len(response: &StoredResponse, encoded_body: &[u8]) -> usiz
 
 /// What a record stores in place of a response too large to keep.
 pub(crate) fn too_large_marker(status: u16, bytes: usize) -> StoredResponse {
-    StoredResponse::from_http(&crate::problem::response(
+    StoredResponse::problem(
         crate::problem::RESPONSE_TOO_LARGE,
         &format!(
             "the first request with this Idempotency-Key succeeded with status {status}, but its \
              response ({bytes} bytes stored) is too large to keep for replay; the request was \
              not run again. Fetch the resource it created instead"
         ),
-    ))
+    )
 }
 
 #[cfg(test)]

@@ -473,11 +473,11 @@ async fn bounded<T>(left: Option<Duration>, f: impl std::future::Future<Output =
 
 /// The terminal response a record failed by the sweeper replays.
 pub(crate) fn abandoned_response() -> StoredResponse {
-    StoredResponse::from_http(&crate::problem::response(
+    StoredResponse::problem(
         crate::problem::ABANDONED,
         "the first request with this Idempotency-Key did not finish and was abandoned; \
          its outcome is unknown, so check the resource before retrying with a new key",
-    ))
+    )
 }
 
 #[cfg(test)]

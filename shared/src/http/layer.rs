@@ -8,6 +8,7 @@ use lambda_http::Body;
 use tower::Layer;
 
 use super::Idempotency;
+use super::TenantSource;
 use crate::config::disabled_from_env;
 use crate::config::IdempotencyConfig;
 #[cfg(doc)]
@@ -15,7 +16,6 @@ use crate::config::DISABLED_ENV;
 use crate::fingerprint::Fingerprinter;
 use crate::metrics::{Event, Metrics};
 use crate::record::Record;
-use crate::scope::TenantSource;
 use crate::store::Store;
 
 /// The HTTP middleware: [`IdempotencyLayer`] and the [`Idempotency`] service.

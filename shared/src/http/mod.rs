@@ -3,12 +3,15 @@
 mod future;
 mod layer;
 mod service;
+mod tenant;
 
 use tower::Layer;
 
 pub use self::future::ResponseFuture;
 pub use self::layer::IdempotencyLayer;
 pub use self::service::Idempotency;
+pub use self::tenant::TenantSource;
+pub(crate) use self::tenant::{route_of, Tenant};
 pub use crate::key::{IdempotencyKey, MAX_KEY_LEN};
 use crate::store::Store;
 use http::StatusCode;

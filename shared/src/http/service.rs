@@ -12,6 +12,7 @@ use tower::Service;
 use tracing::Instrument;
 
 use super::layer::{Config, HookFn, StatusFn};
+use super::{route_of, Tenant};
 use super::{stored_by_default, ResponseFuture, REPLAYED_HEADER};
 use crate::claim::{self, Found};
 use crate::clock::{millis, now_ms};
@@ -21,7 +22,7 @@ use crate::key;
 use crate::metrics::Event;
 use crate::problem;
 use crate::record::{Record, Status, StoredResponse};
-use crate::scope::{normalize_path, record_id, route_of, Tenant};
+use crate::scope::{normalize_path, record_id};
 use crate::store::{ClaimRequest, Completion, Lease};
 
 /// The middleware service made by [`IdempotencyLayer`](crate::IdempotencyLayer),
