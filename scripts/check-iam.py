@@ -19,7 +19,7 @@ script:
    reason in deploy/README.md ("## IAM: what each grant is for"), or the
    check fails (and so does a reason for a grant that is exercised or gone);
 5. derives the IAM each library feature needs from the records and compares
-   it with the table in README.md's `## IAM` (`--write-readme` rewrites it).
+   it with the table in docs/deploy.md's `## IAM` (`--write-readme` rewrites it).
 
 Test resources are named by role (tests/src/lib.rs: `unique_name`): tables
 `idempotency-*`, `single-table-*` and `keys-only-*` are the stack's IdempotencyTable,
@@ -77,7 +77,8 @@ CALLERS = {
     "cli-resolve": [(DYNAMODB_TEMPLATE, "OperatorResolvePolicy", ALL)],
 }
 
-# The README's `## IAM` table: what each library feature needs, from the
+# docs/deploy.md's `## IAM` table (once the README's; the flag and markers keep
+# that name): what each library feature needs, from the
 # records of the callers that exercise it.
 # (feature, caller[, only the calls of this service])
 FEATURES = [
@@ -659,29 +660,29 @@ def main():
         for line in sorted(set(outside)):
             print(f"       {line}")
 
-    # The README's feature table, from the records.
+    # docs/deploy.md's feature table, from the records.
     table, missing = feature_table(calls_by_principal)
-    check(not missing, f"every feature of the README's table has recorded calls ({missing or 'yes'})")
-    readme_path = ROOT / "README.md"
+    check(not missing, f"every feature of docs/deploy.md's IAM table has recorded calls ({missing or 'yes'})")
+    readme_path = ROOT / "docs" / "deploy.md"
     readme = readme_path.read_text()
     if README_BEGIN in readme and README_END in readme:
         head, rest = readme.split(README_BEGIN, 1)
         current, tail = rest.split(README_END, 1)
         if write_readme:
             readme_path.write_text(f"{head}{README_BEGIN}\n{table}\n{README_END}{tail}")
-            print("     README.md: the IAM table rewritten from the records")
+            print("     docs/deploy.md: the IAM table rewritten from the records")
         else:
             same = current.strip() == table.strip()
-            check(same, "README.md's IAM table is what the recorded calls need (scripts/check-iam.py --write-readme rewrites it)")
+            check(same, "docs/deploy.md's IAM table is what the recorded calls need (scripts/check-iam.py --write-readme rewrites it)")
             if not same:
                 print(table)
     else:
-        check(False, "README.md has the generated IAM table (its markers)")
+        check(False, "docs/deploy.md has the generated IAM table (its markers)")
         print(table)
 
     if failures:
         sys.exit(f"IAM check: {len(failures)} failure(s)")
-    print("IAM check: every recorded call allowed by its role, every grant used or explained, the README's table matches")
+    print("IAM check: every recorded call allowed by its role, every grant used or explained, docs/deploy.md's table matches")
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def malformed_intrinsics(node, path="$"):
     return found
 
 
-# Variables scripts/sam-local.sh (and the README's env.json) override for
+# Variables scripts/sam-local.sh (and docs/sam-local.md's env.json) override for
 # `sam local`: SAM passes a value from --env-vars only for a declared variable.
 LOCAL_OVERRIDES = {
     "OrdersApiFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE", "SIMULATED_PROVIDER_LATENCY_MS"],

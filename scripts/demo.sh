@@ -66,7 +66,7 @@ fail() {
 
 cargo build --quiet -p lambda-idempotency-cli
 cli="$target_dir/debug/lambda-idempotency"
-# The operator's view (README, "Operating it"): each command must succeed and
+# The operator's view (cli/README.md): each command must succeed and
 # show what the step left behind, or the demo fails.
 operate() {
   local expect=$1

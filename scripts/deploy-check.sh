@@ -77,7 +77,7 @@ for template in "${templates[@]}"; do
   name=$(basename "$template" .yaml)
   t0=$(date +%s)
   say "sam build --template $template (release, arm64, cargo-lambda; cold, 7 to 13 minutes on 2 cores; seconds once built)"
-  # As the README's Deploy section says; only the build directory is this
+  # As docs/deploy.md says; only the build directory is this
   # run's own, so three templates do not overwrite one another's build.
   if ! sam build --template "$template" --build-dir "$work/build/$name" >"$work/build-$name.log" 2>&1; then
     tail -n 40 "$work/build-$name.log" >&2

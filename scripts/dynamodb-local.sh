@@ -45,7 +45,7 @@ for _ in $(seq 1 100); do
 done
 echo "dynamodb-local: listening on 127.0.0.1:$port (pid $ddb_pid)" >&2
 
-# Only DynamoDB's variable, as the README documents: the sweeper and the
+# Only DynamoDB's variable, as docs/sam-local.md documents: the sweeper and the
 # CLI read the table's stream where it points (DynamoDB Local serves its
 # streams on the same port).
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"

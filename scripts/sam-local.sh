@@ -146,7 +146,7 @@ if [ "${1:-}" = "--with-dynamodb" ]; then
   "$SAM_LOCAL_DEMO" create-tables
   endpoint="http://host.docker.internal:$port"
   # --env-vars: SAM passes these only because the template declares them.
-  # The invokes get exactly the README's env.json (the sweeper included: its
+  # The invokes get exactly docs/sam-local.md's env.json (the sweeper included: its
   # stream follows AWS_ENDPOINT_URL_DYNAMODB, and SAM sets the declared
   # AWS_ENDPOINT_URL_DYNAMODB_STREAMS to an empty string); start-api adds a
   # 1.5 s provider.
@@ -191,7 +191,7 @@ unsupported() {
 
 [ "$(uname -s)" = Linux ] ||
   unsupported "it is $(uname -s), and the script runs dockerd in Linux namespaces" \
-    "run it on Linux (a VM is fine), or use the README's manual steps with Docker Desktop"
+    "run it on Linux (a VM is fine), or use the manual steps of docs/sam-local.md with Docker Desktop"
 [ "$(id -u)" -eq 0 ] ||
   unsupported "it needs root: dockerd and the private network/mount/PID namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN" \
     "run it as root (sudo -E make sam-local) on a Linux host or VM, or in a container started with --privileged"

@@ -1,6 +1,6 @@
 //! How records look to people (tables) and to scripts (JSON lines).
 //!
-//! The JSON field names are a documented contract (README, "Operating it"):
+//! The JSON field names are a documented contract (cli/README.md):
 //! `record_id`, `status` (`IN_PROGRESS` or `COMPLETED`, as stored),
 //! `attempt`, `lease_expires_at` and `expires_at` (RFC 3339, UTC), `stuck`,
 //! `recovery_point` (name or null) and `response_status` (null while in

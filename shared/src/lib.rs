@@ -117,6 +117,10 @@ pub use crate::store::redis::RedisStore;
 pub use crate::store::Store;
 
 // The README's quickstart is compiled with the doc tests.
+// So is every Rust block of the guides it links to, one struct per file. Only
+// doc tests see them: the packaged crate has none of these files at these
+// paths, and only rustdoc's doc tests set `doctest`, so `cargo package` never
+// expands these `include_str!`s.
 #[cfg(all(
     doctest,
     feature = "dynamodb",
@@ -128,5 +132,13 @@ pub use crate::store::Store;
     feature = "redis",
     feature = "postgres"
 ))]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
+mod readme_doctests {
+    #[doc = include_str!("../../README.md")]
+    struct ReadmeDoctests;
+    #[doc = include_str!("../../docs/events.md")]
+    struct EventsGuideDoctests;
+    #[doc = include_str!("../../docs/engines.md")]
+    struct EnginesGuideDoctests;
+    #[doc = include_str!("../../docs/powertools.md")]
+    struct PowertoolsGuideDoctests;
+}

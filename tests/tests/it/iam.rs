@@ -2,7 +2,7 @@
 //! DynamoDB client of its own whose calls are recorded under the feature's
 //! name (integration_tests::iam_record): scripts/check-iam.py derives the
 //! IAM each feature needs from these records and compares it with the
-//! README's `## IAM` table. (The example functions, the sweeper and the CLI
+//! `## IAM` table in docs/deploy.md. (The example functions, the sweeper and the CLI
 //! are recorded where their own tests run them; S3 offload in offload.rs.)
 
 use std::time::Duration;

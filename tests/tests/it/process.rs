@@ -110,7 +110,7 @@ async fn a_process_killed_after_the_charge_is_resumed_by_the_retry() {
 }
 
 /// The sweeper process, configured as a new user configures it for
-/// DynamoDB Local: the README's variables, `AWS_ENDPOINT_URL_DYNAMODB` and
+/// DynamoDB Local: docs/sam-local.md's variables, `AWS_ENDPOINT_URL_DYNAMODB` and
 /// no streams variable (`streams: None`), or the streams variable `sam
 /// local` sets empty because the template declares it. Either way the
 /// stream is read where DynamoDB is, and the scheduled event's sweep

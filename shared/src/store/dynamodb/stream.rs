@@ -1100,7 +1100,7 @@ mod tests {
     fn the_stream_follows_dynamodb_unless_its_own_variable_is_set() {
         const LOCAL: &str = "http://127.0.0.1:8000";
         assert_eq!(streams_endpoint(env(&[])), None);
-        // The README's one variable for DynamoDB Local.
+        // docs/sam-local.md's one variable for DynamoDB Local.
         assert_eq!(
             streams_endpoint(env(&[(DYNAMODB_ENDPOINT_ENV, LOCAL)])).as_deref(),
             Some(LOCAL)
