@@ -1,4 +1,6 @@
 //! The sweeper: find in-progress records whose lease ran out long ago (the
+//! invocation crashed, timed out, or its client never retried) and resolve
+//! them, by releasing them or failing them for good ([`SweepPolicy`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,8 +86,7 @@ impl SweepSummary {
     }
 }
 
-/// The sweeper: find in-progress records whose lease ran out long ago (the
-/// invocation crashed, timed out, or its client never retried) and resolve them.
+/// Finds and resolves the stuck records of a [`Store`].
 ///
 /// The sweeper's policy, loop, deadline and summary are the same for every
 /// store: finding and resolving stuck records are store capabilities
@@ -122,8 +123,6 @@ impl SweepSummary {
 /// println!("found {}, released {}, errors {}", summary.found, summary.released, summary.errors);
 /// # Ok(()) }
 /// ```
-///
-/// Finds and resolves the stuck records of a [`Store`].
 #[derive(Debug, Clone)]
 pub struct Sweeper {
     store: Arc<dyn Store>,

@@ -1,4 +1,14 @@
-//! Where records live: the [`Store`] trait and its implementations.
+//! Where records live: the [`Store`] trait and its implementations, one
+//! module per engine.
+//!
+//! - [`DynamoStore`](crate::DynamoStore): the default. One conditional write per
+//!   claim (a second one for a takeover), fenced completes and releases, TTL expiry.
+//! - `RedisStore` (feature `redis`): Redis or Valkey, one Lua script per
+//!   operation, a Redis Cluster too.
+//! - `PostgresStore` (feature `postgres`): one statement per claim, the
+//!   handler's own SQL committed with the completion.
+//! - [`MemoryStore`](crate::MemoryStore): the same semantics in a `HashMap`, for
+//!   users' unit tests and property tests.
 
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
@@ -193,18 +203,8 @@ pub enum Resolution {
     Fenced,
 }
 
-/// Where records live: the [`Store`] trait and its implementations.
-///
-/// - [`DynamoStore`](crate::DynamoStore): the default. One conditional write per
-///   claim (a second one for a takeover), fenced completes and releases, TTL expiry.
-/// - `RedisStore` (feature `redis`): Redis or Valkey, one Lua script per
-///   operation, a Redis Cluster too.
-/// - `PostgresStore` (feature `postgres`): one statement per claim, the
-///   handler's own SQL committed with the completion.
-/// - [`MemoryStore`](crate::MemoryStore): the same semantics in a `HashMap`, for
-///   users' unit tests and property tests.
-///
-/// All obey these rules (docs/DESIGN.md section 4):
+/// Storage for idempotency records: every implementation obeys these rules
+/// (docs/DESIGN.md section 4):
 ///
 /// 1. [`Store::claim`] succeeds when the record is absent, expired
 ///    (`expires_at` in the past), or in progress with an expired lease and the
@@ -243,9 +243,6 @@ pub enum Resolution {
 /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
 /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
 /// ```
-///
-/// Storage for idempotency records. See the module docs for the rules every
-/// implementation obeys.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Try to claim a record, in one round trip.
