@@ -190,7 +190,7 @@ impl IdempotencyConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryStore;
+    use crate::store::memory::MemoryStore;
 
     #[test]
     fn the_disabled_variable_turns_the_middleware_off_only_when_it_says_so() {

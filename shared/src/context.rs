@@ -230,7 +230,7 @@ impl IdempotencyContext {
     ///   invalid;
     /// - [`ErrorKind::InvalidConfig`]: the context is detached, a write is
     ///   not of the store's kind, or the store has no transactions
-    ///   ([`MemoryStore`](crate::MemoryStore), `RedisStore`);
+    ///   ([`MemoryStore`](crate::store::memory::MemoryStore), `RedisStore`);
     /// - [`ErrorKind::StoreUnavailable`] (and any other): the connection was
     ///   lost or the store failed; whether the phase committed is unknown.
     ///   The next attempt tells: it resumes after this phase if it sees
@@ -429,7 +429,7 @@ mod tests {
             attempt: 1,
             recovered: None,
         };
-        let claimed = IdempotencyContext::from_lease(Arc::new(crate::MemoryStore::new()), lease);
+        let claimed = IdempotencyContext::from_lease(Arc::new(crate::store::memory::MemoryStore::new()), lease);
         for i in 0..MAX_DEFERRED_WRITES {
             claimed.defer_write(write(i)).unwrap();
         }

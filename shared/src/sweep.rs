@@ -91,7 +91,7 @@ impl SweepSummary {
 /// The sweeper's policy, loop, deadline and summary are the same for every
 /// store: finding and resolving stuck records are store capabilities
 /// ([`Store::stuck`], [`Store::resolve_stuck`]), so the sweeper runs on a
-/// [`MemoryStore`](crate::MemoryStore) in unit tests as on DynamoDB. There
+/// [`MemoryStore`](crate::store::memory::MemoryStore) in unit tests as on DynamoDB. There
 /// stuck records are found in the table's stream
 /// ([`DynamoStore::with_stream`](crate::DynamoStore), feature `streams`), so
 /// claims, recovery points and completions write nothing for the sweeper;
@@ -484,7 +484,7 @@ mod tests {
     use super::*;
     use crate::record::Status;
     use crate::store::{Checkpoint, ClaimOutcome, ClaimRequest};
-    use crate::MemoryStore;
+    use crate::store::memory::MemoryStore;
 
     /// A claim of `id` now, its lease `lease_ms` long, kept until
     /// `expires_at_s`.

@@ -61,7 +61,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use crate::MemoryStore;
+    use crate::store::memory::MemoryStore;
     use lambda_http::{Body, Request, Response};
     use tower::Service;
     use tower::ServiceExt;

@@ -28,7 +28,7 @@ mod url;
 pub use self::url::{
     open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
 };
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 pub use crate::record::{
     Checkpoint, Record, Status, StoredBody, StoredResponse, MAX_BODY_BYTES, WRITE_UNIT_BYTES,
 };
@@ -270,7 +270,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Complete and commit the handler's deferred writes (of this store's
     /// own kind, see [`DeferredWrites`]) in one transaction, fenced like
     /// [`complete`](Store::complete). Stores without transactions fail with
-    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) unless
+    /// [`ErrorKind::InvalidConfig`](ErrorKind::InvalidConfig) unless
     /// there are no writes.
     async fn complete_with_writes(
         &self,
@@ -283,7 +283,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
             return self.complete(lease, response, expires_at_s).await;
         }
         Err(Error::new(
-            crate::ErrorKind::InvalidConfig,
+            ErrorKind::InvalidConfig,
             format!(
                 "{} cannot commit deferred writes with a completion (it has no transactions); \
                  use a DynamoStore or a PostgresStore",
@@ -297,7 +297,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// like [`checkpoint`](Store::checkpoint): an atomic phase. Either the
     /// writes and the recovery point commit together under this lease, or
     /// neither does. Stores without transactions fail with
-    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) unless
+    /// [`ErrorKind::InvalidConfig`](ErrorKind::InvalidConfig) unless
     /// there are no writes.
     async fn checkpoint_with_writes(
         &self,
@@ -309,7 +309,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
             return self.checkpoint(lease, checkpoint).await;
         }
         Err(Error::new(
-            crate::ErrorKind::InvalidConfig,
+            ErrorKind::InvalidConfig,
             format!(
                 "{} cannot commit deferred writes with a recovery point (it has no \
                  transactions); use a DynamoStore or a PostgresStore",
@@ -423,7 +423,7 @@ impl DeferredWrites {
             .map(|(i, write)| {
                 write.downcast::<W>().map(|w| *w).map_err(|_| {
                     Error::new(
-                        crate::ErrorKind::InvalidConfig,
+                        ErrorKind::InvalidConfig,
                         format!(
                             "deferred write {i} is not a {}; this store commits only those",
                             std::any::type_name::<W>()

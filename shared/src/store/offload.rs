@@ -46,7 +46,7 @@ const MAX_OBJECT_BYTES: u64 = MAX_BODY_BYTES as u64 + 1024 * 1024;
 /// A [`Store`] that keeps responses too large for `inner` in an S3 bucket
 /// and a pointer to them in the record. Everything else goes to `inner`
 /// unchanged, so it works with [`DynamoStore`](crate::DynamoStore),
-/// [`MemoryStore`](crate::MemoryStore) or a store of your own.
+/// [`MemoryStore`](crate::store::memory::MemoryStore) or a store of your own.
 ///
 /// Without it, a response that does not fit the store completes the record
 /// with the `response-too-large` problem (HTTP: a 500 to every retry; events:
@@ -687,7 +687,7 @@ mod tests {
     #[test]
     fn only_responses_that_do_not_fit_even_compressed_are_offloaded() {
         let store =
-            S3Offload::new(crate::MemoryStore::new(), client(), "b").max_response_bytes(10_000);
+            S3Offload::new(crate::store::memory::MemoryStore::new(), client(), "b").max_response_bytes(10_000);
         let small = StoredResponse::new(200, vec![], StoredBody::Text("x".repeat(5_000)));
         assert!(!store.offloads(&small));
         // Compresses far below the limit: the store keeps it.
