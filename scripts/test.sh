@@ -33,7 +33,24 @@ scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/pos
 scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh scripts/it-shards.sh
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+# The library without its HTTP stack, as an event-only function builds it.
+cargo clippy -p lambda-idempotency --all-targets --no-default-features \
+  --features dynamodb,sqs,kinesis,dynamodb-stream-events -- -D warnings
 cargo fmt --all --check
+# The documentation, every intra-doc link resolved, and the crate as it would
+# be published (its verify build included).
+RUSTDOCFLAGS="-D warnings" cargo doc -p lambda-idempotency --all-features --no-deps
+cargo package -p lambda-idempotency --allow-dirty --quiet
+# The minimum Rust version the README and Cargo.toml promise (`rust-version`).
+msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+if rustc --version | grep -q "^rustc $msrv[ .]"; then
+  echo "this rustc is the minimum version ($msrv): the builds above checked it"
+else
+  # rustup names it in full (1.95 is toolchain 1.95.0).
+  [[ $msrv == *.*.* ]] || msrv="$msrv.0"
+  cargo "+$msrv" check -p lambda-idempotency --all-features
+fi
 # The SAM template, offline (cfn-lint rules included).
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint
 # The second templates: the Valkey and PostgreSQL engines (deploy/README.md).
