@@ -84,6 +84,7 @@ pub mod event;
 pub mod fingerprint;
 mod hash;
 pub mod http;
+mod json;
 mod key;
 pub mod metrics;
 pub mod problem;

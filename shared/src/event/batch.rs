@@ -3,7 +3,7 @@
 //! the first failure.
 
 use super::function::Key;
-use crate::fingerprint::CanonicalJson;
+use crate::json::CanonicalJson;
 
 /// The key at `pointer` of a record's JSON payload: a string as it is,
 /// another value as its canonical JSON (kept apart from strings: `5` is not

@@ -16,8 +16,8 @@ use crate::clock::millis;
 use crate::config::IdempotencyConfig;
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
-use crate::fingerprint::check_pointer;
 use crate::hash::hex;
+use crate::json::check_pointer;
 use crate::metrics::Event;
 use crate::record::{Record, Status, StoredBody, StoredResponse};
 use crate::scope::record_id;
@@ -394,7 +394,7 @@ impl IdempotentFunction {
     ))]
     pub(crate) fn fingerprint_of_canonical(
         &self,
-        doc: Option<&crate::fingerprint::CanonicalJson>,
+        doc: Option<&crate::json::CanonicalJson>,
     ) -> String {
         self.fingerprint_fields(|pointer| {
             doc.and_then(|d| d.at(pointer))
