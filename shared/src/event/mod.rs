@@ -8,6 +8,7 @@
 mod batch;
 #[cfg(feature = "dynamodb-stream-events")]
 mod dynamodb_stream;
+mod error;
 mod function;
 #[cfg(feature = "kinesis")]
 mod kinesis;
@@ -17,7 +18,8 @@ mod sqs;
 
 #[cfg(feature = "dynamodb-stream-events")]
 pub use self::dynamodb_stream::DynamoDbStreamBatch;
-pub use self::function::{EventError, IdempotentFunction};
+pub use self::error::EventError;
+pub use self::function::IdempotentFunction;
 #[cfg(feature = "kinesis")]
 pub use self::kinesis::KinesisBatch;
 pub use self::layer::{IdempotentEvent, IdempotentEventLayer};

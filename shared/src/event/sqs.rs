@@ -7,7 +7,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::batch::pointer_key;
-use super::function::{EventError, IdempotentFunction, Key};
+use super::error::EventError;
+use super::function::{IdempotentFunction, Key};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::json::{check_pointer, CanonicalJson};
