@@ -44,15 +44,7 @@ impl fmt::Debug for KeySource {
     }
 }
 
-/// Idempotency for event consumers: any async function
-/// ([`IdempotentFunction`]), typed `lambda_runtime` handlers
-/// ([`IdempotentEventLayer`](crate::IdempotentEventLayer)) and, with the `sqs` feature, SQS batches
-/// (`SqsBatch`).
-///
-/// Lambda's asynchronous invocations and event sources deliver at least
-/// once: each event runs once per key, its output is stored and replayed to
-/// duplicates, and an outcome that could not be recorded fails the event so
-/// the source delivers it again.
+/// Runs a closure at most once per key.
 ///
 /// The key comes from the argument: by default its whole canonical JSON, or the
 /// values at RFC 6901 JSON pointers ([`key_pointers`](IdempotentFunction::key_pointers)),
@@ -73,12 +65,6 @@ impl fmt::Debug for KeySource {
 /// assert_eq!(first, again); // the second closure never ran
 /// # });
 /// ```
-///
-/// For a typed handler, [`IdempotentEventLayer`](crate::IdempotentEventLayer) wraps a
-/// `Service<LambdaEvent<T>>` and registers each event's Lambda context for the
-/// lease.
-///
-/// Runs a closure at most once per key.
 #[derive(Clone, Debug)]
 pub struct IdempotentFunction {
     config: IdempotencyConfig,

@@ -1,4 +1,16 @@
 //! Idempotency for event consumers: any async function
+//! ([`IdempotentFunction`]), typed `lambda_runtime` handlers
+//! ([`IdempotentEventLayer`]) and, with the `sqs` feature, SQS batches
+//! (`SqsBatch`).
+//!
+//! Lambda's asynchronous invocations and event sources deliver at least
+//! once: each event runs once per key, its output is stored and replayed to
+//! duplicates, and an outcome that could not be recorded fails the event so
+//! the source delivers it again.
+//!
+//! For a typed handler, [`IdempotentEventLayer`] wraps a
+//! `Service<LambdaEvent<T>>` and registers each event's Lambda context for the
+//! lease.
 
 #[cfg(any(
     feature = "sqs",
