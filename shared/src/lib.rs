@@ -86,6 +86,7 @@ mod hash;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod json;
 mod key;
 pub mod metrics;
 pub mod problem;

@@ -3,7 +3,7 @@
 //! the first failure.
 
 use super::function::Key;
-use crate::fingerprint::CanonicalJson;
+use crate::json::CanonicalJson;
 
 /// The key at `pointer` of a record's JSON payload: a string as it is,
 /// another value as its canonical JSON (kept apart from strings: `5` is not
@@ -34,7 +34,8 @@ mod stream {
     use serde::de::DeserializeOwned;
     use serde::Serialize;
 
-    use super::super::function::{EventError, IdempotentFunction, Key};
+    use super::super::error::EventError;
+    use super::super::function::{IdempotentFunction, Key};
     use crate::context::IdempotencyContext;
     use crate::error::{Error, ErrorKind};
 
@@ -130,7 +131,7 @@ fn skipped<E: std::fmt::Display>(
     function: &super::function::IdempotentFunction,
     source: &str,
     sequence_number: Option<&str>,
-    err: &super::function::EventError<E>,
+    err: &super::error::EventError<E>,
 ) {
     function.count(crate::metrics::Event::StreamRecordSkipped);
     tracing::error!(source, sequence_number = ?sequence_number, error_type = err.error_type(), error = %err, "stream record skipped: a redelivery cannot change its outcome before its idempotency record expires, so the shard goes on");

@@ -13,7 +13,7 @@ use super::batch::{first_failure, text_key};
 use super::function::{IdempotentFunction, Key};
 use crate::context::IdempotencyContext;
 use crate::error::Error;
-use crate::fingerprint::CanonicalJson;
+use crate::json::CanonicalJson;
 
 /// A key made from a whole record ([`DynamoDbStreamBatch::key_fn`]).
 type RecordKeyFn = dyn Fn(&EventRecord) -> Option<String> + Send + Sync;

@@ -1,5 +1,7 @@
 //! [`IdempotentFunction`]: any async function, run once per key.
 
+mod wait;
+
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -7,21 +9,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use lambda_runtime::Diagnostic;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::claim::{self, Found};
-use crate::clock::millis;
+use self::wait::Claimed;
+use super::error::EventError;
+use crate::claim;
 use crate::config::IdempotencyConfig;
 use crate::context::IdempotencyContext;
-use crate::error::{Error, ErrorKind};
-use crate::fingerprint::check_pointer;
+use crate::error::ErrorKind;
 use crate::hash::hex;
+use crate::json::check_pointer;
 use crate::metrics::Event;
 use crate::record::{Record, Status, StoredBody, StoredResponse};
 use crate::scope::record_id;
-use crate::store::{ClaimRequest, Completion, Lease, Store};
+use crate::store::{Completion, Lease, Store};
 
 type KeyFn = dyn Fn(&serde_json::Value) -> Option<String> + Send + Sync;
 
@@ -42,15 +44,7 @@ impl fmt::Debug for KeySource {
     }
 }
 
-/// Idempotency for event consumers: any async function
-/// ([`IdempotentFunction`]), typed `lambda_runtime` handlers
-/// ([`IdempotentEventLayer`](crate::IdempotentEventLayer)) and, with the `sqs` feature, SQS batches
-/// (`SqsBatch`).
-///
-/// Lambda's asynchronous invocations and event sources deliver at least
-/// once: each event runs once per key, its output is stored and replayed to
-/// duplicates, and an outcome that could not be recorded fails the event so
-/// the source delivers it again.
+/// Runs a closure at most once per key.
 ///
 /// The key comes from the argument: by default its whole canonical JSON, or the
 /// values at RFC 6901 JSON pointers ([`key_pointers`](IdempotentFunction::key_pointers)),
@@ -71,12 +65,6 @@ impl fmt::Debug for KeySource {
 /// assert_eq!(first, again); // the second closure never ran
 /// # });
 /// ```
-///
-/// For a typed handler, [`IdempotentEventLayer`](crate::IdempotentEventLayer) wraps a
-/// `Service<LambdaEvent<T>>` and registers each event's Lambda context for the
-/// lease.
-///
-/// Runs a closure at most once per key.
 #[derive(Clone, Debug)]
 pub struct IdempotentFunction {
     config: IdempotencyConfig,
@@ -100,27 +88,6 @@ impl fmt::Debug for OutputHookFn {
         f.write_str("ReplayHook")
     }
 }
-
-/// `interval_ms` less a random part of up to half of it: duplicates that
-/// wait on one key then spread their polls instead of reading the record in
-/// lockstep. Without randomness (the source failed) the interval is whole.
-fn jittered(interval_ms: u64) -> u64 {
-    let mut random = [0u8; 2];
-    if getrandom::fill(&mut random).is_err() {
-        return interval_ms;
-    }
-    let cut = (interval_ms / 2) * u64::from(u16::from_le_bytes(random)) / u64::from(u16::MAX);
-    interval_ms - cut
-}
-
-/// Polling while waiting for a duplicate starts this often, doubling...
-const WAIT_FIRST_POLL: Duration = Duration::from_millis(50);
-/// ...up to this.
-const WAIT_MAX_POLL: Duration = Duration::from_secs(1);
-/// Waiting stops this long before the invocation's deadline, so the
-/// duplicate fails with `InProgress` (and is retried) instead of being cut
-/// off by the timeout.
-const WAIT_DEADLINE_RESERVE: Duration = Duration::from_secs(1);
 
 impl IdempotentFunction {
     /// Records are scoped by `name`, so two functions never share a key.
@@ -394,7 +361,7 @@ impl IdempotentFunction {
     ))]
     pub(crate) fn fingerprint_of_canonical(
         &self,
-        doc: Option<&crate::fingerprint::CanonicalJson>,
+        doc: Option<&crate::json::CanonicalJson>,
     ) -> String {
         self.fingerprint_fields(|pointer| {
             doc.and_then(|d| d.at(pointer))
@@ -625,125 +592,6 @@ impl IdempotentFunction {
         );
     }
 
-    /// Claim record `id` for the payload with `fingerprint`: run, or replay
-    /// the completed record; a duplicate in progress waits when
-    /// [`wait_for`](Self::wait_for) says so, and fails otherwise.
-    async fn claim<E>(&self, id: String, fingerprint: String) -> Result<Claimed, EventError<E>> {
-        let started = crate::clock::now_ms();
-        let mut wait_until = self.wait_for.map(|w| {
-            let until = started.saturating_add(millis(w));
-            match self.deadline_ms.filter(|d| *d > 0) {
-                Some(deadline) => until.min(deadline.saturating_sub(millis(WAIT_DEADLINE_RESERVE))),
-                None => until,
-            }
-        });
-        let mut poll = WAIT_FIRST_POLL;
-        loop {
-            let (claim, capped) = ClaimRequest::start(
-                id.clone(),
-                fingerprint.clone(),
-                self.deadline_ms,
-                self.config.leases,
-                self.config.expires_after,
-            )
-            .map_err(EventError::Randomness)?;
-            if capped {
-                self.config.count(Event::LeaseCapped);
-            }
-            let found = match claim::claim(self.config.store.as_ref(), &claim).await {
-                Ok(found) => found,
-                Err(err) => {
-                    self.config.count(Event::StoreError);
-                    return Err(EventError::Store(err));
-                }
-            };
-            let mut existing = match found {
-                Found::Claimed(lease) => {
-                    self.config.count(Event::Claimed);
-                    return Ok(Claimed::Run(lease));
-                }
-                Found::Completed(record) => return Ok(self.replayed(record)),
-                Found::Mismatch(existing) => return Err(self.mismatch(existing)),
-                Found::InProgress { existing, .. } => existing,
-            };
-            // In progress elsewhere: wait (when asked to) until the record
-            // completes, or frees so that claiming again can win.
-            loop {
-                let now = crate::clock::now_ms();
-                let lease_left = existing.lease_expires_at_ms.saturating_sub(now).max(1);
-                // The last sleep is cut to what is left of the wait, so a
-                // wait takes its whole allowance: giving up when the next
-                // full poll would overrun it ended a 400 ms wait after 200.
-                let sleep = match wait_until {
-                    Some(until) if now < until => {
-                        jittered(millis(poll)).min(lease_left).min(until - now)
-                    }
-                    _ => {
-                        self.config.count(Event::InProgressConflict);
-                        let retry_after = Duration::from_millis(
-                            existing
-                                .lease_expires_at_ms
-                                .saturating_sub(crate::clock::now_ms()),
-                        );
-                        if wait_until.take().is_some() {
-                            tracing::info!(record_id = %id, waited_ms = now.saturating_sub(started), "gave up waiting for the duplicate in progress");
-                        }
-                        return Err(EventError::InProgress {
-                            record_id: id,
-                            retry_after,
-                            existing: Some(existing),
-                        });
-                    }
-                };
-                tokio::time::sleep(Duration::from_millis(sleep)).await;
-                poll = (poll * 2).min(WAIT_MAX_POLL);
-                let record = match self.config.store.get(&id).await {
-                    Ok(stored) => stored.map(|s| s.record),
-                    Err(err) => {
-                        self.config.count(Event::StoreError);
-                        return Err(EventError::Store(err));
-                    }
-                };
-                let now = crate::clock::now_ms();
-                match record {
-                    // Released, or expired (a claim treats it as absent):
-                    // claiming again runs it here.
-                    None => break,
-                    Some(record) if record.expires_at_s.saturating_mul(1000) <= now => break,
-                    Some(record) if record.fingerprint != fingerprint => {
-                        return Err(self.mismatch(Box::new(record)))
-                    }
-                    Some(record) if record.status == Status::Completed => {
-                        return Ok(self.replayed(record))
-                    }
-                    // Its lease is over: claiming again takes it over.
-                    Some(record) if record.lease_expires_at_ms <= now => break,
-                    Some(record) => *existing = record,
-                }
-            }
-        }
-    }
-
-    /// A completed record found by a claim or a wait: counted and cached.
-    fn replayed(&self, record: Record) -> Claimed {
-        self.config.count(Event::Replayed);
-        if let Some(cache) = &self.config.cache {
-            if record.response.is_some() {
-                cache.put(record.clone());
-            }
-        }
-        Claimed::Replay(record)
-    }
-
-    /// The key was first used with another payload: counted.
-    fn mismatch<E>(&self, existing: Box<Record>) -> EventError<E> {
-        self.config.count(Event::FingerprintMismatch);
-        EventError::PayloadMismatch {
-            record_id: existing.id.clone(),
-            existing: Some(existing),
-        }
-    }
-
     /// The output a completed `record` replays, through the replay hook.
     fn replay<O: DeserializeOwned, E>(
         &self,
@@ -761,14 +609,6 @@ impl IdempotentFunction {
             }
         }
     }
-}
-
-/// What a claim of the event path decided.
-enum Claimed {
-    /// This invocation holds the key: run.
-    Run(Lease),
-    /// The same payload completed: replay this record.
-    Replay(Record),
 }
 
 /// The stored output of a completed record, for a duplicate: the output
@@ -834,200 +674,10 @@ fn is_marker(stored: &StoredResponse, kind: crate::problem::ProblemType) -> bool
         .is_ok_and(|v| v["type"] == kind.uri)
 }
 
-/// Why an idempotent function or event did not produce an output.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum EventError<E> {
-    /// A call with this key is still running; retry after `retry_after`.
-    InProgress {
-        /// The record id (a hash; safe to log).
-        record_id: String,
-        /// Until the running call's lease ends.
-        retry_after: Duration,
-        /// The record holding the key, as the claim found it (its status,
-        /// attempt, lease and expiry); `None` only when built by hand.
-        existing: Option<Box<Record>>,
-    },
-    /// The key was first used with a payload that differs at the validation pointers.
-    PayloadMismatch {
-        /// The record id.
-        record_id: String,
-        /// The record of the key's first use, as the claim found it: its
-        /// status, expiry and, once completed, its stored output (the JSON
-        /// in `response`); `None` only when built by hand.
-        existing: Option<Box<Record>>,
-    },
-    /// The key is missing and missing keys are not passed through.
-    KeyMissing {
-        /// The function's name.
-        function: String,
-    },
-    /// The first call never finished and the sweeper failed the key.
-    Abandoned {
-        /// The record id.
-        record_id: String,
-    },
-    /// The first call's output was too large to store; it is not run again.
-    OutputTooLarge {
-        /// The record id.
-        record_id: String,
-    },
-    /// The first call ran but its output could not be serialised to store
-    /// it; it is not run again.
-    OutputNotStored {
-        /// The record id.
-        record_id: String,
-    },
-    /// The stored output does not deserialise into the output type (the type
-    /// changed since it was stored).
-    CorruptOutput {
-        /// The record id.
-        record_id: String,
-        /// What serde said.
-        source: serde_json::Error,
-    },
-    /// The function ran but its outcome was not recorded, so the event must
-    /// be delivered again. The source says why: the deferred writes were
-    /// cancelled or refused (nothing committed, the key was released); a
-    /// newer attempt took over before the writes committed; or the store did
-    /// not answer (the outcome is unknown, the key frees when its lease ends
-    /// and the retry replays or runs again).
-    CompletionFailed {
-        /// The record id.
-        record_id: String,
-        /// What the store or serde said.
-        source: Error,
-    },
-    /// The argument could not be serialised to JSON (to fingerprint it);
-    /// nothing ran. (An output that cannot be serialised completes the
-    /// record with a marker instead: [`OutputNotStored`](EventError::OutputNotStored).)
-    Serialization {
-        /// What could not be serialised, and what happened because of it.
-        what: String,
-        /// What serde said.
-        source: serde_json::Error,
-    },
-    /// The operating system gave no randomness for the owner token; nothing ran.
-    Randomness(Error),
-    /// The store failed; nothing ran.
-    Store(Error),
-    /// The wrapped function failed; the key was released.
-    Handler(E),
-}
-
-impl<E: fmt::Display> fmt::Display for EventError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EventError::InProgress {
-                record_id,
-                retry_after,
-                ..
-            } => write!(
-                f,
-                "idempotency record {record_id} is in progress in another invocation; retry in {}s",
-                retry_after.as_secs().max(1)
-            ),
-            EventError::PayloadMismatch { record_id, .. } => write!(
-                f,
-                "idempotency record {record_id} was created by a payload that differs at the validation fields"
-            ),
-            EventError::KeyMissing { function } => write!(
-                f,
-                "no idempotency key found in the payload of `{function}`; check the key pointers or enable pass-through"
-            ),
-            EventError::Abandoned { record_id } => write!(
-                f,
-                "idempotency record {record_id} was abandoned by its first call and failed by the sweeper"
-            ),
-            EventError::OutputTooLarge { record_id } => write!(
-                f,
-                "the output of idempotency record {record_id} was too large to store; the call was not run again"
-            ),
-            EventError::OutputNotStored { record_id } => write!(
-                f,
-                "the output of idempotency record {record_id} could not be serialised to store it; the call was not run again"
-            ),
-            EventError::CorruptOutput { record_id, source } => write!(
-                f,
-                "the stored output of idempotency record {record_id} does not fit the output type: {source}"
-            ),
-            EventError::CompletionFailed { record_id, source } => write!(
-                f,
-                "the outcome of idempotency record {record_id} was not recorded, so the event must be retried: {source}"
-            ),
-            EventError::Serialization { what, source } => {
-                write!(f, "cannot serialise {what}: {source}")
-            }
-            EventError::Randomness(e) => write!(f, "{e}; nothing ran"),
-            EventError::Store(e) => write!(f, "idempotency store failed, nothing ran: {e}"),
-            EventError::Handler(e) => e.fmt(f),
-        }
-    }
-}
-
-impl<E: fmt::Display + fmt::Debug> std::error::Error for EventError<E> {}
-
-impl<E> EventError<E> {
-    /// The record that decided an [`InProgress`](EventError::InProgress) or
-    /// [`PayloadMismatch`](EventError::PayloadMismatch) error (its status,
-    /// expiry and, for a completed one, its stored output), as a Powertools
-    /// user gets the existing record with these errors.
-    pub fn existing_record(&self) -> Option<&Record> {
-        match self {
-            EventError::InProgress { existing, .. }
-            | EventError::PayloadMismatch { existing, .. } => existing.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// The stable error type reported to Lambda (and in its logs).
-    pub fn error_type(&self) -> &'static str {
-        match self {
-            EventError::InProgress { .. } => "Idempotency.InProgress",
-            EventError::PayloadMismatch { .. } => "Idempotency.PayloadMismatch",
-            EventError::KeyMissing { .. } => "Idempotency.KeyMissing",
-            EventError::Abandoned { .. } => "Idempotency.Abandoned",
-            EventError::OutputTooLarge { .. } => "Idempotency.OutputTooLarge",
-            EventError::OutputNotStored { .. } => "Idempotency.OutputNotStored",
-            EventError::CorruptOutput { .. } => "Idempotency.CorruptOutput",
-            EventError::CompletionFailed { .. } => "Idempotency.CompletionFailed",
-            EventError::Serialization { .. } => "Idempotency.Serialization",
-            EventError::Randomness(_) => "Idempotency.Randomness",
-            EventError::Store(_) => "Idempotency.StoreUnavailable",
-            EventError::Handler(_) => "Handler",
-        }
-    }
-}
-
-impl<E: Into<Diagnostic> + fmt::Display> From<EventError<E>> for Diagnostic {
-    fn from(err: EventError<E>) -> Diagnostic {
-        match err {
-            EventError::Handler(e) => e.into(),
-            other => Diagnostic {
-                error_type: other.error_type().to_owned(),
-                error_message: other.to_string(),
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::MemoryStore;
-
-    #[test]
-    fn waiting_polls_are_jittered_within_half_of_their_interval() {
-        let draws: Vec<u64> = (0..1_000).map(|_| jittered(100)).collect();
-        assert!(draws.iter().all(|d| (50..=100).contains(d)), "{draws:?}");
-        // Duplicates waiting on one key must not poll in lockstep: the draws
-        // spread over the range (51 values; 1,000 uniform draws all but
-        // surely hit more than 20 of them).
-        let distinct: std::collections::BTreeSet<_> = draws.iter().collect();
-        assert!(distinct.len() > 20, "{} distinct intervals", distinct.len());
-        // The smallest intervals stay whole numbers of milliseconds above 0.
-        assert!((0..100).all(|_| jittered(1) == 1));
-    }
 
     #[tokio::test]
     async fn an_argument_that_cannot_be_serialised_is_its_own_error_and_nothing_runs() {

@@ -13,7 +13,7 @@ use super::batch::{first_failure, pointer_key, text_key};
 use super::function::{IdempotentFunction, Key};
 use crate::context::IdempotencyContext;
 use crate::error::Error;
-use crate::fingerprint::{check_pointer, CanonicalJson};
+use crate::json::{check_pointer, CanonicalJson};
 
 /// A key made from a whole record ([`KinesisBatch::key_fn`]).
 type RecordKeyFn = dyn Fn(&KinesisEventRecord) -> Option<String> + Send + Sync;

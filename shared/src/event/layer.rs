@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::{Layer, Service};
 
-use super::function::{EventError, IdempotentFunction};
+use super::error::EventError;
+use super::function::IdempotentFunction;
 
 /// Wraps a `Service<LambdaEvent<T>>` so each event runs at most once per key;
 /// each event's Lambda context is registered for the lease.

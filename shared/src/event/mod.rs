@@ -1,4 +1,16 @@
 //! Idempotency for event consumers: any async function
+//! ([`IdempotentFunction`]), typed `lambda_runtime` handlers
+//! ([`IdempotentEventLayer`]) and, with the `sqs` feature, SQS batches
+//! (`SqsBatch`).
+//!
+//! Lambda's asynchronous invocations and event sources deliver at least
+//! once: each event runs once per key, its output is stored and replayed to
+//! duplicates, and an outcome that could not be recorded fails the event so
+//! the source delivers it again.
+//!
+//! For a typed handler, [`IdempotentEventLayer`] wraps a
+//! `Service<LambdaEvent<T>>` and registers each event's Lambda context for the
+//! lease.
 
 #[cfg(any(
     feature = "sqs",
@@ -8,6 +20,7 @@
 mod batch;
 #[cfg(feature = "dynamodb-stream-events")]
 mod dynamodb_stream;
+mod error;
 mod function;
 #[cfg(feature = "kinesis")]
 mod kinesis;
@@ -17,7 +30,8 @@ mod sqs;
 
 #[cfg(feature = "dynamodb-stream-events")]
 pub use self::dynamodb_stream::DynamoDbStreamBatch;
-pub use self::function::{EventError, IdempotentFunction};
+pub use self::error::EventError;
+pub use self::function::IdempotentFunction;
 #[cfg(feature = "kinesis")]
 pub use self::kinesis::KinesisBatch;
 pub use self::layer::{IdempotentEvent, IdempotentEventLayer};

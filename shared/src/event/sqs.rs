@@ -7,10 +7,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::batch::pointer_key;
-use super::function::{EventError, IdempotentFunction, Key};
+use super::error::EventError;
+use super::function::{IdempotentFunction, Key};
 use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
-use crate::fingerprint::{check_pointer, CanonicalJson};
+use crate::json::{check_pointer, CanonicalJson};
 
 /// A key made from a whole message ([`SqsBatch::key_fn`]).
 type MessageKeyFn = dyn Fn(&SqsMessage) -> Option<String> + Send + Sync;

@@ -1,0 +1,20 @@
+//! JSON as the library reads it: one canonical form with exact numbers
+//! (object keys sorted, no whitespace), and RFC 6901 pointers into it.
+//!
+//! Request fingerprints hash the canonical form, and the event path reads
+//! keys and validated fields from it, so both agree on when two documents
+//! are the same.
+
+mod canonical;
+mod decimal;
+mod pointer;
+
+pub(crate) use self::canonical::canonical_json;
+pub(crate) use self::pointer::{check_pointer, select};
+// Only the event batches read one document at several pointers.
+#[cfg(any(
+    feature = "sqs",
+    feature = "kinesis",
+    feature = "dynamodb-stream-events"
+))]
+pub(crate) use self::pointer::CanonicalJson;
