@@ -142,6 +142,8 @@ pub(crate) enum Found {
     /// The same request still runs elsewhere, for at most this long; the
     /// record holding it.
     InProgress {
+        // Only the HTTP middleware answers with a `Retry-After`.
+        #[cfg_attr(not(feature = "http"), allow(dead_code))]
         retry_after: Duration,
         existing: Box<Record>,
     },

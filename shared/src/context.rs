@@ -429,7 +429,10 @@ mod tests {
             attempt: 1,
             recovered: None,
         };
-        let claimed = IdempotencyContext::from_lease(Arc::new(crate::store::memory::MemoryStore::new()), lease);
+        let claimed = IdempotencyContext::from_lease(
+            Arc::new(crate::store::memory::MemoryStore::new()),
+            lease,
+        );
         for i in 0..MAX_DEFERRED_WRITES {
             claimed.defer_write(write(i)).unwrap();
         }

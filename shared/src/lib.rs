@@ -87,6 +87,7 @@ mod hash;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 mod json;
+#[cfg(feature = "http")]
 mod key;
 pub mod metrics;
 pub mod problem;

@@ -156,6 +156,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "http")]
     fn body_is_problem_json_with_retry_after() {
         let r = response_retry_after(IN_PROGRESS, "wait", 0);
         assert_eq!(r.status(), 409);

@@ -340,6 +340,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "http")]
     fn http_round_trip_keeps_bytes_repeated_headers_and_body_kind() {
         let original = http::Response::builder()
             .status(207)

@@ -483,8 +483,8 @@ pub(crate) fn abandoned_response() -> StoredResponse {
 mod tests {
     use super::*;
     use crate::record::Status;
-    use crate::store::{Checkpoint, ClaimOutcome, ClaimRequest};
     use crate::store::memory::MemoryStore;
+    use crate::store::{Checkpoint, ClaimOutcome, ClaimRequest};
 
     /// A claim of `id` now, its lease `lease_ms` long, kept until
     /// `expires_at_s`.

@@ -493,14 +493,14 @@ impl IdempotentFunction {
                 // to store is, so a duplicate never runs it again.
                 self.config.count(Event::OversizedResponse);
                 tracing::error!(record_id = %id, function = %self.name, error = %source, "the output cannot be serialised to JSON; the record completes with a marker, duplicates will get EventError::OutputNotStored");
-                StoredResponse::from_http(&crate::problem::response(
+                StoredResponse::problem(
                     crate::problem::OUTPUT_NOT_STORED,
                     &format!(
                         "the first call of `{}` ran, but its output could not be serialised to \
                          store it ({source}); it was not run again",
                         self.name
                     ),
-                ))
+                )
             }
         };
         let expires =

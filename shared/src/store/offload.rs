@@ -686,8 +686,8 @@ mod tests {
 
     #[test]
     fn only_responses_that_do_not_fit_even_compressed_are_offloaded() {
-        let store =
-            S3Offload::new(crate::store::memory::MemoryStore::new(), client(), "b").max_response_bytes(10_000);
+        let store = S3Offload::new(crate::store::memory::MemoryStore::new(), client(), "b")
+            .max_response_bytes(10_000);
         let small = StoredResponse::new(200, vec![], StoredBody::Text("x".repeat(5_000)));
         assert!(!store.offloads(&small));
         // Compresses far below the limit: the store keeps it.
