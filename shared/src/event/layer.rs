@@ -1,17 +1,10 @@
 //! [`IdempotentEventLayer`]: a typed `lambda_runtime` handler behind an
 //! [`IdempotentFunction`].
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context as TaskContext, Poll};
+use tower::Layer;
 
-use lambda_runtime::LambdaEvent;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use tower::{Layer, Service};
-
-use super::error::EventError;
 use super::function::IdempotentFunction;
+use super::service::IdempotentEvent;
 
 /// Wraps a `Service<LambdaEvent<T>>` so each event runs at most once per key;
 /// each event's Lambda context is registered for the lease.
@@ -48,47 +41,6 @@ impl<S> Layer<S> for IdempotentEventLayer {
     type Service = IdempotentEvent<S>;
 
     fn layer(&self, inner: S) -> IdempotentEvent<S> {
-        IdempotentEvent {
-            inner,
-            function: self.function.clone(),
-        }
-    }
-}
-
-/// The service made by [`IdempotentEventLayer`].
-#[derive(Clone, Debug)]
-pub struct IdempotentEvent<S> {
-    inner: S,
-    function: IdempotentFunction,
-}
-
-impl<S, T, O> Service<LambdaEvent<T>> for IdempotentEvent<S>
-where
-    S: Service<LambdaEvent<T>, Response = O> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    T: Serialize + Send + 'static,
-    O: Serialize + DeserializeOwned + Send + 'static,
-{
-    type Response = O;
-    type Error = EventError<S::Error>;
-    type Future = Pin<Box<dyn Future<Output = Result<O, EventError<S::Error>>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(EventError::Handler)
-    }
-
-    fn call(&mut self, event: LambdaEvent<T>) -> Self::Future {
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let function = self.function.with_context(&event.context);
-        Box::pin(async move {
-            let LambdaEvent { payload, context } = event;
-            function
-                .call(payload, move |payload| {
-                    inner.call(LambdaEvent::new(payload, context))
-                })
-                .await
-        })
+        IdempotentEvent::new(inner, self.function.clone())
     }
 }

@@ -22,9 +22,11 @@ mod batch;
 mod dynamodb_stream;
 mod error;
 mod function;
+mod future;
 #[cfg(feature = "kinesis")]
 mod kinesis;
 mod layer;
+mod service;
 #[cfg(feature = "sqs")]
 mod sqs;
 
@@ -32,8 +34,10 @@ mod sqs;
 pub use self::dynamodb_stream::DynamoDbStreamBatch;
 pub use self::error::EventError;
 pub use self::function::IdempotentFunction;
+pub use self::future::ResponseFuture;
 #[cfg(feature = "kinesis")]
 pub use self::kinesis::KinesisBatch;
-pub use self::layer::{IdempotentEvent, IdempotentEventLayer};
+pub use self::layer::IdempotentEventLayer;
+pub use self::service::IdempotentEvent;
 #[cfg(feature = "sqs")]
 pub use self::sqs::SqsBatch;
