@@ -169,6 +169,18 @@ impl IdempotencyContext {
         self.recovered.as_ref()
     }
 
+    /// The claim a recovery point is committed under; a detached context
+    /// (made with [`IdempotencyContext::new`]) has none.
+    fn attached_claim(&self) -> Result<&Arc<Claim>, Error> {
+        self.claim.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                "this IdempotencyContext is detached (made with IdempotencyContext::new); \
+                 only the middleware's context can commit recovery points",
+            )
+        })
+    }
+
     /// Commit a recovery point: the step `name` is done, with `data` for the
     /// next one. Fenced: fails with [`ErrorKind::Fenced`] (and writes nothing)
     /// if a newer attempt took the record over. Deferred writes are left for
@@ -183,13 +195,7 @@ impl IdempotencyContext {
     /// not even given up: it is left to its lease, after which the next
     /// attempt finds what committed.
     pub async fn commit(&self, name: &str, data: serde_json::Value) -> Result<(), Error> {
-        let claim = self.claim.as_ref().ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidConfig,
-                "this IdempotencyContext is detached (made with IdempotencyContext::new); \
-                 only the middleware's context can commit recovery points",
-            )
-        })?;
+        let claim = self.attached_claim()?;
         let checkpoint = Checkpoint {
             name: name.to_owned(),
             data,
@@ -308,13 +314,7 @@ impl IdempotencyContext {
         name: &str,
         data: serde_json::Value,
     ) -> Result<(), Error> {
-        let claim = self.claim.as_ref().ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidConfig,
-                "this IdempotencyContext is detached (made with IdempotencyContext::new); \
-                 only the middleware's context can commit recovery points",
-            )
-        })?;
+        let claim = self.attached_claim()?;
         let writes = self.take_writes();
         let count = writes.len();
         let checkpoint = Checkpoint {
