@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
@@ -434,6 +435,39 @@ impl DynamoStore {
         )
     }
 
+    /// The `UpdateItem` of a claim of `request`'s record, a new life or a
+    /// takeover, still without its condition and expression: the names of
+    /// the attributes both write or test (and of the index's lease end,
+    /// where there is an index), the values they share, and the record as
+    /// it was asked back should the claim lose.
+    fn claim_update(&self, request: &ClaimRequest) -> UpdateItemFluentBuilder {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&*self.table)
+            .set_key(Some(self.layout.key(&request.record_id)))
+            .expression_attribute_names("#status", &self.layout.status)
+            .expression_attribute_names("#fingerprint", &self.layout.fingerprint)
+            .expression_attribute_names("#owner", &self.layout.owner)
+            .expression_attribute_names("#lease", &self.layout.lease_expires_at)
+            .expression_attribute_names("#expires_at", &self.layout.expires_at)
+            .expression_attribute_names("#attempt", &self.layout.attempt)
+            .expression_attribute_values(":now_s", n(request.now_ms / 1000))
+            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+            .expression_attribute_values(":fingerprint", s(&request.fingerprint))
+            .expression_attribute_values(":owner", s(&request.owner))
+            .expression_attribute_values(":lease", n(request.lease_expires_at_ms))
+            .expression_attribute_values(":expires_at", n(request.expires_at_s))
+            // A lost claim learns the existing record in this same round trip.
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        if self.sweep_index {
+            // Both set the index's lease end to the new lease.
+            update.expression_attribute_names("#sweep_at", &self.layout.sweep_at)
+        } else {
+            update
+        }
+    }
+
     /// The claim of a new life: the record is absent, or expired (TTL
     /// deletion lags by days). It removes whatever an earlier life left (its
     /// response, its recovery point), so nothing of another request can reach
@@ -446,11 +480,8 @@ impl DynamoStore {
         } else {
             ""
         };
-        let mut request_builder = self
-            .client
-            .update_item()
-            .table_name(&*self.table)
-            .set_key(Some(self.layout.key(&request.record_id)))
+        let mut update = self
+            .claim_update(request)
             .condition_expression("attribute_not_exists(#id) OR #expires_at < :now_s")
             .update_expression(format!(
                 "SET #status = :in_progress, #fingerprint = :fingerprint, #owner = :owner, \
@@ -459,41 +490,26 @@ impl DynamoStore {
                  REMOVE #rs, #rh, #rb, #rk, #re, #checkpoint"
             ))
             .expression_attribute_names("#id", self.layout.partition_key_name())
-            .expression_attribute_names("#status", &self.layout.status)
-            .expression_attribute_names("#fingerprint", &self.layout.fingerprint)
-            .expression_attribute_names("#owner", &self.layout.owner)
-            .expression_attribute_names("#lease", &self.layout.lease_expires_at)
-            .expression_attribute_names("#expires_at", &self.layout.expires_at)
-            .expression_attribute_names("#attempt", &self.layout.attempt)
             .expression_attribute_names("#rs", &self.layout.response_status)
             .expression_attribute_names("#rh", &self.layout.response_headers)
             .expression_attribute_names("#rb", &self.layout.response_body)
             .expression_attribute_names("#rk", &self.layout.response_body_kind)
             .expression_attribute_names("#re", &self.layout.response_encoding)
             .expression_attribute_names("#checkpoint", &self.layout.checkpoint)
-            .expression_attribute_values(":now_s", n(request.now_ms / 1000))
-            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-            .expression_attribute_values(":fingerprint", s(&request.fingerprint))
-            .expression_attribute_values(":owner", s(&request.owner))
-            .expression_attribute_values(":lease", n(request.lease_expires_at_ms))
-            .expression_attribute_values(":expires_at", n(request.expires_at_s))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
             // Only the new attempt comes back: an expired record's old
             // response is never read, let alone decompressed.
-            .return_values(ReturnValue::UpdatedNew)
-            // A lost claim learns the existing record in this same round trip.
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+            .return_values(ReturnValue::UpdatedNew);
         if self.sweep_index {
-            request_builder = request_builder
+            update = update
                 .expression_attribute_names("#sweep_shard", &self.layout.sweep_shard)
-                .expression_attribute_names("#sweep_at", &self.layout.sweep_at)
                 .expression_attribute_values(
                     ":shard",
                     s(&sweep_shard(&request.record_id).to_string()),
                 );
         }
-        let result = request_builder.send().await;
+        let result = update.send().await;
         match result {
             Ok(output) => {
                 let attempt = output
@@ -535,11 +551,8 @@ impl DynamoStore {
         } else {
             ""
         };
-        let mut request_builder = self
-            .client
-            .update_item()
-            .table_name(&*self.table)
-            .set_key(Some(self.layout.key(&request.record_id)))
+        let result = self
+            .claim_update(request)
             .condition_expression(
                 "#status = :in_progress AND #attempt = :seen AND #lease < :now_ms \
                  AND #fingerprint = :fingerprint AND #expires_at >= :now_s",
@@ -548,30 +561,14 @@ impl DynamoStore {
                 "SET #owner = :owner, #lease = :lease, #expires_at = :expires_at, \
                  #attempt = :next{index_key}"
             ))
-            .expression_attribute_names("#status", &self.layout.status)
-            .expression_attribute_names("#fingerprint", &self.layout.fingerprint)
-            .expression_attribute_names("#owner", &self.layout.owner)
-            .expression_attribute_names("#lease", &self.layout.lease_expires_at)
-            .expression_attribute_names("#expires_at", &self.layout.expires_at)
-            .expression_attribute_names("#attempt", &self.layout.attempt)
-            .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
             .expression_attribute_values(":seen", n(seen.attempt))
             .expression_attribute_values(":next", n(seen.attempt + 1))
             .expression_attribute_values(":now_ms", n(request.now_ms))
-            .expression_attribute_values(":now_s", n(request.now_ms / 1000))
-            .expression_attribute_values(":fingerprint", s(&request.fingerprint))
-            .expression_attribute_values(":owner", s(&request.owner))
-            .expression_attribute_values(":lease", n(request.lease_expires_at_ms))
-            .expression_attribute_values(":expires_at", n(request.expires_at_s))
             // The recovery point as of the takeover itself: a checkpoint the
             // stale attempt committed after `seen` was read is inherited too.
             .return_values(ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        if self.sweep_index {
-            request_builder =
-                request_builder.expression_attribute_names("#sweep_at", &self.layout.sweep_at);
-        }
-        let result = request_builder.send().await;
+            .send()
+            .await;
         match result {
             Ok(output) => {
                 let record = decode(
