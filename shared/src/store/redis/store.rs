@@ -1,0 +1,210 @@
+//! The hot path of a [`RedisStore`]: the [`Store`] implementation, whose
+//! claim, completion, recovery points and release are here with the
+//! scripts' arguments and replies; what the sweeper and operators call
+//! (listings, resolution, get, scan) is in `sweep.rs`, which those trait
+//! methods hand over to.
+
+use ::redis::{ScriptInvocation, Value};
+
+use super::codec::{
+    self, bytes, checkpoint_json, corrupt, decode, encode_headers, hash_fields, number, text,
+};
+use super::{shard_of, RedisStore, EXPIRY_GRACE_S, SCRIPTS};
+use crate::error::Error;
+use crate::record::StoredResponse;
+use crate::store::{
+    fit, lease_ended_at, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Fitted, Lease,
+    RecordPage, Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+};
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
+        let shard = shard_of(&request.record_id);
+        let reply = self
+            .eval(
+                "claim",
+                SCRIPTS
+                    .claim
+                    .key(self.record_key(&request.record_id))
+                    .key(self.index_key(shard))
+                    .arg(&request.record_id)
+                    .arg(&request.fingerprint)
+                    .arg(&request.owner)
+                    .arg(request.now_ms)
+                    .arg(request.lease_expires_at_ms)
+                    .arg(request.expires_at_s)
+                    .arg(request.expires_at_s.saturating_add(EXPIRY_GRACE_S)),
+            )
+            .await?;
+        let parts = match &reply {
+            Value::Array(parts) => parts.as_slice(),
+            _ => return Err(self.unexpected("claim", &reply)),
+        };
+        let id = &request.record_id;
+        match parts {
+            [tag, attempt, checkpoint] if number(tag) == Some(1) => {
+                let attempt = number(attempt).ok_or_else(|| self.unexpected("claim", &reply))?;
+                Ok(ClaimOutcome::Claimed(Lease {
+                    record_id: id.clone(),
+                    owner: request.owner.clone(),
+                    fingerprint: request.fingerprint.clone(),
+                    attempt,
+                    recovered: self.checkpoint_of(id, checkpoint)?,
+                }))
+            }
+            // Rule 3: our own earlier try of this claim went through.
+            [tag, attempt, fingerprint, checkpoint] if number(tag) == Some(2) => {
+                match (number(attempt), text(fingerprint)) {
+                    (Some(attempt), Some(fingerprint)) => Ok(ClaimOutcome::Claimed(Lease {
+                        record_id: id.clone(),
+                        owner: request.owner.clone(),
+                        fingerprint,
+                        attempt,
+                        recovered: self.checkpoint_of(id, checkpoint)?,
+                    })),
+                    _ => Err(corrupt(id, "its attempt or fingerprint is not readable")),
+                }
+            }
+            [tag, record] if number(tag) == Some(0) => {
+                let fields = hash_fields(record.clone())
+                    .ok_or_else(|| corrupt(id, "its fields are not strings"))?;
+                Ok(ClaimOutcome::Exists(decode(id, &fields)?))
+            }
+            [tag, why] if number(tag) == Some(3) => Err(corrupt(
+                id,
+                &text(why).unwrap_or_else(|| "it is not a record".into()),
+            )),
+            _ => Err(self.unexpected("claim", &reply)),
+        }
+    }
+
+    async fn complete(
+        &self,
+        lease: &Lease,
+        response: &StoredResponse,
+        expires_at_s: u64,
+    ) -> Result<Completion, Error> {
+        let mut invocation = self.fenced(
+            &SCRIPTS.complete,
+            &lease.record_id,
+            lease.attempt,
+            &lease.owner,
+        );
+        let completion = self.completion_args(&mut invocation, response, expires_at_s);
+        let reply = self.eval("complete", &invocation).await?;
+        match number(&reply) {
+            // 2: completed by this very lease already (our own write again).
+            Some(1 | 2) => Ok(completion),
+            Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+            Some(3) => Err(Error::record_gone(&lease.record_id, lease.attempt)),
+            _ => Err(self.unexpected("complete", &reply)),
+        }
+    }
+
+    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+        let reply = self
+            .eval(
+                "checkpoint",
+                SCRIPTS
+                    .checkpoint
+                    .key(self.record_key(&lease.record_id))
+                    .arg(lease.attempt)
+                    .arg(&lease.owner)
+                    .arg(checkpoint_json(checkpoint)),
+            )
+            .await?;
+        match number(&reply) {
+            Some(1) => Ok(()),
+            Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+            _ => Err(self.unexpected("checkpoint", &reply)),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        let mut invocation = self.fenced(
+            &SCRIPTS.release,
+            &lease.record_id,
+            lease.attempt,
+            &lease.owner,
+        );
+        invocation.arg(lease_ended_at());
+        let reply = self.eval("release", &invocation).await?;
+        match number(&reply) {
+            Some(1 | 2) => Ok(()),
+            Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
+            _ => Err(self.unexpected("release", &reply)),
+        }
+    }
+
+    // The sweeper's and operators' side, in sweep.rs.
+
+    async fn stuck(
+        &self,
+        cutoff_ms: u64,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+    ) -> Result<StuckPage, Error> {
+        self.stuck_impl(cutoff_ms, cursor, limit).await
+    }
+
+    async fn resolve_stuck(
+        &self,
+        record: &StuckRecord,
+        how: Resolve<'_>,
+        cutoff_ms: u64,
+        now_ms: u64,
+    ) -> Result<Resolution, Error> {
+        self.resolve_stuck_impl(record, how, cutoff_ms, now_ms)
+            .await
+    }
+
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        self.get_impl(record_id).await
+    }
+
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
+        self.scan_impl(cursor, limit).await
+    }
+
+    fn describe(&self) -> String {
+        let what = if self.cluster {
+            "Redis Cluster"
+        } else {
+            "Redis"
+        };
+        format!("{what} at {} (key prefix `{}`)", self.server, self.prefix)
+    }
+}
+
+impl RedisStore {
+    /// The fenced completion's arguments after id, attempt and owner.
+    pub(super) fn completion_args(
+        &self,
+        invocation: &mut ScriptInvocation<'_>,
+        response: &StoredResponse,
+        expires_at_s: u64,
+    ) -> Completion {
+        let Fitted {
+            response: stored,
+            body,
+            gzip,
+            completion,
+        } = fit(response, self.max_response_bytes);
+        invocation
+            .arg(expires_at_s)
+            .arg(stored.status)
+            .arg(encode_headers(&stored.headers))
+            .arg(stored.body.kind())
+            .arg(body.as_ref())
+            .arg(if gzip { "gzip" } else { "" })
+            .arg(expires_at_s.saturating_add(EXPIRY_GRACE_S));
+        completion
+    }
+
+    fn checkpoint_of(&self, record_id: &str, value: &Value) -> Result<Option<Checkpoint>, Error> {
+        bytes(value)
+            .map(|b| codec::parse_checkpoint(record_id, b))
+            .transpose()
+    }
+}
