@@ -12,7 +12,7 @@ use super::error::EventError;
 use super::function::IdempotentFunction;
 use super::future::ResponseFuture;
 
-/// The service made by [`IdempotentEventLayer`].
+/// The service made by [`IdempotentEventLayer`](super::IdempotentEventLayer).
 #[derive(Clone, Debug)]
 pub struct IdempotentEvent<S> {
     inner: S,

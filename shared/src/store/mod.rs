@@ -212,9 +212,9 @@ pub enum Resolution {
 ///    Otherwise it returns the existing record in the same round trip.
 /// 2. [`Store::complete`] and [`Store::release`] succeed only while the record
 ///    is in progress under the same `attempt` and `owner`; otherwise they fail
-///    with [`ErrorKind::Fenced`](crate::ErrorKind::Fenced) and write nothing
+///    with [`ErrorKind::Fenced`] and write nothing
 ///    (a completion that finds no record at all fails with
-///    [`ErrorKind::RecordGone`](crate::ErrorKind::RecordGone): nothing is
+///    [`ErrorKind::RecordGone`]: nothing is
 ///    stored, a duplicate runs again).
 /// 3. A claim that finds the record held by its own `owner` (the SDK retried a
 ///    write whose response was lost) counts as claimed.
@@ -270,7 +270,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Complete and commit the handler's deferred writes (of this store's
     /// own kind, see [`DeferredWrites`]) in one transaction, fenced like
     /// [`complete`](Store::complete). Stores without transactions fail with
-    /// [`ErrorKind::InvalidConfig`](ErrorKind::InvalidConfig) unless
+    /// [`ErrorKind::InvalidConfig`] unless
     /// there are no writes.
     async fn complete_with_writes(
         &self,
@@ -297,7 +297,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// like [`checkpoint`](Store::checkpoint): an atomic phase. Either the
     /// writes and the recovery point commit together under this lease, or
     /// neither does. Stores without transactions fail with
-    /// [`ErrorKind::InvalidConfig`](ErrorKind::InvalidConfig) unless
+    /// [`ErrorKind::InvalidConfig`] unless
     /// there are no writes.
     async fn checkpoint_with_writes(
         &self,

@@ -1,6 +1,6 @@
 //! [`DynamoStore`]: records in a DynamoDB table.
 //!
-//! Table layout by default (see [`schema`](crate::schema)): partition key
+//! Table layout by default (see [`schema`]): partition key
 //! `id` (S), TTL attribute `expires_at` (epoch seconds), and a stream (view
 //! type `NEW_IMAGE`) in which the sweeper finds stuck records. Opted into
 //! instead (`with_sweep_index`): a sparse global secondary index `sweep`
@@ -155,7 +155,7 @@ impl DynamoStore {
     /// [`with_stream`](Self::with_stream), with the client built from
     /// `config` (`aws_sdk_dynamodbstreams::config::Builder::from(&sdk_config)`)
     /// at `endpoint`, `None` meaning the region's own, whatever `config`
-    /// holds: pass [`streams_endpoint`](crate::streams_endpoint) of the
+    /// holds: pass [`streams_endpoint`] of the
     /// environment, so that the stream follows `AWS_ENDPOINT_URL_DYNAMODB`
     /// (DynamoDB Local serves both) and an empty variable never reaches the
     /// SDK, which panics on one. Errors reading the stream name the

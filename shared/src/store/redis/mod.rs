@@ -3,7 +3,7 @@
 //! Layout, under a key prefix (default `idempotency:`):
 //!
 //! - one hash per record, `<prefix>{<shard>}r:<id>`, with a field per
-//!   [`Record`](crate::Record) field (responses binary-safe, bodies
+//!   [`Record`](crate::store::Record) field (responses binary-safe, bodies
 //!   gzip-compressed where the DynamoDB store would compress them) and a
 //!   key TTL five minutes past the record's expiry (the scripts treat it as
 //!   absent from its expiry on);
