@@ -60,6 +60,20 @@ struct Exchange {
 }
 
 impl Exchange {
+    /// An answer as the demo shows it, whichever way it came (a Function URL
+    /// or the Invoke API): the body as JSON, or as text when it is not JSON;
+    /// printed on arrival.
+    fn received(status: StatusCode, headers: Vec<(String, String)>, text: &str) -> Exchange {
+        let body = serde_json::from_str(text).unwrap_or(serde_json::Value::String(text.to_owned()));
+        let exchange = Exchange {
+            status,
+            headers,
+            body,
+        };
+        exchange.print();
+        exchange
+    }
+
     fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -144,14 +158,13 @@ impl Demo {
             .text()
             .await
             .map_err(|e| format!("reading the response: {e}"))?;
-        let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
-        let exchange = Exchange {
-            status,
-            headers,
-            body,
-        };
-        exchange.print();
-        Ok(exchange)
+        Ok(Exchange::received(status, headers, &text))
+    }
+
+    /// `POST /orders` with a key and a JSON body, the demo's most common call.
+    async fn post_order(&self, key: &str, body: &str) -> Result<Exchange> {
+        self.send(Method::POST, "/orders", Some(key), Some(body))
+            .await
     }
 
     /// Send an HTTP API (v2) event with a JWT `sub` claim through the Lambda
@@ -193,14 +206,7 @@ impl Demo {
             })
             .unwrap_or_default();
         let text = raw["body"].as_str().unwrap_or_default();
-        let body = serde_json::from_str(text).unwrap_or(serde_json::Value::String(text.to_owned()));
-        let exchange = Exchange {
-            status,
-            headers,
-            body,
-        };
-        exchange.print();
-        Ok(exchange)
+        Ok(Exchange::received(status, headers, text))
     }
 }
 
@@ -258,9 +264,7 @@ async fn play(base: &str) -> Result<()> {
         1,
         "First call: the handler runs, charges the provider once, stores the response",
     );
-    let first = demo
-        .send(Method::POST, "/orders", Some("order-0001"), Some(order))
-        .await?;
+    let first = demo.post_order("order-0001", order).await?;
     first.expect(201, "created")?;
     let order_id = first.body["order_id"]
         .as_str()
@@ -271,9 +275,7 @@ async fn play(base: &str) -> Result<()> {
         2,
         "Client retry with the same key and body: replayed, the handler does not run",
     );
-    let retry = demo
-        .send(Method::POST, "/orders", Some("order-0001"), Some(order))
-        .await?;
+    let retry = demo.post_order("order-0001", order).await?;
     retry.expect(201, "same status")?;
     if retry.header("idempotent-replayed") != Some("true") || retry.body != first.body {
         return Err("the retry was not an identical replay".into());
@@ -300,11 +302,9 @@ async fn play(base: &str) -> Result<()> {
     println!("  (order-0002 sent in the background)");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let dup = demo
-        .send(
-            Method::POST,
-            "/orders",
-            Some("order-0002"),
-            Some(r#"{"customer_id":"cus_7","amount":990,"currency":"USD"}"#),
+        .post_order(
+            "order-0002",
+            r#"{"customer_id":"cus_7","amount":990,"currency":"USD"}"#,
         )
         .await?;
     dup.expect(409, "in progress")?;
@@ -324,11 +324,9 @@ async fn play(base: &str) -> Result<()> {
         4,
         "Same key, different body: the key was used for another request",
     );
-    demo.send(
-        Method::POST,
-        "/orders",
-        Some("order-0001"),
-        Some(r#"{"customer_id":"cus_42","amount":9900,"currency":"EUR"}"#),
+    demo.post_order(
+        "order-0001",
+        r#"{"customer_id":"cus_42","amount":9900,"currency":"EUR"}"#,
     )
     .await?
     .expect(422, "key reused")?;
@@ -405,14 +403,7 @@ async fn resume(base: &str) -> Result<()> {
     println!("  (a new function instance is up, as Lambda starts one after a crash)");
     println!("  (waiting 4 s: the crashed attempt's lease is 3 s)");
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let resumed = demo
-        .send(
-            Method::POST,
-            "/orders",
-            Some("order-0003"),
-            Some(CRASH_ORDER),
-        )
-        .await?;
+    let resumed = demo.post_order("order-0003", CRASH_ORDER).await?;
     resumed.expect(201, "completed by the retry")?;
     if resumed.body["resumed_from"] != "charged" || resumed.body["provider_calls"] != 1 {
         return Err(format!(

@@ -1,0 +1,95 @@
+//! Sections 4 and 5: the tallies of the property tests (fuzzing, model
+//! check), which scripts/reliability.sh runs just before and which append
+//! them to `PROPERTY_LOG`.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::Result;
+
+/// The property tests of `tests/tests/it` that the report covers, by the
+/// name they report under, with what they try.
+pub(crate) const PROPERTIES: &[(&str, &str)] = &[
+    (
+        "fuzz::key_parser",
+        "random byte strings (0-300 bytes) through the `Idempotency-Key` parser",
+    ),
+    (
+        "fuzz::quoted_keys",
+        "printable keys, quoted as structured-field strings, parsed back",
+    ),
+    (
+        "fuzz::fingerprint_bytes",
+        "random bodies (0-2,000 bytes), methods and paths, fingerprinted twice",
+    ),
+    (
+        "fuzz::fingerprint_json",
+        "random JSON documents (up to 6 levels), compact and pretty: one fingerprint",
+    ),
+    (
+        "fuzz::huge_bodies",
+        "1 M nested brackets, 200,000 nested objects, a 500,000-element array, 6 MB of invalid UTF-8",
+    ),
+    (
+        "fuzz::mutated_events",
+        "sample events with one node replaced by random JSON, through the event decoder and the middleware",
+    ),
+    (
+        "fuzz::mutated_strings",
+        "HTTP sample events with one string (a header, the key, the JWT, the body, the path, ...) replaced by random text, through the decoder and the middleware",
+    ),
+    (
+        "model::memory",
+        "interleavings of 1-39 operations, in-memory store, against the reference model",
+    ),
+    (
+        "model::dynamodb_local",
+        "interleavings of 1-29 operations, DynamoDB Local and the sweeper, against the reference model",
+    ),
+];
+
+/// What each property test reported: its counts by outcome, `cases` first.
+pub(crate) struct Properties(pub(crate) BTreeMap<String, BTreeMap<String, u64>>);
+
+impl Properties {
+    /// Read the JSON lines the tests appended (`RELIABILITY_PROPERTY_LOG`);
+    /// every test of [`PROPERTIES`] must be there, having run cases.
+    pub(crate) fn read(path: &str) -> Result<Properties> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!("{path}: {e} (the property tests write it; run scripts/reliability.sh)")
+        })?;
+        let mut tests = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let v: Value = serde_json::from_str(line).map_err(|e| format!("{path}: {e}"))?;
+            let name = v["test"]
+                .as_str()
+                .ok_or(format!("{path}: no test in {line}"))?;
+            let counts: BTreeMap<String, u64> = serde_json::from_value(v["counts"].clone())
+                .map_err(|e| format!("{path}: {e} in {line}"))?;
+            tests.insert(name.to_owned(), counts);
+        }
+        for (name, _) in PROPERTIES {
+            if tests
+                .get(*name)
+                .and_then(|c| c.get("cases"))
+                .copied()
+                .unwrap_or(0)
+                == 0
+            {
+                return Err(format!(
+                    "{path}: the property test {name} reported no cases"
+                ));
+            }
+        }
+        Ok(Properties(tests))
+    }
+
+    pub(crate) fn count(&self, test: &str, what: &str) -> u64 {
+        self.0
+            .get(test)
+            .and_then(|c| c.get(what))
+            .copied()
+            .unwrap_or(0)
+    }
+}
