@@ -2,7 +2,7 @@
 # `make reliability`: the property tests (fuzzing, model check), then storm,
 # crash injection and store fault injection against DynamoDB Local (the model
 # check also on Redis and PostgreSQL, started for it; see
-# tools/src/bin/reliability.rs); writes RELIABILITY.md from what they measured.
+# tools/src/bin/reliability/); writes RELIABILITY.md from what they measured.
 #   RELIABILITY_SIZE=full (default) | ci (the reduced run `make test` does)
 #   RELIABILITY_OUT (default RELIABILITY.md)
 set -euo pipefail

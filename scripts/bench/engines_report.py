@@ -1,4 +1,4 @@
-"""Turn the engines measurement (`bench engines N`, tools/src/bin/bench.rs,
+"""Turn the engines measurement (`bench engines N`, tools/src/bin/bench/,
 JSON) into the "Engines" section of BENCHMARKS.md, replacing the section
 between its markers (or appending it), so `make bench-engines` updates it
 alone.

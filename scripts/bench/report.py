@@ -6,7 +6,7 @@ and write a Markdown report plus an SVG chart of the latency distributions.
         [--micro micro.txt] [--notes NOTES.md]
 
 Both inputs hold per-round latency samples in microseconds (powertools.py
-writes the Powertools one, tools/src/bin/bench.rs the Rust one). Per round and
+writes the Powertools one, tools/src/bin/bench/ the Rust one). Per round and
 kind of call: p50 and p99 of latency, and of overhead = latency - requests per
 call x bare PutItem p50 of that round and tool (the issue's definition). Every
 statistic is then the median over rounds, which keeps one noisy round from
