@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::Error;
 use crate::record::{Record, Status, StoredResponse};
+use crate::store::rules::{claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim};
 use crate::store::{
-    claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, resolver_owner,
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, RecordPage, Resolution, Resolve,
-    Store, StoredRecord, StuckPage, StuckRecord, SweepCursor, DEFAULT_MAX_RESPONSE_BYTES,
+    resolver_owner, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, RecordPage,
+    Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// An in-memory [`Store`] with the same semantics as the DynamoDB one, for unit

@@ -161,7 +161,7 @@ impl<S: Store> S3Offload<S> {
     }
 
     /// Would the store keep `response` as it is? The same rule as the
-    /// store's [`fit`](super::fit) (without its log line: here a response
+    /// store's [`fit`](super::rules::fit) (without its log line: here a response
     /// that does not fit is not lost). Bodies over [`MAX_BODY_BYTES`] are
     /// left to the store (they get its too-large marker): Lambda cannot
     /// answer them, so no replay of them could be true.

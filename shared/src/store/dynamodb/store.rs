@@ -17,10 +17,12 @@ use super::schema::sweep_shard;
 use super::{condition_failure_item, DynamoStore, WriteParts};
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, Status, StoredResponse};
+use crate::store::rules::{
+    claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, Fitted,
+};
 use crate::store::{
-    claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, Checkpoint,
-    ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Fitted, Lease, RecordPage, Resolution,
-    Resolve, Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
+    Resolution, Resolve, Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
 };
 
 #[async_trait::async_trait]

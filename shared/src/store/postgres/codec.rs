@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 use super::to_i64;
 use crate::error::{Error, ErrorKind};
 use crate::record::{decode_body, Checkpoint, Record, Status, StoredBody, StoredResponse};
-use crate::store::Fitted;
+use crate::store::rules::Fitted;
 
 /// Every column of a record, as the decoder reads them.
 pub(super) const COLUMNS: &str =

@@ -11,10 +11,10 @@ use super::write::PgWrite;
 use super::{connection_lost, set_limits, to_i64, PostgresStore};
 use crate::error::{Error, ErrorKind};
 use crate::record::StoredResponse;
+use crate::store::rules::{claimable, fit, lease_ended_at, own_claim};
 use crate::store::{
-    claimable, fit, lease_ended_at, own_claim, Checkpoint, ClaimOutcome, ClaimRequest, Completion,
-    DeferredWrites, Lease, RecordPage, Resolution, Resolve, Store, StoredRecord, StuckPage,
-    StuckRecord, SweepCursor,
+    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
+    Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
 };
 
 #[async_trait::async_trait]

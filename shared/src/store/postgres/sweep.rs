@@ -11,8 +11,9 @@ use super::codec::{column, corrupt, decode, unsigned_column, ResponseParams, COL
 use super::store::Fence;
 use super::{to_i64, PostgresStore};
 use crate::error::{Error, ErrorKind};
+use crate::store::rules::fit;
 use crate::store::{
-    fit, resolver_owner, RecordPage, Resolution, Resolve, StoredRecord, StuckPage, StuckRecord,
+    resolver_owner, RecordPage, Resolution, Resolve, StoredRecord, StuckPage, StuckRecord,
     SweepCursor,
 };
 

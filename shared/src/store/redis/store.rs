@@ -12,9 +12,10 @@ use super::codec::{
 use super::{shard_of, RedisStore, EXPIRY_GRACE_S, SCRIPTS};
 use crate::error::Error;
 use crate::record::StoredResponse;
+use crate::store::rules::{fit, lease_ended_at, Fitted};
 use crate::store::{
-    fit, lease_ended_at, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Fitted, Lease,
-    RecordPage, Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, RecordPage, Resolution, Resolve,
+    Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
 };
 
 #[async_trait::async_trait]
