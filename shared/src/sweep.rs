@@ -154,6 +154,12 @@ impl Sweeper {
         self.store.describe()
     }
 
+    /// The store this sweeper resolves records of, for the housekeeping a
+    /// schedule runs beside the sweep ([`Store::delete_expired`]).
+    pub fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
     /// How many records of a page are resolved at once (default 16).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);

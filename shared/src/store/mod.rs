@@ -380,6 +380,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// who ask for it, never for the sweeper.
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error>;
 
+    /// Housekeeping a schedule runs (the sweeper's): delete up to `limit`
+    /// records expired before `now_s` (epoch seconds) that the engine keeps
+    /// until someone deletes them, and say how many went; call it until it
+    /// returns less than `limit`. Claims treat expired records as absent
+    /// already, so this only gives their space back. Nothing to do (0) where
+    /// the engine expires records itself: DynamoDB's TTL, Redis key expiry,
+    /// the in-memory store's claims; PostgreSQL deletes its expired rows.
+    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
+        let _ = (now_s, limit);
+        Ok(0)
+    }
+
     /// What this store is, for messages (`DynamoDB table `idempotency``).
     fn describe(&self) -> String {
         format!("{self:?}")
@@ -518,6 +530,9 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
     }
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         (**self).scan(cursor, limit).await
+    }
+    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
+        (**self).delete_expired(now_s, limit).await
     }
     fn describe(&self) -> String {
         (**self).describe()

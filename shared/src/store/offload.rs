@@ -607,6 +607,11 @@ impl<S: Store> Store for S3Offload<S> {
         self.inner.scan(cursor, limit).await
     }
 
+    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
+        // The objects of expired records go with the bucket's lifecycle rule.
+        self.inner.delete_expired(now_s, limit).await
+    }
+
     fn describe(&self) -> String {
         format!(
             "{} (responses over {} bytes offloaded to {})",

@@ -218,6 +218,10 @@ impl Store for PostgresStore {
         self.scan_impl(cursor, limit).await
     }
 
+    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
+        PostgresStore::delete_expired(self, now_s, limit).await
+    }
+
     fn describe(&self) -> String {
         format!("PostgreSQL table {} at {}", self.table, self.label)
     }
