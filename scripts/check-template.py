@@ -129,6 +129,18 @@ def check_sam_local(check):
         check(not missing, f"sam local: {name} declares {', '.join(variables)} for --env-vars ({missing or 'all'})")
 
 
+def offloading_functions(template):
+    """Each function that offloads large responses to a bucket of the
+    template: its name, its properties, its environment variables, and the
+    bucket's logical id."""
+    for name, resource in template["Resources"].items():
+        props = resource.get("Properties", {})
+        variables = props.get("Environment", {}).get("Variables", {})
+        bucket_ref = variables.get("IDEMPOTENCY_OFFLOAD_BUCKET")
+        if bucket_ref is not None:
+            yield name, props, variables, bucket_ref["Ref"]
+
+
 def offload_violations(template, seconds, params):
     """Functions whose offloaded responses the bucket's lifecycle would expire
     before their records: a retry within the record's life would find the
@@ -136,13 +148,8 @@ def offload_violations(template, seconds, params):
     the answer it is owed). S3 expires an object at least N whole days after
     it was written, just before its record completed."""
     found = []
-    for name, resource in template["Resources"].items():
-        props = resource.get("Properties", {})
-        variables = props.get("Environment", {}).get("Variables", {})
-        bucket_ref = variables.get("IDEMPOTENCY_OFFLOAD_BUCKET")
-        if bucket_ref is None:
-            continue
-        bucket = template["Resources"][bucket_ref["Ref"]]["Properties"]
+    for name, _, variables, bucket_name in offloading_functions(template):
+        bucket = template["Resources"][bucket_name]["Properties"]
         prefix = variables.get("IDEMPOTENCY_OFFLOAD_PREFIX", "")
         expiry_node = variables.get("IDEMPOTENCY_EXPIRES_AFTER_SECONDS")
         life = seconds(expiry_node, params) if expiry_node is not None else 86400
@@ -177,13 +184,7 @@ def check_offload(template, seconds, check):
         any(v.startswith("OrdersApiFunction") for v in caught),
         f"offload: a lifecycle shorter than the records is caught ({longer_records}: {caught})",
     )
-    for name, resource in template["Resources"].items():
-        props = resource.get("Properties", {})
-        variables = props.get("Environment", {}).get("Variables", {})
-        bucket_ref = variables.get("IDEMPOTENCY_OFFLOAD_BUCKET")
-        if bucket_ref is None:
-            continue
-        bucket_name = bucket_ref["Ref"]
+    for name, props, variables, bucket_name in offloading_functions(template):
         bucket = template["Resources"][bucket_name]["Properties"]
         block = bucket.get("PublicAccessBlockConfiguration", {})
         check(

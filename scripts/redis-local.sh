@@ -11,6 +11,8 @@
 # IDEMPOTENCY_TEST_REDIS_TLS_URL (rediss://, same server) and
 # IDEMPOTENCY_TEST_REDIS_CLUSTER_URL (one node of the cluster).
 set -euo pipefail
+# shellcheck source=scripts/common.sh
+source "$(dirname "$0")/common.sh"
 
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then
   echo "redis-local: installing redis-server and openssl (apt)" >&2
@@ -20,9 +22,6 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v openssl >/dev/null 
 fi
 
 dir=$(mktemp -d -t redis-local.XXXXXX)
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 port=$(free_port)
 tls_port=$(free_port)
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=127.0.0.1" \
@@ -40,16 +39,7 @@ stop() {
 }
 trap stop EXIT
 
-wait_for() { # port pid log
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    kill -0 "$2" 2>/dev/null || { echo "redis-local: failed to start:" >&2; cat "$3" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "redis-local: nothing listens on $1" >&2; exit 1
-}
-
-wait_for "$port" "$redis_pid" "$dir/redis.log"
+wait_listening redis-local "$port" "$redis_pid" "$dir/redis.log" 100 0.1
 echo "redis-local: listening on 127.0.0.1:$port, TLS on $tls_port (pid $redis_pid)" >&2
 
 # The cluster: three primaries, slots split between them by redis-cli.
@@ -62,7 +52,7 @@ for i in 1 2 3; do
     --dir "$dir/node-$i" --save '' --appendonly no --daemonize no \
     --logfile "$dir/node-$i/redis.log" &
   pids+=($!)
-  wait_for "$node_port" "$!" "$dir/node-$i/redis.log"
+  wait_listening redis-local "$node_port" "$!" "$dir/node-$i/redis.log" 100 0.1
   nodes+=("127.0.0.1:$node_port")
 done
 redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$dir/cluster-create.log" 2>&1 \

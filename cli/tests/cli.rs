@@ -8,7 +8,10 @@ use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use common::{id, json_lines, now_ms, record_ids, stderr, stdout, stuck_lines, succeeded};
+use common::{
+    assert_late_completion_is_gone, assert_live_lease_refused, assert_released, id, json_lines,
+    now_ms, record_ids, stderr, stdout, stuck_lines, succeeded,
+};
 use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
@@ -268,14 +271,7 @@ async fn list_and_stats_show_stuck_live_and_recovery_points() {
 async fn release_refuses_a_live_lease_and_force_still_fences() {
     let env = Env::new().await;
     let holder = env.claim("busy", "owner-a", 600_000).await;
-    let refused = env.cli().args(["release", &id("busy")]).output().unwrap();
-    assert_eq!(refused.status.code(), Some(2));
-    let line = stderr(&refused);
-    assert!(
-        line.contains("live lease") && line.contains("--force"),
-        "{line}"
-    );
-    assert_eq!(line.lines().count(), 1, "one line: {line}");
+    assert_live_lease_refused(&env.cli().args(["release", &id("busy")]).output().unwrap());
     let kept = env.store.get(&id("busy")).await.unwrap().unwrap();
     assert_eq!(kept.record.status, Status::InProgress);
 
@@ -284,28 +280,9 @@ async fn release_refuses_a_live_lease_and_force_still_fences() {
         env.cli()
             .args(["--json", "release", &id("busy"), "--force"]),
     );
-    let out = &json_lines(&forced)[0];
-    assert_eq!(
-        (out["result"].as_str(), out["forced"].as_bool()),
-        (Some("released"), Some(true))
-    );
+    assert_released(&forced, true);
     assert!(env.store.get(&id("busy")).await.unwrap().is_none());
-    let late = env
-        .store
-        .complete(
-            &holder,
-            &lambda_idempotency::store::StoredResponse::new(
-                200,
-                vec![],
-                lambda_idempotency::store::StoredBody::Empty,
-            ),
-            now_ms() / 1000 + 60,
-        )
-        .await
-        .unwrap_err();
-    // The record is gone: the late completion is not stored, and says so
-    // (an event would be reported failed and redelivered).
-    assert_eq!(late.kind(), lambda_idempotency::ErrorKind::RecordGone);
+    assert_late_completion_is_gone(&env.store, &holder).await;
 
     // A forced resolution of what was read, after a newer attempt claimed
     // the record: the newer attempt wins, nothing is written.

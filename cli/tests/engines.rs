@@ -9,9 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use common::{id, json_lines, now_ms, record_ids, stderr, stdout, stuck_lines, succeeded};
+use common::{
+    assert_late_completion_is_gone, assert_live_lease_refused, assert_released, id, json_lines,
+    record_ids, stderr, stdout, stuck_lines, succeeded,
+};
 use lambda_idempotency::{
-    store::{Lease, Status, StoredBody, StoredResponse},
+    store::{Lease, Status},
     ErrorKind, Store,
 };
 use serde_json::Value;
@@ -227,14 +230,7 @@ async fn every_command_on(env: UrlEnv) {
     assert_eq!(env.store.get(&id("stuck-a")).await.unwrap(), before);
 
     // A live lease is refused without --force, and kept.
-    let refused = env.cli().args(["release", &id("live")]).output().unwrap();
-    assert_eq!(refused.status.code(), Some(2));
-    let line = stderr(&refused);
-    assert!(
-        line.contains("live lease") && line.contains("--force"),
-        "{line}"
-    );
-    assert_eq!(line.lines().count(), 1, "one line: {line}");
+    assert_live_lease_refused(&env.cli().args(["release", &id("live")]).output().unwrap());
     assert_eq!(env.status_of("live").await, Some(Status::InProgress));
 
     // A stuck one is released: the next retry runs again.
@@ -243,11 +239,7 @@ async fn every_command_on(env: UrlEnv) {
             env.cli()
                 .args(["--json", "release", &id("stuck-a"), "--grace", "0s"]),
         );
-    let out = &json_lines(&released)[0];
-    assert_eq!(
-        (out["result"].as_str(), out["forced"].as_bool()),
-        (Some("released"), Some(false))
-    );
+    assert_released(&released, false);
     assert_eq!(env.status_of("stuck-a").await, None);
 
     // Failed: completed with the `abandoned` problem.
@@ -262,23 +254,9 @@ async fn every_command_on(env: UrlEnv) {
         env.cli()
             .args(["--json", "release", &id("live"), "--force"]),
     );
-    let out = &json_lines(&forced)[0];
-    assert_eq!(
-        (out["result"].as_str(), out["forced"].as_bool()),
-        (Some("released"), Some(true))
-    );
+    assert_released(&forced, true);
     assert_eq!(env.status_of("live").await, None);
-    let late = env
-        .store
-        .complete(
-            &live,
-            &StoredResponse::new(200, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-        )
-        .await
-        .unwrap_err();
-    // Gone: the late completion is not stored, and says so.
-    assert_eq!(late.kind(), ErrorKind::RecordGone);
+    assert_late_completion_is_gone(&*env.store, &live).await;
 
     // A completed record is not released.
     let done = env.cli().args(["release", &id("done")]).output().unwrap();

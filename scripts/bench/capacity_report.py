@@ -7,11 +7,7 @@ its markers (or appending it), so `make bench-capacity` updates it alone.
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
-from sections import replace_section
+from sections import report_main
 
 START = "<!-- capacity:start (scripts/bench/capacity_report.py) -->"
 END = "<!-- capacity:end -->"
@@ -110,12 +106,7 @@ def section(data: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--capacity", required=True, type=Path)
-    parser.add_argument("--md", required=True, type=Path)
-    args = parser.parse_args()
-    data = json.loads(args.capacity.read_text())
-    replace_section(args.md, START, END, section(data))
+    report_main("capacity", START, END, section)
 
 
 if __name__ == "__main__":

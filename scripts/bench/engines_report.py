@@ -8,11 +8,7 @@ alone.
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
-from sections import replace_section
+from sections import report_main
 
 START = "<!-- engines:start (scripts/bench/engines_report.py) -->"
 END = "<!-- engines:end -->"
@@ -72,12 +68,7 @@ def section(data: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--engines", required=True, type=Path)
-    parser.add_argument("--md", required=True, type=Path)
-    args = parser.parse_args()
-    data = json.loads(args.engines.read_text())
-    replace_section(args.md, START, END, section(data))
+    report_main("engines", START, END, section)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """Sections of BENCHMARKS.md that a report script owns, between its markers."""
 
+import argparse
+import json
 import re
 from pathlib import Path
+from typing import Callable
 
 
 def replace_section(md: Path, start: str, end: str, new: str) -> None:
@@ -15,3 +18,15 @@ def replace_section(md: Path, start: str, end: str, new: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + new
     md.write_text(text)
+
+
+def report_main(measured: str, start: str, end: str, section: Callable[[dict], str]) -> None:
+    """The command line of a report script: `--<measured> FILE.json --md
+    BENCHMARKS.md`; the section `section` makes of that measurement (JSON)
+    replaces the one between `start` and `end` in the Markdown file."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument(f"--{measured}", required=True, type=Path)
+    parser.add_argument("--md", required=True, type=Path)
+    args = parser.parse_args()
+    data = json.loads(getattr(args, measured).read_text())
+    replace_section(args.md, start, end, section(data))

@@ -693,7 +693,11 @@ def verify(stack, skipped_types):
 # --- the steps ---------------------------------------------------------------
 
 
-def sam_deploy(template_file, stack_name, params, log_name):
+def sam_deploy(template_file, stack_name, params, log_name, phase, path):
+    """`sam deploy` of `template_file` as `stack_name`, its time recorded as
+    `phase` of `path`: its exit code and output, the mark of moto's log
+    before it (for the errors moto logged meanwhile), the resource types moto
+    skipped meanwhile, and the stack's status after it."""
     cmd = [
         "sam", "deploy", "--template-file", str(template_file), "--stack-name", stack_name,
         "--s3-bucket", BUCKET, "--capabilities", "CAPABILITY_IAM", "CAPABILITY_NAMED_IAM",
@@ -701,9 +705,11 @@ def sam_deploy(template_file, stack_name, params, log_name):
     ]
     if params:
         cmd += ["--parameter-overrides", *[f"{k}={v}" for k, v in params.items()]]
+    mark = moto_log_mark()
     t0 = time.time()
     rc, out = run(cmd, log_name)
-    return rc, out, time.time() - t0
+    timing(phase, path, time.time() - t0)
+    return rc, out, mark, moto_skipped_since(mark), stack_status(stack_name)
 
 
 def stack_status(name):
@@ -882,15 +888,14 @@ def main():
         if name == "template":
             # As a user runs it: the SAM template itself, transformed (or not)
             # by the emulator's CloudFormation.
-            mark = moto_log_mark()
-            rc, out, secs = sam_deploy(built, "deploy-check-sam", params, "deploy-sam")
-            timing("deploy (SAM template, as is)", path, secs)
-            skipped = moto_skipped_since(mark)
+            rc, out, _, skipped, status = sam_deploy(
+                built, "deploy-check-sam", params, "deploy-sam", "deploy (SAM template, as is)", path
+            )
             serverless = [lid for lid, r in yaml_parse(built.read_text())["Resources"].items() if r["Type"].startswith("AWS::Serverless::")]
             functions = aws("lambda").list_functions()["Functions"]
             if rc == 0 and not functions:
                 notes.append(
-                    f"`sam deploy` of the SAM template: {stack_status('deploy-check-sam')}, but moto ran no SAM transform: "
+                    f"`sam deploy` of the SAM template: {status}, but moto ran no SAM transform: "
                     f"it skipped {', '.join(serverless)} (its log: "
                     + "; ".join(f"'No Moto CloudFormation support for {t}'" for t in skipped)
                     + "): no function, role, API or schedule exists. Deployed below as CloudFormation would transform it."
@@ -911,12 +916,8 @@ def main():
         transformed.write_text(json.dumps(template, indent=1))
 
         stack_name = f"deploy-check-{name}"
-        mark = moto_log_mark()
-        rc, out, secs = sam_deploy(transformed, stack_name, params, f"deploy-{name}")
-        timing("deploy", path, secs)
-        skipped = moto_skipped_since(mark)
+        rc, out, mark, skipped, status = sam_deploy(transformed, stack_name, params, f"deploy-{name}", "deploy", path)
         all_skipped.update(skipped)
-        status = stack_status(stack_name)
         stack = Stack(stack_name, template, params)
         if rc or status != "CREATE_COMPLETE":
             sam_error = next((line for line in reversed(out.splitlines()) if line.startswith("Error")), out.strip()[-300:])
@@ -947,12 +948,10 @@ def main():
                 partial_file = WORK / f"{name}-partial.json"
                 partial_file.write_text(json.dumps(partial, indent=1))
                 partial_name = f"{stack_name}-partial"
-                mark = moto_log_mark()
-                rc, out, secs = sam_deploy(partial_file, partial_name, params, f"deploy-{name}-partial")
-                timing("deploy (partial)", path, secs)
-                skipped_partial = moto_skipped_since(mark)
+                rc, out, mark, skipped_partial, status = sam_deploy(
+                    partial_file, partial_name, params, f"deploy-{name}-partial", "deploy (partial)", path
+                )
                 all_skipped.update(skipped_partial)
-                status = stack_status(partial_name)
                 label = f"{path}, partial: without {', '.join(cannot)} (the emulator cannot create them) and {', '.join(dependent)} (they refer to those)"
                 if rc or status != "CREATE_COMPLETE":
                     failures.append(f"{label}: sam deploy ended {status} (rc {rc}): {out.strip()[-500:]}; moto: {moto_errors_since(mark)}")
@@ -982,9 +981,9 @@ def main():
             before = tables(stack)
             changed = {"SweepGraceSeconds": "120", "IdempotencyExpiresAfterSeconds": "172800",
                        "OrdersApiOffloadExpirationDays": "2"}
-            rc, out, secs = sam_deploy(transformed, stack_name, changed, "deploy-template-update")
-            timing("update", path, secs)
-            status = stack_status(stack_name)
+            rc, out, _, _, status = sam_deploy(
+                transformed, stack_name, changed, "deploy-template-update", "update", path
+            )
             if rc or status != "UPDATE_COMPLETE":
                 failures.append(f"{path}: the update ended {status} (rc {rc}): {stack_errors(stack_name)}")
             else:

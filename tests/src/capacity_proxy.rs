@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Capacity consumed on one table, as reported (and, for failed conditional
 /// writes, estimated).
@@ -95,20 +95,14 @@ pub struct CapacityProxy {
 impl CapacityProxy {
     /// Start on a free loopback port, forwarding to `upstream`.
     pub async fn start(upstream: SocketAddr) -> std::io::Result<CapacityProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let meters = Meters::default();
-        let serving = meters.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let meters = serving.clone();
-                tokio::spawn(async move {
-                    if let Err(err) = serve(upstream, meters, client).await {
-                        eprintln!("capacity proxy: connection ended: {err}");
-                    }
-                });
+        let addr = crate::serve_on_loopback(meters.clone(), move |meters, client| async move {
+            if let Err(err) = serve(upstream, meters, client).await {
+                eprintln!("capacity proxy: connection ended: {err}");
             }
-        });
+            Ok(())
+        })
+        .await?;
         Ok(CapacityProxy { addr, meters })
     }
 

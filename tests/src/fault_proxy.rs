@@ -23,7 +23,7 @@ use std::time::Duration;
 use lambda_idempotency::{store::dynamodb::schema, store::Status};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// What happens to one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,8 +147,6 @@ struct State {
 impl FaultProxy {
     /// Start on a free loopback port, forwarding to `upstream`.
     pub async fn start(upstream: SocketAddr, plan: FaultPlan) -> std::io::Result<FaultProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let enabled = Arc::new(AtomicBool::new(true));
         let state = Arc::new(State {
             upstream,
@@ -161,15 +159,7 @@ impl FaultProxy {
             traces: Mutex::new(HashMap::new()),
             seed: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
         });
-        let serving = state.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let state = serving.clone();
-                tokio::spawn(async move {
-                    let _ = serve(state, client).await;
-                });
-            }
-        });
+        let addr = crate::serve_on_loopback(state.clone(), serve).await?;
         Ok(FaultProxy {
             addr,
             enabled,

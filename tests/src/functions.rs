@@ -76,29 +76,7 @@ pub fn peak_rss_kb(pid: u32) -> Option<u64> {
 
 /// Every item of a table (consistent scan, all pages).
 pub async fn scan(table: &str) -> Result<Vec<HashMap<String, AttributeValue>>, String> {
-    let client = crate::client().await;
-    let mut items = Vec::new();
-    let mut start = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "scan {table}: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                )
-            })?;
-        items.extend(page.items().iter().cloned());
-        start = page.last_evaluated_key().cloned();
-        if start.is_none() {
-            return Ok(items);
-        }
-    }
+    crate::scan_all(&crate::client().await, table).await
 }
 
 /// `executions` of every order (charge items left out), by order id.

@@ -25,11 +25,11 @@ use aws_sdk_dynamodb::config::ConfigBag;
 use aws_sdk_dynamodb::config::{Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, Put, ScalarAttributeType, TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
-use lambda_idempotency::DynamoStore;
+use lambda_idempotency::{store::DeferredWrites, DynamoStore};
 
 /// Counts HTTP requests sent to DynamoDB (every attempt, retries included).
 #[derive(Debug, Clone, Default)]
@@ -158,6 +158,29 @@ impl Intercept for LoseResponses {
         }
         Ok(())
     }
+}
+
+/// The proxies' front door: listen on a free loopback port and serve each
+/// connection accepted there with `serve(state.clone(), connection)`, in a
+/// task of its own, while the runtime runs (an error ends that connection
+/// alone). Its address.
+pub(crate) async fn serve_on_loopback<S, F, Fut>(
+    state: S,
+    serve: F,
+) -> std::io::Result<std::net::SocketAddr>
+where
+    S: Clone + Send + 'static,
+    F: Fn(S, tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(serve(state.clone(), client));
+        }
+    });
+    Ok(addr)
 }
 
 /// The DynamoDB Local endpoint; panics with instructions when the harness is
@@ -450,6 +473,85 @@ pub async fn create_table(client: &Client) -> String {
     name
 }
 
+/// A fresh table of the application's orders, made from template.yaml's
+/// `OrdersTable` (keyed by `order_id`); its name.
+pub async fn orders_table(client: &Client) -> String {
+    let name = unique_name("orders");
+    create_table_from_template(client, "OrdersTable", &name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    name
+}
+
+/// An item of DynamoDB table `table`, the attributes `key` names as its key,
+/// read consistently (what a write before it left); `None` when there is
+/// none.
+pub async fn consistent_item<K: Into<String>>(
+    client: &Client,
+    table: &str,
+    key: impl IntoIterator<Item = (K, AttributeValue)>,
+) -> Option<std::collections::HashMap<String, AttributeValue>> {
+    client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key.into_iter().map(|(k, v)| (k.into(), v)).collect()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("DynamoDB Local answers a GetItem")
+        .item
+}
+
+/// Every item of DynamoDB table `table` through `client` (a consistent
+/// scan, all pages).
+pub async fn scan_all(
+    client: &Client,
+    table: &str,
+) -> Result<Vec<std::collections::HashMap<String, AttributeValue>>, String> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "scan {table}: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                )
+            })?;
+        items.extend(page.items().iter().cloned());
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return Ok(items);
+        }
+    }
+}
+
+/// The write that creates order `id` in the orders table `table`, for a
+/// transactional completion: its condition cancels the transaction when the
+/// order exists already.
+pub fn put_new_order(table: &str, id: &str) -> TransactWriteItem {
+    let put = Put::builder()
+        .table_name(table)
+        .item("order_id", AttributeValue::S(id.into()))
+        .condition_expression("attribute_not_exists(order_id)")
+        .build()
+        .expect("a put with a table and an item");
+    TransactWriteItem::builder().put(put).build()
+}
+
+/// `write` alone, to hand to a completion.
+pub fn one_write<W: std::any::Any + Send + Sync>(write: W) -> DeferredWrites {
+    let mut writes = DeferredWrites::new();
+    writes.push(write);
+    writes
+}
+
 /// The keys, index and TTL of a table made for another application (a
 /// single-table design) that adopts the idempotency records with a
 /// `TableLayout`: see [`create_custom_table`].
@@ -570,7 +672,13 @@ pub fn unique_redis_prefix() -> String {
 /// A connected Redis store with a key prefix of its own on the harness's
 /// server; its `round_trips()` count only its own operations.
 pub async fn redis_store() -> lambda_idempotency::RedisStore {
-    lambda_idempotency::RedisStore::builder(redis_url())
+    redis_store_at(redis_url()).await
+}
+
+/// [`redis_store`] through `url`: the harness's server reached another way
+/// (TLS, RESP3, a proxy, a user of its own).
+pub async fn redis_store_at(url: impl Into<String>) -> lambda_idempotency::RedisStore {
+    lambda_idempotency::RedisStore::builder(url)
         .key_prefix(unique_redis_prefix())
         .connect()
         .await

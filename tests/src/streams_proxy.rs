@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use crate::fault_proxy::{canned, read_message};
 
@@ -71,23 +71,13 @@ impl StreamsProxy {
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| std::io::Error::other(format!("{endpoint} resolves to nothing")))?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let state = Arc::new(State {
             upstream: Some(upstream),
             reads_before_failure: AtomicU64::new(u64::MAX),
             hold_after: AtomicU64::new(u64::MAX),
             ..State::default()
         });
-        let serving = state.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let state = serving.clone();
-                tokio::spawn(async move {
-                    let _ = serve(state, client).await;
-                });
-            }
-        });
+        let addr = crate::serve_on_loopback(state.clone(), serve).await?;
         Ok(StreamsProxy { addr, state })
     }
 

@@ -5,8 +5,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{ClaimOutcome, ClaimRequest, Lease},
-    IdempotencyLayer, Store,
+    store::{ClaimOutcome, ClaimRequest, Lease, StoredBody, StoredResponse},
+    ErrorKind, IdempotencyLayer, Store,
 };
 use serde_json::Value;
 use tower::{Layer, ServiceExt};
@@ -86,6 +86,42 @@ pub fn stuck_lines(cli: &mut assert_cmd::Command) -> Vec<Value> {
         .iter()
         .all(|l| l["stuck"] == true && l["status"] == "IN_PROGRESS"));
     lines
+}
+
+/// `release` of a record whose lease is live, without `--force`: refused
+/// with exit code 2 and one line that names the lease and `--force`.
+pub fn assert_live_lease_refused(refused: &std::process::Output) {
+    assert_eq!(refused.status.code(), Some(2));
+    let line = stderr(refused);
+    assert!(
+        line.contains("live lease") && line.contains("--force"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1, "one line: {line}");
+}
+
+/// The JSON line of a `release` that released its record, `forced` or not.
+pub fn assert_released(output: &std::process::Output, forced: bool) {
+    let out = &json_lines(output)[0];
+    assert_eq!(
+        (out["result"].as_str(), out["forced"].as_bool()),
+        (Some("released"), Some(forced))
+    );
+}
+
+/// The completion `lease`'s invocation tries after an operator released
+/// its record: not stored, and the error says the record is gone (an
+/// event would be reported failed and redelivered).
+pub async fn assert_late_completion_is_gone(store: &(impl Store + ?Sized), lease: &Lease) {
+    let late = store
+        .complete(
+            lease,
+            &StoredResponse::new(200, vec![], StoredBody::Empty),
+            now_ms() / 1000 + 60,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(late.kind(), ErrorKind::RecordGone);
 }
 
 /// The `record_id` of each JSON line.

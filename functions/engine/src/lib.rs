@@ -62,6 +62,16 @@ pub fn expires_after(
     }
 }
 
+/// A lookup of variables in `pairs` instead of the process environment, for
+/// the `from_lookup` constructors ([`Engine::from_lookup`], the functions'
+/// configurations) where the settings come from elsewhere: tests, tools.
+pub fn lookup_in<'a>(pairs: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name| {
+        let (_, value) = pairs.iter().find(|(key, _)| *key == name)?;
+        Some((*value).to_owned())
+    }
+}
+
 /// Where the records live, as the environment says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Engine {
@@ -176,28 +186,21 @@ fn password_of(text: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| (*v).to_owned())
-        }
-    }
-
     #[test]
     fn unset_is_dynamodb() {
-        let engine = Engine::from_lookup(env(&[])).unwrap();
+        let engine = Engine::from_lookup(lookup_in(&[])).unwrap();
         assert!(engine.is_dynamodb());
         assert_eq!(engine, Engine::default());
-        assert!(Engine::from_lookup(env(&[("IDEMPOTENCY_STORE_URL", " ")]))
-            .unwrap()
-            .is_dynamodb());
+        assert!(
+            Engine::from_lookup(lookup_in(&[("IDEMPOTENCY_STORE_URL", " ")]))
+                .unwrap()
+                .is_dynamodb()
+        );
     }
 
     #[test]
     fn every_setting_is_read() {
-        let engine = Engine::from_lookup(env(&[
+        let engine = Engine::from_lookup(lookup_in(&[
             (
                 "IDEMPOTENCY_STORE_URL",
                 "postgres://app@proxy/db?sslmode=require",
@@ -219,9 +222,10 @@ mod tests {
 
     #[test]
     fn engine_settings_without_a_url_are_refused_by_name() {
-        let err = Engine::from_lookup(env(&[("IDEMPOTENCY_CREATE_SCHEMA", "1")])).unwrap_err();
+        let err =
+            Engine::from_lookup(lookup_in(&[("IDEMPOTENCY_CREATE_SCHEMA", "1")])).unwrap_err();
         assert!(err.starts_with("IDEMPOTENCY_CREATE_SCHEMA is set but IDEMPOTENCY_STORE_URL"));
-        let err = Engine::from_lookup(env(&[
+        let err = Engine::from_lookup(lookup_in(&[
             ("IDEMPOTENCY_STORE_URL", "redis://h"),
             ("IDEMPOTENCY_REDIS_CLUSTER", "yes"),
         ]))

@@ -213,23 +213,16 @@ pub async fn handle(
 mod tests {
     use super::*;
 
-    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| {
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use idempotency_engine::lookup_in;
 
     #[test]
     fn defaults_and_errors() {
-        let c = Config::from_lookup(env(&[("IDEMPOTENCY_TABLE", "t")])).unwrap();
+        let c = Config::from_lookup(lookup_in(&[("IDEMPOTENCY_TABLE", "t")])).unwrap();
         assert_eq!(
             (c.policy, c.grace),
             (SweepPolicy::Release, Duration::from_secs(60))
         );
-        let c = Config::from_lookup(env(&[
+        let c = Config::from_lookup(lookup_in(&[
             ("IDEMPOTENCY_TABLE", "t"),
             ("SWEEP_POLICY", "FAIL"),
             ("SWEEP_GRACE_SECONDS", "5"),
@@ -239,16 +232,16 @@ mod tests {
             (c.policy, c.grace),
             (SweepPolicy::Fail, Duration::from_secs(5))
         );
-        assert!(Config::from_lookup(env(&[]))
+        assert!(Config::from_lookup(lookup_in(&[]))
             .unwrap_err()
             .contains("IDEMPOTENCY_TABLE"));
-        let err = Config::from_lookup(env(&[
+        let err = Config::from_lookup(lookup_in(&[
             ("IDEMPOTENCY_TABLE", "t"),
             ("SWEEP_POLICY", "delete"),
         ]))
         .unwrap_err();
         assert!(err.contains("release") && err.contains("fail"), "{err}");
-        assert!(Config::from_lookup(env(&[
+        assert!(Config::from_lookup(lookup_in(&[
             ("IDEMPOTENCY_TABLE", "t"),
             ("SWEEP_GRACE_SECONDS", "-1")
         ]))
@@ -257,12 +250,15 @@ mod tests {
 
     #[test]
     fn a_store_url_needs_no_table() {
-        let c =
-            Config::from_lookup(env(&[("IDEMPOTENCY_STORE_URL", "redis://cache:6379")])).unwrap();
+        let c = Config::from_lookup(lookup_in(&[(
+            "IDEMPOTENCY_STORE_URL",
+            "redis://cache:6379",
+        )]))
+        .unwrap();
         assert_eq!(c.table, "");
         assert_eq!(c.engine.url.as_deref(), Some("redis://cache:6379"));
         assert!(
-            Config::from_lookup(env(&[("IDEMPOTENCY_CREATE_SCHEMA", "1")]))
+            Config::from_lookup(lookup_in(&[("IDEMPOTENCY_CREATE_SCHEMA", "1")]))
                 .unwrap_err()
                 .contains("IDEMPOTENCY_STORE_URL")
         );

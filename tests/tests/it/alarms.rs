@@ -625,24 +625,7 @@ async fn order_events_lines() -> Vec<String> {
 async fn sweeper_lines() -> Vec<String> {
     let bin = crate::process::function_bin("sweeper");
     let bin = bin.to_str().expect("a UTF-8 path");
-    let client = integration_tests::client().await;
-    let table = integration_tests::unique_name("idempotency");
-    integration_tests::create_table_from_template(&client, "IdempotencyTable", &table)
-        .await
-        .unwrap();
-    let store = lambda_idempotency::DynamoStore::new(client, table.clone());
-    let stuck = crate::fixture::claim_request(&"6".repeat(64), "crashed", 1);
-    lambda_idempotency::Store::claim(&store, &stuck)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let api = RuntimeApi::start().await.unwrap();
-    let mut env = api.function_env("sweeper");
-    env.extend([
-        ("IDEMPOTENCY_TABLE".to_owned(), table),
-        ("SWEEP_GRACE_SECONDS".to_owned(), "0".to_owned()),
-        ("RUST_LOG".to_owned(), "error".to_owned()),
-    ]);
+    let (api, env) = crate::process::sweeper_of_one_stuck_record('6').await;
     let process = start(bin, &env);
     let event = std::fs::read_to_string(root().join("events/scheduled-sweep.json")).unwrap();
     let summary = response(api.invoke(event, Duration::from_secs(30)).await);

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use integration_tests::one_write;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
@@ -17,7 +18,8 @@ use serde_json::json;
 use tower::{Layer, ServiceExt};
 
 use crate::fixture::{
-    claim_request, dynamo_order_state, json, now_ms, on_both_stores, post, Fixture, Handler, Runs,
+    claim_request, dynamo_order_state, json, now_ms, on_both_stores, post, post_order, Fixture,
+    Handler, Runs,
 };
 
 on_both_stores!(
@@ -304,14 +306,8 @@ async fn metrics_lines_are_emf_json(f: Fixture) {
             runs.clone(),
             Duration::ZERO,
         ));
-    svc.clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
-    svc.clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    post_order(&svc, "k1").await;
+    post_order(&svc, "k1").await;
     svc.clone()
         .oneshot(post("/orders", Some("k1"), "{\"x\":1}"))
         .await
@@ -426,16 +422,9 @@ async fn replay_hook_adjusts_replays_only(f: Fixture) {
             runs.clone(),
             Duration::ZERO,
         ));
-    let first = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let first = post_order(&svc, "k1").await;
     assert!(first.headers().get("x-cache").is_none());
-    let replay = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let replay = post_order(&svc, "k1").await;
     assert_eq!(replay.headers()["x-cache"], "replay");
 }
 
@@ -449,11 +438,7 @@ async fn disabled_switch_passes_everything_through(f: Fixture) {
             Duration::ZERO,
         ));
     for _ in 0..2 {
-        let res = svc
-            .clone()
-            .oneshot(post("/orders", Some("k1"), "{}"))
-            .await
-            .unwrap();
+        let res = post_order(&svc, "k1").await;
         assert_eq!(res.status(), 201);
     }
     assert_eq!(runs.count(), 2);
@@ -465,18 +450,8 @@ async fn disabled_switch_passes_everything_through(f: Fixture) {
 async fn tables() -> (DynamoStore, String, aws_sdk_dynamodb::Client) {
     let (store, _) = integration_tests::dynamo_store().await;
     let client = store.client().clone();
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
-        .await
-        .unwrap();
+    let orders = integration_tests::orders_table(&client).await;
     (store, orders, client)
-}
-
-/// One write to hand to a completion.
-fn deferred(write: TransactWriteItem) -> lambda_idempotency::store::DeferredWrites {
-    let mut writes = lambda_idempotency::store::DeferredWrites::new();
-    writes.push(write);
-    writes
 }
 
 fn put_order(table: &str, id: &str, must_be_new: bool) -> TransactWriteItem {
@@ -507,20 +482,13 @@ fn transactional_handler(table: String, order_id: &'static str) -> impl Handler 
 async fn transactional_completion_commits_business_writes_with_the_response() {
     let (store, orders, client) = tables().await;
     let svc = IdempotencyLayer::new(store).layer(transactional_handler(orders.clone(), "o-1"));
-    let first = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let first = post_order(&svc, "k1").await;
     assert_eq!(first.status(), 201);
     assert_eq!(
         dynamo_order_state(&client, &orders, "o-1").await.as_deref(),
         Some("created")
     );
-    let replay = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let replay = post_order(&svc, "k1").await;
     assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
 }
 
@@ -538,11 +506,7 @@ async fn cancelled_transaction_writes_nothing_and_releases_the_record() {
         .unwrap();
     let svc =
         IdempotencyLayer::new(store.clone()).layer(transactional_handler(orders.clone(), "o-1"));
-    let res = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let res = post_order(&svc, "k1").await;
     assert_eq!(res.status(), 409);
     assert_eq!(json(&res)["type"], problem::TRANSACTION_CANCELLED.uri);
     assert!(json(&res)["detail"]
@@ -555,10 +519,7 @@ async fn cancelled_transaction_writes_nothing_and_releases_the_record() {
         "no partial write"
     );
     // Released: the next try runs again (and is cancelled again), not a 409 in-progress.
-    let again = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let again = post_order(&svc, "k1").await;
     assert_eq!(json(&again)["type"], problem::TRANSACTION_CANCELLED.uri);
 }
 
@@ -580,7 +541,7 @@ async fn transactional_completion_by_a_stale_attempt_is_fenced_and_writes_nothin
             &stale,
             &StoredResponse::new(201, vec![], StoredBody::Empty),
             now_ms() / 1000 + 60,
-            deferred(put_order(&orders, "o-9", false)),
+            one_write(put_order(&orders, "o-9", false)),
         )
         .await
         .unwrap_err();
@@ -600,7 +561,7 @@ async fn memory_store_refuses_deferred_writes_clearly() {
             &lease,
             &StoredResponse::new(201, vec![], StoredBody::Empty),
             now_ms() / 1000 + 60,
-            deferred(put_order("t", "o", false)),
+            one_write(put_order("t", "o", false)),
         )
         .await
         .unwrap_err();
@@ -634,18 +595,11 @@ async fn replay_hook_receives_the_record_from_the_store_and_the_cache(f: Fixture
         runs.clone(),
         Duration::ZERO,
     ));
-    let first = other
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let first = post_order(&other, "k1").await;
     assert_eq!(first.status(), 201);
     let before = f.requests();
     for source in ["store", "cache"] {
-        let replay = svc
-            .clone()
-            .oneshot(post("/orders", Some("k1"), "{}"))
-            .await
-            .unwrap();
+        let replay = post_order(&svc, "k1").await;
         assert_eq!(replay.headers()["x-record"], "COMPLETED 1 true", "{source}");
     }
     assert_eq!(

@@ -325,12 +325,7 @@ async fn metered_store() -> (
 #[tokio::test]
 async fn a_recovery_point_writes_no_index_unit() {
     let (store, proxy) = metered_store().await;
-    let lease = crate::fixture::claimed(
-        store
-            .claim(&crate::fixture::claim_request("r", "o", 60_000))
-            .await
-            .unwrap(),
-    );
+    let lease = crate::fixture::claim_lease(&store, "r", "o", 60_000).await;
     let before = proxy.units(store.table());
     let point = lambda_idempotency::store::Checkpoint {
         name: "charged".into(),
@@ -357,12 +352,7 @@ async fn a_compressible_kilobyte_response_completes_in_one_write_unit() {
         .collect();
     let body = format!(r#"{{"customer_id":"cus_42","note":"{hex}"}}"#);
     assert!((950..1050).contains(&body.len()));
-    let lease = crate::fixture::claimed(
-        store
-            .claim(&crate::fixture::claim_request("r", "o", 60_000))
-            .await
-            .unwrap(),
-    );
+    let lease = crate::fixture::claim_lease(&store, "r", "o", 60_000).await;
     let before = proxy.units(&table);
     let response = lambda_idempotency::store::StoredResponse::new(
         201,

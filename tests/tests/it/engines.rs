@@ -12,28 +12,15 @@ use serde_json::Value;
 
 /// The debug binary next to this test's own (built by `make test`).
 fn orders_api_bin() -> String {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target/debug");
-    let bin = dir.join("orders-api");
-    assert!(
-        bin.exists(),
-        "{} is missing: build it first (`cargo build -p orders-api`, done by `make test`)",
-        bin.display()
-    );
-    bin.display().to_string()
+    crate::process::function_bin("orders-api")
+        .display()
+        .to_string()
 }
 
 /// The environment of an `orders-api` on `engine_env`, its orders in a
 /// fresh DynamoDB table and no idempotency table at all.
 async fn env_on(api: &RuntimeApi, engine_env: &[(&str, &str)]) -> Vec<(String, String)> {
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(
-        &integration_tests::client().await,
-        "OrdersTable",
-        &orders,
-    )
-    .await
-    .unwrap();
+    let orders = integration_tests::orders_table(&integration_tests::client().await).await;
     let mut env = orders_env(api, &(String::new(), orders), engine_env);
     env.retain(|(k, _)| k != "IDEMPOTENCY_TABLE");
     // Its AWS calls recorded as the function of the template of its engine
@@ -53,9 +40,12 @@ async fn env_on(api: &RuntimeApi, engine_env: &[(&str, &str)]) -> Vec<(String, S
     env
 }
 
-/// Post the same order twice through a process; the two responses.
-async fn post_twice(api: &RuntimeApi, env: &[(String, String)]) -> (Value, Value) {
-    let _process = integration_tests::functions::spawn(&orders_api_bin(), env).unwrap();
+/// Post the same order twice through an `orders-api` process on
+/// `engine_env`; the first answer, the second checked to replay it.
+async fn replayed_order(engine_env: &[(&str, &str)]) -> Value {
+    let api = RuntimeApi::start().await.unwrap();
+    let env = env_on(&api, engine_env).await;
+    let _process = integration_tests::functions::spawn(&orders_api_bin(), &env).unwrap();
     let key = integration_tests::unique_name("engine");
     let body = r#"{"customer_id":"cus_1","amount":700,"currency":"EUR"}"#;
     let mut answers = Vec::new();
@@ -68,8 +58,8 @@ async fn post_twice(api: &RuntimeApi, env: &[(String, String)]) -> (Value, Value
         };
         answers.push(serde_json::from_slice::<Value>(&bytes).unwrap());
     }
-    let second = answers.pop().unwrap();
-    (answers.pop().unwrap(), second)
+    assert_replayed(&answers[0], &answers[1]);
+    answers.swap_remove(0)
 }
 
 /// The second answer replays the first.
@@ -104,29 +94,20 @@ async fn holds_the_response(store: &dyn Store, first: &Value) -> bool {
 
 #[tokio::test]
 async fn orders_api_keeps_its_records_in_redis_when_the_url_names_it() {
-    let api = RuntimeApi::start().await.unwrap();
     let url = integration_tests::redis_url();
-    let env = env_on(&api, &[("IDEMPOTENCY_STORE_URL", &url)]).await;
-    let (first, second) = post_twice(&api, &env).await;
-    assert_replayed(&first, &second);
+    let first = replayed_order(&[("IDEMPOTENCY_STORE_URL", &url)]).await;
     let store = lambda_idempotency::RedisStore::connect(url).await.unwrap();
     assert!(holds_the_response(&store, &first).await);
 }
 
 #[tokio::test]
 async fn orders_api_keeps_its_records_in_postgres_and_creates_the_schema_when_asked() {
-    let api = RuntimeApi::start().await.unwrap();
     let url = integration_tests::postgres_fresh_database().await;
-    let env = env_on(
-        &api,
-        &[
-            ("IDEMPOTENCY_STORE_URL", &url),
-            ("IDEMPOTENCY_CREATE_SCHEMA", "1"),
-        ],
-    )
+    let first = replayed_order(&[
+        ("IDEMPOTENCY_STORE_URL", &url),
+        ("IDEMPOTENCY_CREATE_SCHEMA", "1"),
+    ])
     .await;
-    let (first, second) = post_twice(&api, &env).await;
-    assert_replayed(&first, &second);
     let store = lambda_idempotency::PostgresStore::from_url(&url).unwrap();
     assert!(holds_the_response(&store, &first).await);
 }
@@ -158,19 +139,13 @@ async fn orders_api_reads_the_database_password_from_secrets_manager() {
         .await
         .expect("the secret is created on the local AWS server");
     let arn = secret.arn().expect("the secret's ARN").to_owned();
-    let api = RuntimeApi::start().await.unwrap();
     let url = integration_tests::postgres_fresh_database().await;
-    let env = env_on(
-        &api,
-        &[
-            ("IDEMPOTENCY_STORE_URL", &url),
-            ("IDEMPOTENCY_CREATE_SCHEMA", "1"),
-            ("IDEMPOTENCY_STORE_SECRET_ARN", &arn),
-        ],
-    )
+    replayed_order(&[
+        ("IDEMPOTENCY_STORE_URL", &url),
+        ("IDEMPOTENCY_CREATE_SCHEMA", "1"),
+        ("IDEMPOTENCY_STORE_SECRET_ARN", &arn),
+    ])
     .await;
-    let (first, second) = post_twice(&api, &env).await;
-    assert_replayed(&first, &second);
 }
 
 /// Start `orders-api` with `engine_env`; it must exit at once, and its

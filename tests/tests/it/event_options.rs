@@ -15,7 +15,7 @@ use lambda_runtime::{service_fn, LambdaEvent};
 use serde_json::{json, Value};
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{counting_handler, now_ms, on_both_stores, post, Fixture, Runs};
+use crate::fixture::{counting_handler, now_ms, on_both_stores, post_order, Fixture, Runs};
 
 on_both_stores!(
     one_configuration_drives_both_paths,
@@ -80,21 +80,13 @@ async fn one_configuration_drives_both_paths(f: Fixture) {
     run_counted(&function, json!({"id": "a"}), &runs)
         .await
         .unwrap();
-    let first = svc
-        .clone()
-        .oneshot(post("/orders", Some("k"), "{}"))
-        .await
-        .unwrap();
+    let first = post_order(&svc, "k").await;
     assert_eq!(first.status(), 201);
     let before = f.requests();
     let replay = run_counted(&function, json!({"id": "a"}), &runs)
         .await
         .unwrap();
-    let http_replay = svc
-        .clone()
-        .oneshot(post("/orders", Some("k"), "{}"))
-        .await
-        .unwrap();
+    let http_replay = post_order(&svc, "k").await;
     assert_eq!(replay["run"], 1);
     assert_eq!(http_replay.headers()["idempotent-replayed"], "true");
     assert_eq!(
@@ -362,18 +354,38 @@ async fn start_holding(
     task
 }
 
-async fn a_waiting_duplicate_replays_the_first_output_once_it_completes(f: Fixture) {
+/// The consumer keyed by `/id` on `f`'s store, and a call of it for `a`
+/// started elsewhere, holding the key for `hold` (see [`start_holding`]).
+async fn held_elsewhere(
+    f: &Fixture,
+    hold: Duration,
+    fail: bool,
+) -> (
+    IdempotentFunction,
+    tokio::task::JoinHandle<Result<Value, EventError<String>>>,
+) {
     let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
-    let first = start_holding(&function, "a", Duration::from_millis(700), false).await;
+    let first = start_holding(&function, "a", hold, fail).await;
+    (function, first)
+}
+
+/// A duplicate of `a` through `function` that waits up to 10 s for the
+/// first call, then replays or runs itself (counted in `runs`).
+async fn wait_then_run(
+    function: &IdempotentFunction,
+    runs: &Runs,
+) -> Result<Value, EventError<String>> {
+    let waiting = function.clone().wait_for(Duration::from_secs(10));
+    run_counted(&waiting, json!({"id": "a"}), runs).await
+}
+
+async fn a_waiting_duplicate_replays_the_first_output_once_it_completes(f: Fixture) {
+    let (function, first) = held_elsewhere(&f, Duration::from_millis(700), false).await;
     let before = f.requests();
     let runs = Runs::default();
-    let waited = run_counted(
-        &function.clone().wait_for(Duration::from_secs(10)),
-        json!({"id": "a"}),
-        &runs,
-    )
-    .await
-    .expect("the duplicate waits, then replays");
+    let waited = wait_then_run(&function, &runs)
+        .await
+        .expect("the duplicate waits, then replays");
     assert_eq!(waited, json!({"first": true}));
     assert_eq!(runs.count(), 0, "the duplicate never ran");
     first.await.unwrap().unwrap();
@@ -385,16 +397,11 @@ async fn a_waiting_duplicate_replays_the_first_output_once_it_completes(f: Fixtu
 }
 
 async fn a_waiting_duplicate_runs_itself_when_the_first_releases_the_key(f: Fixture) {
-    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
-    let first = start_holding(&function, "a", Duration::from_millis(300), true).await;
+    let (function, first) = held_elsewhere(&f, Duration::from_millis(300), true).await;
     let runs = Runs::default();
-    let waited = run_counted(
-        &function.clone().wait_for(Duration::from_secs(10)),
-        json!({"id": "a"}),
-        &runs,
-    )
-    .await
-    .expect("the key freed, so the duplicate runs");
+    let waited = wait_then_run(&function, &runs)
+        .await
+        .expect("the key freed, so the duplicate runs");
     assert_eq!(waited, json!({"run": 1, "id": "a"}));
     assert!(matches!(first.await.unwrap(), Err(EventError::Handler(_))));
     // And its output is the one that replays now.
@@ -408,8 +415,7 @@ async fn a_waiting_duplicate_runs_itself_when_the_first_releases_the_key(f: Fixt
 }
 
 async fn waiting_stops_at_its_bound_and_before_the_deadline(f: Fixture) {
-    let function = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
-    let first = start_holding(&function, "a", Duration::from_secs(4), false).await;
+    let (function, first) = held_elsewhere(&f, Duration::from_secs(4), false).await;
     let runs = Runs::default();
 
     // Bounded by its own wait.

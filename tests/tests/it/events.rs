@@ -416,14 +416,8 @@ pub(crate) fn sample(name: &str) -> Value {
 #[tokio::test]
 async fn the_example_consumer_processes_the_sample_events_once() {
     let client = integration_tests::client().await;
-    let idempotency = integration_tests::unique_name("idempotency");
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(&client, "IdempotencyTable", &idempotency)
-        .await
-        .unwrap();
-    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
-        .await
-        .unwrap();
+    let idempotency = integration_tests::create_table(&client).await;
+    let orders = integration_tests::orders_table(&client).await;
     // Its calls recorded as order-events' (scripts/check-iam.py).
     let function = integration_tests::iam_record::dynamodb_client("order-events").await;
     let consumer = order_events::Consumer::new(function, &idempotency, &orders);
@@ -562,10 +556,7 @@ async fn oversized_output_is_a_distinct_error_on_dynamodb_local() {
 async fn the_example_consumer_keeps_records_for_the_configured_redelivery_window() {
     let client = integration_tests::client().await;
     let idempotency = integration_tests::create_table(&client).await;
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
-        .await
-        .unwrap();
+    let orders = integration_tests::orders_table(&client).await;
     let four_days = 345_600u64;
     let env = |expiry: &'static str| {
         let (idempotency, orders) = (idempotency.clone(), orders.clone());

@@ -81,57 +81,40 @@ async fn postgres_at(url: &str) -> Fixture {
     }
 }
 
+/// One `#[tokio::test]` (multi-threaded, `$workers` threads) per case and
+/// per named async fn: `mod <case> { async fn <name>() {
+/// super::<name>(<subject>).await } }`, the subject an expression evaluated
+/// inside the test (it may `.await`). The suites name their cases through
+/// it, so a test's path, `<suite>::<case>::<name>` (what
+/// scripts/it-shards.sh runs by), is made in this one place.
+macro_rules! test_cases {
+    (@case $workers:tt, $case:ident, $subject:expr, [$($name:ident),* $(,)?]) => {
+        mod $case {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = $workers)]
+                async fn $name() {
+                    super::$name($subject).await
+                }
+            )*
+        }
+    };
+    ($workers:tt, [$($case:ident => $subject:expr),+ $(,)?], $names:tt) => {
+        $( crate::fixture::test_cases!(@case $workers, $case, $subject, $names); )+
+    };
+}
+pub(crate) use test_cases;
+
 /// Generate one `#[tokio::test]` per backend for each named async fn taking a `Fixture`.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
-        mod memory_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(crate::fixture::memory().await).await
-                }
-            )*
-        }
-        mod dynamodb_local {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(crate::fixture::dynamodb().await).await
-                }
-            )*
-        }
-        mod redis_server {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(crate::fixture::redis().await).await
-                }
-            )*
-        }
-        mod redis_cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(crate::fixture::redis_cluster().await).await
-                }
-            )*
-        }
-        mod postgres_server {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(crate::fixture::postgres().await).await
-                }
-            )*
-        }
-        mod postgres_pooled {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(crate::fixture::postgres_pooled().await).await
-                }
-            )*
-        }
+        crate::fixture::test_cases!(4, [
+            memory_store => crate::fixture::memory().await,
+            dynamodb_local => crate::fixture::dynamodb().await,
+            redis_server => crate::fixture::redis().await,
+            redis_cluster => crate::fixture::redis_cluster().await,
+            postgres_server => crate::fixture::postgres().await,
+            postgres_pooled => crate::fixture::postgres_pooled().await,
+        ], [$($name),*]);
     };
 }
 pub(crate) use on_both_stores;
@@ -163,6 +146,22 @@ pub fn claimed(outcome: ClaimOutcome) -> Lease {
         ClaimOutcome::Claimed(lease) => lease,
         ClaimOutcome::Exists(record) => panic!("expected a claim, found {record:?}"),
     }
+}
+
+/// The lease of a claim of record `id` by `owner` (see [`claim_request`])
+/// in `store`, which must succeed.
+pub async fn claim_lease(
+    store: &(impl Store + ?Sized),
+    id: &str,
+    owner: &str,
+    lease_ms: u64,
+) -> Lease {
+    claimed(
+        store
+            .claim(&claim_request(id, owner, lease_ms))
+            .await
+            .expect("the store answers"),
+    )
 }
 
 /// What the counting handler saw on each run.
@@ -214,6 +213,63 @@ where
         .call(req)
         .await
         .expect("response")
+}
+
+/// `POST /orders` with `Idempotency-Key: key` and an empty JSON body through
+/// a clone of `svc` (the middleware's clones share its store and cache), which
+/// must answer.
+pub async fn post_order<S: Handler>(svc: &S, key: &str) -> Response<Body> {
+    use tower::ServiceExt;
+    svc.clone()
+        .oneshot(post("/orders", Some(key), "{}"))
+        .await
+        .expect("response")
+}
+
+/// A handler with one phase, that counts its runs in `runs`: a run that finds
+/// a recovery point answers 201 `resumed from <its name>`; the others run
+/// `phase` (which commits the recovery point, and may fail after it) and
+/// answer what it answers.
+pub fn one_phase_handler<F, Fut>(runs: Runs, phase: F) -> impl Handler
+where
+    F: Fn(IdempotencyContext) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Response<Body>, lambda_http::Error>> + Send + 'static,
+{
+    tower::service_fn(move |req: Request| {
+        let (runs, phase) = (runs.clone(), phase.clone());
+        async move {
+            runs.bump();
+            let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
+            if let Some(point) = ctx.recovery_point() {
+                let body = format!("resumed from {}", point.name);
+                return Ok(Response::builder().status(201).body(Body::from(body))?);
+            }
+            phase(ctx).await
+        }
+    })
+}
+
+/// Two retries of `key`, a key the sweeper failed, through `svc` (whose
+/// handler counts its runs in `runs`): each replays the stored `abandoned`
+/// problem, and the handler never runs again.
+pub async fn assert_failed_key_replays_abandoned<S: Handler>(svc: &S, key: &str, runs: &Runs) {
+    for _ in 0..2 {
+        let res = post_order(svc, key).await;
+        assert_eq!(res.status(), 500);
+        assert_eq!(
+            res.headers()[lambda_idempotency::http::REPLAYED_HEADER],
+            "true"
+        );
+        assert_eq!(
+            json(&res)["type"],
+            lambda_idempotency::problem::ABANDONED.uri
+        );
+    }
+    assert_eq!(
+        runs.count(),
+        0,
+        "the handler never runs again for a failed key"
+    );
 }
 
 /// Send `req` through a clone of `svc` in its own task and return once the
@@ -278,19 +334,13 @@ pub async fn dynamo_order_state(
     table: &str,
     id: &str,
 ) -> Option<String> {
-    let out = client
-        .get_item()
-        .table_name(table)
-        .key(
-            "order_id",
-            aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
-        )
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    out.item()
-        .and_then(|i| i.get("state"))
+    let key = [(
+        "order_id",
+        aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
+    )];
+    integration_tests::consistent_item(client, table, key)
+        .await?
+        .get("state")
         .and_then(|v| v.as_s().ok())
         .cloned()
 }

@@ -14,7 +14,7 @@ use lambda_idempotency::{
 };
 use serde_json::{json, Value};
 
-use crate::fixture::{claim_request, claimed, now_ms};
+use crate::fixture::{claim_lease, now_ms};
 
 /// A DynamoStore on a fresh idempotency table whose calls are recorded as
 /// `feature`'s.
@@ -88,45 +88,18 @@ async fn wait_for_an_in_progress_duplicate() {
 /// commit together (TransactWriteItems), or neither does.
 #[tokio::test]
 async fn transactional_completion() {
-    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    use integration_tests::{one_write, put_new_order};
     let store = recorded_store("feature-transactional-completion").await;
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(
-        &integration_tests::client().await,
-        "OrdersTable",
-        &orders,
-    )
-    .await
-    .expect("orders table");
-    let put = |id: &str| {
-        let put = Put::builder()
-            .table_name(&orders)
-            .item("order_id", AttributeValue::S(id.into()))
-            .condition_expression("attribute_not_exists(order_id)")
-            .build()
-            .expect("a put with a table and an item");
-        let mut writes = lambda_idempotency::store::DeferredWrites::new();
-        writes.push(TransactWriteItem::builder().put(put).build());
-        writes
-    };
+    let orders = integration_tests::orders_table(&integration_tests::client().await).await;
+    let put = |id: &str| one_write(put_new_order(&orders, id));
     let response = StoredResponse::new(201, vec![], StoredBody::Text("{}".into()));
     let expires = now_ms() / 1000 + 3600;
-    let lease = claimed(
-        store
-            .claim(&claim_request("t1", "me", 60_000))
-            .await
-            .expect("claim"),
-    );
+    let lease = claim_lease(&store, "t1", "me", 60_000).await;
     store
         .complete_with_writes(&lease, &response, expires, put("o-1"))
         .await
         .expect("committed");
-    let lease = claimed(
-        store
-            .claim(&claim_request("t2", "me", 60_000))
-            .await
-            .expect("claim"),
-    );
+    let lease = claim_lease(&store, "t2", "me", 60_000).await;
     let err = store
         .complete_with_writes(&lease, &response, expires, put("o-1"))
         .await
@@ -185,15 +158,9 @@ async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
     );
     let sweeper = lambda_idempotency::sweep::Sweeper::new(store).grace(Duration::ZERO);
     let place = || async {
-        harness
-            .get_item()
-            .table_name(&table)
-            .key("id", AttributeValue::S("~sweeper/catch-up".into()))
-            .consistent_read(true)
-            .send()
+        let key = [("id", AttributeValue::S("~sweeper/catch-up".into()))];
+        integration_tests::consistent_item(&harness, &table, key)
             .await
-            .expect("get the catch-up place")
-            .item()
             .is_some()
     };
     let first = sweeper.sweep(None).await;

@@ -23,7 +23,8 @@ use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
 
 use crate::fixture::{
-    call, claim_request, claimed, counting_handler, json, now_ms, post, start_first, Handler, Runs,
+    call, claim_lease, claim_request, counting_handler, json, now_ms, post, post_order,
+    start_first, Handler, Runs,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -263,17 +264,7 @@ async fn adopted(shape: Shape) -> (DynamoStore, Vec<Item>) {
 
 /// The table's item under `key`, as stored now.
 async fn item_at(store: &DynamoStore, key: Item) -> Option<Item> {
-    store
-        .client()
-        .get_item()
-        .table_name(store.table())
-        .set_key(Some(key))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item()
-        .cloned()
+    integration_tests::consistent_item(store.client(), store.table(), key).await
 }
 
 /// The item of record `id`.
@@ -321,32 +312,19 @@ fn hashed(key: &str) -> String {
     RecordScope::new("POST", "/orders", key).record_id()
 }
 
-macro_rules! on_both_layouts {
-    ($($name:ident),* $(,)?) => {
-        mod static_partition {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Shape::StaticPartition).await
-                }
-            )*
-        }
-        mod prefixed {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Shape::Prefixed).await
-                }
-            )*
-        }
-    };
-}
-
-on_both_layouts!(
-    the_http_contract_and_functions_keep_to_their_layout,
-    a_recovery_point_a_takeover_and_a_transactional_completion,
-    the_sweeper_finds_records_through_the_stream,
-    the_sweeper_finds_records_through_the_index,
+// Each test once per layout.
+crate::fixture::test_cases!(
+    2,
+    [
+        static_partition => super::Shape::StaticPartition,
+        prefixed => super::Shape::Prefixed,
+    ],
+    [
+        the_http_contract_and_functions_keep_to_their_layout,
+        a_recovery_point_a_takeover_and_a_transactional_completion,
+        the_sweeper_finds_records_through_the_stream,
+        the_sweeper_finds_records_through_the_index,
+    ]
 );
 
 /// 500 on its first run, 201 after.
@@ -508,7 +486,7 @@ async fn a_recovery_point_a_takeover_and_a_transactional_completion(shape: Shape
 
     // A recovery point, then a takeover that resumes from it.
     let id = hashed("resumable");
-    let stale = claimed(store.claim(&claim_request(&id, "first", 1)).await.unwrap());
+    let stale = claim_lease(&store, &id, "first", 1).await;
     let point = Checkpoint {
         name: "charged".into(),
         data: json!({"charge_id": "ch_1"}),
@@ -554,20 +532,13 @@ async fn a_recovery_point_a_takeover_and_a_transactional_completion(shape: Shape
     let order = shape.order_key("o-1");
     let svc =
         IdempotencyLayer::new(store.clone()).layer(ordering_handler(store.clone(), order.clone()));
-    let first = svc
-        .clone()
-        .oneshot(post("/orders", Some("o-1"), "{}"))
-        .await
-        .unwrap();
+    let first = post_order(&svc, "o-1").await;
     assert_eq!(first.status(), 201);
     let written = item_at(&store, order.clone())
         .await
         .expect("the order was written");
     assert_eq!(written["total"], n(42));
-    let replay = svc
-        .oneshot(post("/orders", Some("o-1"), "{}"))
-        .await
-        .unwrap();
+    let replay = post_order(&svc, "o-1").await;
     assert_eq!(replay.status(), 201);
     assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
     assert_eq!(
@@ -607,12 +578,7 @@ async fn sweep_now(store: &DynamoStore, policy: SweepPolicy) -> SweepSummary {
 
 /// Claim `id` with a lease of `lease_ms`.
 async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> lambda_idempotency::store::Lease {
-    claimed(
-        store
-            .claim(&claim_request(id, &format!("owner-{id}"), lease_ms))
-            .await
-            .unwrap(),
-    )
+    claim_lease(store, id, &format!("owner-{id}"), lease_ms).await
 }
 
 async fn sweeps(shape: Shape, discovery: Discovery) {

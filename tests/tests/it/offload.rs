@@ -20,7 +20,9 @@ use lambda_idempotency::{
 use serde_json::json;
 use tower::Layer;
 
-use crate::fixture::{call, claim_request, claimed, on_both_stores, post, Fixture, Handler, Runs};
+use crate::fixture::{
+    call, claim_lease, claim_request, claimed, on_both_stores, post, Fixture, Handler, Runs,
+};
 
 /// The endpoint of the harness's S3 server; a missing server fails the
 /// tests (it must not skip them).
@@ -224,12 +226,7 @@ async fn a_large_event_output_replays(fixture: Fixture) {
 async fn a_fenced_completion_deletes_its_object_and_leaves_no_pointer(fixture: Fixture) {
     let bucket = Bucket::new().await;
     let store = bucket.offload(fixture.store.clone());
-    let stale = claimed(
-        store
-            .claim(&claim_request("r1", "stale", 1))
-            .await
-            .expect("claim"),
-    );
+    let stale = claim_lease(&store, "r1", "stale", 1).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     let newer = claimed(
         store
@@ -503,10 +500,7 @@ async fn the_example_consumer_offloads_when_a_bucket_is_named() {
     let bucket = Bucket::new().await;
     let client = integration_tests::client().await;
     let idempotency = integration_tests::create_table(&client).await;
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
-        .await
-        .expect("orders table");
+    let orders = integration_tests::orders_table(&client).await;
     let name = bucket.name.clone();
     let env = move |var: &str| match var {
         "IDEMPOTENCY_TABLE" => Some(idempotency.clone()),
@@ -550,16 +544,7 @@ async fn the_example_consumer_offloads_when_a_bucket_is_named() {
 
 /// One conditional order put to hand to a completion.
 fn put_order(table: &str, id: &str) -> lambda_idempotency::store::DeferredWrites {
-    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-    let put = Put::builder()
-        .table_name(table)
-        .item("order_id", AttributeValue::S(id.into()))
-        .condition_expression("attribute_not_exists(order_id)")
-        .build()
-        .expect("a put with a table and an item");
-    let mut writes = lambda_idempotency::store::DeferredWrites::new();
-    writes.push(TransactWriteItem::builder().put(put).build());
-    writes
+    integration_tests::one_write(integration_tests::put_new_order(table, id))
 }
 
 /// The transactional completion carries the pointer: the handler's write
@@ -570,48 +555,33 @@ async fn a_transactional_completion_commits_the_pointer_with_the_writes() {
     let bucket = Bucket::new().await;
     let (store, _) = integration_tests::dynamo_store().await;
     let client = store.client().clone();
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
-        .await
-        .expect("orders table");
+    let orders = integration_tests::orders_table(&client).await;
     let store = S3Offload::new(store, bucket.client.clone(), &bucket.name).key_prefix("it/");
     let expires = crate::fixture::now_ms() / 1000 + 3600;
     let large = StoredResponse::new(201, vec![], StoredBody::Binary(large_body(10)));
 
-    let lease = claimed(
-        store
-            .claim(&claim_request("t1", "me", 60_000))
-            .await
-            .expect("claim"),
-    );
+    let lease = claim_lease(&store, "t1", "me", 60_000).await;
     store
         .complete_with_writes(&lease, &large, expires, put_order(&orders, "o-1"))
         .await
         .expect("committed");
-    let order = client
-        .get_item()
-        .table_name(&orders)
-        .key(
-            "order_id",
-            aws_sdk_dynamodb::types::AttributeValue::S("o-1".into()),
-        )
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("get order");
-    assert!(order.item().is_some(), "the handler's write committed");
+    let order = [(
+        "order_id",
+        aws_sdk_dynamodb::types::AttributeValue::S("o-1".into()),
+    )];
+    assert!(
+        integration_tests::consistent_item(&client, &orders, order)
+            .await
+            .is_some(),
+        "the handler's write committed"
+    );
     let replayed = store.get("t1").await.expect("get").expect("present");
     assert_eq!(replayed.record.response, Some(large.clone()));
     let committed_key = format!("it/t1/{}-me", lease.attempt);
     assert_eq!(bucket.keys().await, std::slice::from_ref(&committed_key));
 
     // o-1 exists: the transaction is cancelled, nothing of it is written.
-    let lease = claimed(
-        store
-            .claim(&claim_request("t2", "me", 60_000))
-            .await
-            .expect("claim"),
-    );
+    let lease = claim_lease(&store, "t2", "me", 60_000).await;
     let err = store
         .complete_with_writes(&lease, &large, expires, put_order(&orders, "o-1"))
         .await
@@ -632,12 +602,7 @@ async fn a_transactional_completion_commits_the_pointer_with_the_writes() {
 async fn a_refused_transactional_completion_deletes_its_object_on_the_memory_store() {
     let bucket = Bucket::new().await;
     let store = bucket.offload(Arc::new(lambda_idempotency::MemoryStore::new()));
-    let lease = claimed(
-        store
-            .claim(&claim_request("t3", "me", 60_000))
-            .await
-            .expect("claim"),
-    );
+    let lease = claim_lease(&store, "t3", "me", 60_000).await;
     let large = StoredResponse::new(201, vec![], StoredBody::Binary(large_body(11)));
     let err = store
         .complete_with_writes(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use integration_tests::{client, create_table_from_template, unique_name};
+use integration_tests::client;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{http::REPLAYED_HEADER, IdempotencyContext};
 use orders_api::{Config, Orders};
@@ -24,14 +24,8 @@ struct App {
 impl App {
     async fn new(provider_latency_ms: u64) -> App {
         let client = client().await;
-        let idempotency_table = unique_name("idempotency");
-        let orders_table = unique_name("orders");
-        create_table_from_template(&client, "IdempotencyTable", &idempotency_table)
-            .await
-            .unwrap();
-        create_table_from_template(&client, "OrdersTable", &orders_table)
-            .await
-            .unwrap();
+        let idempotency_table = integration_tests::create_table(&client).await;
+        let orders_table = integration_tests::orders_table(&client).await;
         let config = Config {
             idempotency_table,
             engine: Default::default(),
@@ -71,15 +65,9 @@ impl App {
     }
 
     async fn charges(&self) -> usize {
-        let out = self
-            .client
-            .scan()
-            .table_name(&self.config.orders_table)
-            .consistent_read(true)
-            .send()
+        integration_tests::scan_all(&self.client, &self.config.orders_table)
             .await
-            .unwrap();
-        out.items()
+            .unwrap()
             .iter()
             .filter(|i| i["order_id"].as_s().unwrap().starts_with("charge#"))
             .count()

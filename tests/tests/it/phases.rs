@@ -18,7 +18,7 @@ use lambda_idempotency::{
 };
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{claim_request, claimed, dynamo_order_state, post, Runs};
+use crate::fixture::{claim_lease, dynamo_order_state, post, post_order, Runs};
 
 /// An application's `orders` table on one engine, and the writes a phase
 /// defers to it.
@@ -103,10 +103,7 @@ impl DynamoOrders {
     async fn new() -> (lambda_idempotency::DynamoStore, Self) {
         let (store, _) = integration_tests::dynamo_store().await;
         let client = store.client().clone();
-        let table = integration_tests::unique_name("orders");
-        integration_tests::create_table_from_template(&client, "OrdersTable", &table)
-            .await
-            .unwrap();
+        let table = integration_tests::orders_table(&client).await;
         (store, DynamoOrders { client, table })
     }
 }
@@ -219,10 +216,7 @@ where
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     crash.store(false, Ordering::SeqCst);
-    let retry = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let retry = post_order(&svc, "k1").await;
     assert_eq!(retry.status(), 201);
     assert_eq!(retry.body().as_ref(), b"resumed from created");
     assert_eq!(runs.count(), 2);
@@ -240,9 +234,9 @@ where
     O: Orders,
 {
     let store = Arc::new(store);
-    let stale = claimed(store.claim(&claim_request("r", "a", 30)).await.unwrap());
+    let stale = claim_lease(&store, "r", "a", 30).await;
     tokio::time::sleep(Duration::from_millis(60)).await;
-    let fresh = claimed(store.claim(&claim_request("r", "b", 60_000)).await.unwrap());
+    let fresh = claim_lease(&store, "r", "b", 60_000).await;
     assert_eq!(fresh.attempt, 2);
 
     let ctx = IdempotencyContext::from_lease(store.clone(), stale);
@@ -266,7 +260,7 @@ where
     O: Orders,
 {
     let store = Arc::new(store);
-    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let lease = claim_lease(&store, "r", "a", 60_000).await;
     let ctx = IdempotencyContext::from_lease(store.clone(), lease);
     ctx.defer_write(orders.create("o-1")).unwrap();
     ctx.commit_with_writes("first", serde_json::json!({ "n": 1 }))
@@ -343,7 +337,7 @@ where
         );
         assert_eq!(orders.state(order).await.as_deref(), Some("created"));
 
-        let retry = svc.oneshot(post("/orders", Some(key), "{}")).await.unwrap();
+        let retry = post_order(&svc, key).await;
         assert_eq!(retry.status(), 201, "{key}: {:?}", retry.body());
         assert_eq!(retry.body().as_ref(), b"resumed from created");
         assert_eq!(orders.state(order).await.as_deref(), Some("charged"));
@@ -385,7 +379,7 @@ async fn postgres_a_phase_breaking_a_unique_key_commits_nothing() {
 async fn postgres_a_phase_whose_write_changes_too_few_rows_commits_nothing() {
     let orders = PgOrders::new().await;
     let store = Arc::new(orders.store.clone());
-    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let lease = claim_lease(&store, "r", "a", 60_000).await;
     let ctx = IdempotencyContext::from_lease(store.clone(), lease);
     ctx.defer_write(orders.create("o-1")).unwrap();
     ctx.defer_write(orders.set_state("no-such-order", "paid"))
@@ -421,7 +415,7 @@ async fn dynamodb_a_phase_whose_condition_fails_commits_nothing() {
 /// (d) A store without transactions refuses a recovery point with writes
 /// and writes nothing; without writes it is a plain recovery point.
 async fn a_store_without_transactions_refuses_writes(store: impl Store) {
-    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let lease = claim_lease(&store, "r", "a", 60_000).await;
     let point = |name: &str| Checkpoint {
         name: name.into(),
         data: serde_json::json!({}),

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use integration_tests::one_write;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
@@ -20,20 +21,43 @@ use lambda_idempotency::{
 };
 use tower::{Layer, ServiceExt};
 
-use crate::fixture::{call, claim_request, claimed, counting_handler, json, now_ms, post, Runs};
+use crate::fixture::{
+    assert_failed_key_replays_abandoned, call, claim_lease, claim_request, claimed,
+    counting_handler, json, now_ms, one_phase_handler, post, post_order, Runs,
+};
 
 /// A fresh store and an `orders` table of the application's beside it.
 async fn store_with_orders() -> PostgresStore {
     let store = integration_tests::postgres_store().await;
-    let client = store.pool().get().await.unwrap();
-    client
+    create_orders(&store, &store).await;
+    store
+}
+
+/// Create the application's `orders` table beside `store`'s records through
+/// `admin`: the store itself, or a direct connection where the store's own
+/// go through a proxy.
+async fn create_orders(admin: &PostgresStore, store: &PostgresStore) {
+    admin
+        .pool()
+        .get()
+        .await
+        .unwrap()
         .batch_execute(&format!(
             "CREATE TABLE {} (id text PRIMARY KEY, state text NOT NULL)",
-            orders(&store)
+            orders(store)
         ))
         .await
         .unwrap();
-    store
+}
+
+/// How many rows `table` holds, counted through `admin`.
+async fn row_count(admin: &PostgresStore, table: &str) -> i64 {
+    let client = admin.pool().get().await.unwrap();
+    client
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 /// The application's table, in the store's schema.
@@ -59,12 +83,6 @@ fn insert_order(store: &PostgresStore, id: &str) -> PgWrite {
         orders(store)
     ))
     .bind(id.to_owned(), PgType::TEXT)
-}
-
-fn deferred(write: PgWrite) -> DeferredWrites {
-    let mut writes = DeferredWrites::new();
-    writes.push(write);
-    writes
 }
 
 /// `lease`'s completion with an empty 201 kept for a minute, and `writes`
@@ -116,11 +134,7 @@ async fn the_handlers_row_commits_with_the_completion() {
         runs.clone(),
     ));
     let before = store.round_trips();
-    let first = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let first = post_order(&svc, "k1").await;
     assert_eq!(first.status(), 201);
     assert_eq!(
         store.round_trips() - before,
@@ -131,10 +145,7 @@ async fn the_handlers_row_commits_with_the_completion() {
     let record = store.get(&record_id("k1")).await.unwrap().unwrap().record;
     assert_eq!(record.status, Status::Completed);
 
-    let replay = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let replay = post_order(&svc, "k1").await;
     assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
     assert_eq!(runs.count(), 1);
 }
@@ -160,11 +171,7 @@ async fn a_failing_statement_rolls_everything_back_and_releases_the_key() {
         "o-1",
         runs.clone(),
     ));
-    let res = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let res = post_order(&svc, "k1").await;
     assert_eq!(res.status(), 409);
     assert_eq!(json(&res)["type"], problem::TRANSACTION_CANCELLED.uri);
     let detail = json(&res)["detail"].as_str().unwrap().to_owned();
@@ -179,10 +186,7 @@ async fn a_failing_statement_rolls_everything_back_and_releases_the_key() {
         "the record was released, not completed"
     );
     // The next try runs again (and is cancelled again), never a 409 in progress.
-    let again = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let again = post_order(&svc, "k1").await;
     assert_eq!(json(&again)["type"], problem::TRANSACTION_CANCELLED.uri);
     assert_eq!(runs.count(), 2);
 }
@@ -190,7 +194,7 @@ async fn a_failing_statement_rolls_everything_back_and_releases_the_key() {
 #[tokio::test]
 async fn a_write_that_changes_too_few_rows_cancels_the_completion() {
     let store = store_with_orders().await;
-    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let lease = claim_lease(&store, "r", "a", 60_000).await;
     let mut writes = DeferredWrites::new();
     writes.push(insert_order(&store, "o-1"));
     writes.push(
@@ -233,17 +237,10 @@ async fn a_statement_the_server_cannot_run_is_rejected_and_releases_the_key() {
             }
         }
     }));
-    let res = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let res = post_order(&svc, "k1").await;
     assert_eq!(json(&res)["type"], problem::TRANSACTION_REJECTED.uri);
     assert!(store.get(&record_id("k1")).await.unwrap().is_none());
-    let again = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let again = post_order(&svc, "k1").await;
     assert_eq!(json(&again)["type"], problem::TRANSACTION_REJECTED.uri);
     assert_eq!(runs.count(), 2, "released: the retry ran again");
 }
@@ -251,11 +248,11 @@ async fn a_statement_the_server_cannot_run_is_rejected_and_releases_the_key() {
 #[tokio::test]
 async fn a_transactional_completion_by_a_stale_attempt_is_fenced_and_writes_nothing() {
     let store = store_with_orders().await;
-    let stale = claimed(store.claim(&claim_request("r", "a", 30)).await.unwrap());
+    let stale = claim_lease(&store, "r", "a", 30).await;
     tokio::time::sleep(Duration::from_millis(60)).await;
-    let fresh = claimed(store.claim(&claim_request("r", "b", 60_000)).await.unwrap());
+    let fresh = claim_lease(&store, "r", "b", 60_000).await;
     assert_eq!(fresh.attempt, 2);
-    let err = complete_201_with(&store, &stale, deferred(insert_order(&store, "o-9")))
+    let err = complete_201_with(&store, &stale, one_write(insert_order(&store, "o-9")))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
@@ -270,7 +267,7 @@ async fn a_transactional_completion_by_a_stale_attempt_is_fenced_and_writes_noth
 #[tokio::test]
 async fn writes_of_another_stores_kind_are_refused_before_anything_runs() {
     let store = store_with_orders().await;
-    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let lease = claim_lease(&store, "r", "a", 60_000).await;
     let mut writes = DeferredWrites::new();
     writes.push("INSERT INTO orders VALUES ('x', 'y')");
     let err = complete_201_with(&store, &lease, writes).await.unwrap_err();
@@ -388,12 +385,7 @@ async fn expired_rows_are_deleted_in_bounded_batches_and_live_ones_kept() {
         request.expires_at_s = now / 1000 - 10;
         claimed(store.claim(&request).await.unwrap());
     }
-    let live = claimed(
-        store
-            .claim(&claim_request("live", "a", 60_000))
-            .await
-            .unwrap(),
-    );
+    let live = claim_lease(&store, "live", "a", 60_000).await;
     store
         .complete(
             &live,
@@ -425,10 +417,10 @@ async fn a_new_life_drops_the_old_recovery_point_and_a_takeover_keeps_it() {
             store.checkpoint(&lease, &point).await.unwrap();
         }
     };
-    let first = claimed(store.claim(&claim_request("r", "a", 20)).await.unwrap());
+    let first = claim_lease(&store, "r", "a", 20).await;
     commit(first).await;
     tokio::time::sleep(Duration::from_millis(40)).await;
-    let takeover = claimed(store.claim(&claim_request("r", "b", 20)).await.unwrap());
+    let takeover = claim_lease(&store, "r", "b", 20).await;
     assert_eq!(takeover.attempt, 2);
     let point = takeover.recovered.expect("kept across the takeover");
     assert_eq!(
@@ -452,12 +444,7 @@ async fn a_new_life_drops_the_old_recovery_point_and_a_takeover_keeps_it() {
 // lease end (the DynamoDB suite in sweeper.rs covers its stream and index).
 
 async fn claim(store: &PostgresStore, id: &str, lease_ms: u64) -> Lease {
-    claimed(
-        store
-            .claim(&claim_request(id, &format!("owner-{id}"), lease_ms))
-            .await
-            .unwrap(),
-    )
+    claim_lease(store, id, &format!("owner-{id}"), lease_ms).await
 }
 
 async fn status(store: &PostgresStore, id: &str) -> Option<Status> {
@@ -525,21 +512,9 @@ async fn the_fail_policy_stores_a_problem_that_replays() {
         .await;
     assert_eq!((summary.found, summary.failed), (1, 1), "{summary:?}");
     let runs = Runs::default();
-    for _ in 0..2 {
-        let res = IdempotencyLayer::new(store.clone())
-            .layer(counting_handler(runs.clone(), Duration::ZERO))
-            .oneshot(post("/orders", Some("abandoned"), "{}"))
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 500);
-        assert_eq!(res.headers()[REPLAYED_HEADER], "true");
-        assert_eq!(json(&res)["type"], problem::ABANDONED.uri);
-    }
-    assert_eq!(
-        runs.count(),
-        0,
-        "the handler never runs again for a failed key"
-    );
+    let svc =
+        IdempotencyLayer::new(store.clone()).layer(counting_handler(runs.clone(), Duration::ZERO));
+    assert_failed_key_replays_abandoned(&svc, "abandoned", &runs).await;
 }
 
 #[tokio::test]
@@ -584,12 +559,7 @@ async fn a_record_reclaimed_after_the_listing_is_fenced_and_an_expired_one_delet
     let gone = listed.iter().find(|r| r.id == "expired").unwrap();
 
     // A retry takes "reclaimed" over before the sweeper writes.
-    let retry = claimed(
-        store
-            .claim(&claim_request("reclaimed", "retry", 1))
-            .await
-            .unwrap(),
-    );
+    let retry = claim_lease(&store, "reclaimed", "retry", 1).await;
     assert_eq!(retry.attempt, 2);
     tokio::time::sleep(Duration::from_millis(20)).await;
     for policy in [SweepPolicy::Release, SweepPolicy::Fail] {
@@ -761,18 +731,13 @@ async fn through_a_transaction_pooler_concurrent_transactional_completions_each_
     );
 
     // A stale attempt's transaction is fenced through the pooler too.
-    let stale = claimed(pooled.claim(&claim_request("r", "a", 30)).await.unwrap());
+    let stale = claim_lease(&pooled, "r", "a", 30).await;
     tokio::time::sleep(Duration::from_millis(60)).await;
-    claimed(
-        pooled
-            .claim(&claim_request("r", "b", 60_000))
-            .await
-            .unwrap(),
-    );
+    claim_lease(&pooled, "r", "b", 60_000).await;
     let err = complete_201_with(
         &pooled,
         &stale,
-        deferred(PgWrite::new(format!(
+        one_write(PgWrite::new(format!(
             "INSERT INTO {table} (id, state) VALUES ('stale', 'created')"
         ))),
     )
@@ -913,26 +878,14 @@ async fn a_connection_that_died_between_invocations_is_replaced_without_failing_
     let runs = Runs::default();
     let svc =
         IdempotencyLayer::new(store.clone()).layer(counting_handler(runs.clone(), Duration::ZERO));
-    let first = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let first = post_order(&svc, "k1").await;
     assert_eq!(first.status(), 201);
 
     proxy.cut();
-    let second = svc
-        .clone()
-        .oneshot(post("/orders", Some("k2"), "{}"))
-        .await
-        .unwrap();
+    let second = post_order(&svc, "k2").await;
     assert_eq!(second.status(), 201, "{:?}", second.body());
     proxy.cut();
-    let replay = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let replay = post_order(&svc, "k1").await;
     assert_eq!(replay.status(), 201);
     assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
     assert_eq!(runs.count(), 2);
@@ -940,25 +893,13 @@ async fn a_connection_that_died_between_invocations_is_replaced_without_failing_
     // A transaction whose connection is found dead at BEGIN starts again on
     // a new one.
     let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
-    let admin = direct.pool().get().await.unwrap();
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE {} (id text PRIMARY KEY, state text NOT NULL)",
-            orders(&store)
-        ))
-        .await
-        .unwrap();
-    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    create_orders(&direct, &store).await;
+    let lease = claim_lease(&store, "r", "a", 60_000).await;
     proxy.cut();
-    complete_201_with(&store, &lease, deferred(insert_order(&store, "o-1")))
+    complete_201_with(&store, &lease, one_write(insert_order(&store, "o-1")))
         .await
         .unwrap();
-    let rows: i64 = admin
-        .query_one(&format!("SELECT count(*) FROM {}", orders(&store)), &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(rows, 1);
+    assert_eq!(row_count(&direct, &orders(&store)).await, 1);
 }
 
 /// Issue 25, item 1: a phase whose COMMIT reached PostgreSQL but whose answer
@@ -972,42 +913,23 @@ async fn a_phase_whose_commit_answer_is_lost_is_resumed_never_run_twice() {
     let proxy = Arc::new(StaleProxy::start().await);
     let store = integration_tests::postgres_store_at(&proxy.url()).await;
     let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
-    direct
-        .pool()
-        .get()
-        .await
-        .unwrap()
-        .batch_execute(&format!(
-            "CREATE TABLE {} (id text PRIMARY KEY, state text NOT NULL)",
-            orders(&store)
-        ))
-        .await
-        .unwrap();
-    let rows = || async {
-        let sql = format!("SELECT count(*) FROM {}", orders(&store));
-        let client = direct.pool().get().await.unwrap();
-        client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0)
-    };
+    create_orders(&direct, &store).await;
+    let table = orders(&store);
+    let rows = || row_count(&direct, &table);
     let runs = Runs::default();
-    let handler = {
-        let (store, proxy, runs) = (store.clone(), proxy.clone(), runs.clone());
-        tower::service_fn(move |req: lambda_http::Request| {
-            let (store, proxy, runs) = (store.clone(), proxy.clone(), runs.clone());
+    let handler = one_phase_handler(runs.clone(), {
+        let (store, proxy) = (store.clone(), proxy.clone());
+        move |ctx| {
+            let (store, proxy) = (store.clone(), proxy.clone());
             async move {
-                runs.bump();
-                let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
-                if let Some(point) = ctx.recovery_point() {
-                    let body = format!("resumed from {}", point.name);
-                    return Ok(Response::builder().status(201).body(Body::from(body))?);
-                }
                 ctx.defer_write(insert_order(&store, "o-1"))?;
                 proxy.lose_next_commit_answer();
                 ctx.commit_with_writes("created", serde_json::json!({}))
                     .await?;
-                Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::Empty)?)
+                Ok(Response::builder().status(201).body(Body::Empty)?)
             }
-        })
-    };
+        }
+    });
     let svc = IdempotencyLayer::new(store.clone())
         .max_lease(Duration::from_millis(1500))
         .layer(handler);
@@ -1023,17 +945,10 @@ async fn a_phase_whose_commit_answer_is_lost_is_resumed_never_run_twice() {
     assert_eq!(record.record.checkpoint.unwrap().name, "created");
 
     // Left to its lease: a duplicate meanwhile is told it is in progress.
-    let early = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let early = post_order(&svc, "k1").await;
     assert_eq!(early.status(), 409);
     tokio::time::sleep(Duration::from_millis(1700)).await;
-    let retry = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let retry = post_order(&svc, "k1").await;
     assert_eq!(retry.status(), 201, "{:?}", retry.body());
     assert_eq!(retry.body().as_ref(), b"resumed from created");
     assert_eq!(rows().await, 1, "the phase's row was written once");
@@ -1046,9 +961,12 @@ async fn a_phase_whose_commit_answer_is_lost_is_resumed_never_run_twice() {
 #[tokio::test]
 async fn a_deferred_constraint_failing_at_commit_cancels_the_completion() {
     let store = store_with_orders().await;
-    let admin = store.pool().get().await.unwrap();
     let unique = format!("{}_deferred", orders(&store));
-    admin
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
         .batch_execute(&format!(
             "CREATE TABLE {unique} (id text, state text NOT NULL, \
              UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)"
@@ -1060,19 +978,14 @@ async fn a_deferred_constraint_failing_at_commit_cancels_the_completion() {
             "INSERT INTO {unique} (id, state) VALUES ('o-1', 'created')"
         ))
     };
-    let lease = claimed(store.claim(&claim_request("r", "a", 60_000)).await.unwrap());
+    let lease = claim_lease(&store, "r", "a", 60_000).await;
     let mut writes = DeferredWrites::new();
     writes.push(insert());
     writes.push(insert());
     let err = complete_201_with(&store, &lease, writes).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TransactionCancelled, "{err}");
     assert!(err.to_string().contains("COMMIT"), "{err}");
-    let count: i64 = admin
-        .query_one(&format!("SELECT count(*) FROM {unique}"), &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(count, 0);
+    assert_eq!(row_count(&store, &unique).await, 0);
 }
 
 /// A claim blocked on a row another transaction holds locked (a stuck
@@ -1088,7 +1001,7 @@ async fn a_claim_blocked_on_a_locked_row_answers_unavailable() {
     ] {
         let store = integration_tests::postgres_store_at(&url).await;
         let id = "d".repeat(64);
-        claimed(store.claim(&claim_request(&id, "first", 1)).await.unwrap());
+        claim_lease(&store, &id, "first", 1).await;
         let holder = store.pool().get().await.unwrap();
         holder.batch_execute("BEGIN").await.unwrap();
         holder
@@ -1111,11 +1024,6 @@ async fn a_claim_blocked_on_a_locked_row_answers_unavailable() {
         assert!(err.to_string().contains("lock"), "{url}: {err}");
         holder.batch_execute("ROLLBACK").await.unwrap();
         // Unlocked, the same claim goes through on the same pool.
-        claimed(
-            store
-                .claim(&claim_request(&id, "second", 60_000))
-                .await
-                .unwrap(),
-        );
+        claim_lease(&store, &id, "second", 60_000).await;
     }
 }

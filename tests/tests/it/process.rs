@@ -65,15 +65,9 @@ fn spawn(api: &RuntimeApi, tables: &(String, String)) -> tokio::process::Child {
 async fn a_process_killed_after_the_charge_is_resumed_by_the_retry() {
     let client = integration_tests::client().await;
     let tables = (
-        integration_tests::unique_name("idempotency"),
-        integration_tests::unique_name("orders"),
+        integration_tests::create_table(&client).await,
+        integration_tests::orders_table(&client).await,
     );
-    integration_tests::create_table_from_template(&client, "IdempotencyTable", &tables.0)
-        .await
-        .unwrap();
-    integration_tests::create_table_from_template(&client, "OrdersTable", &tables.1)
-        .await
-        .unwrap();
     let api = RuntimeApi::start().await.unwrap();
 
     let mut first = spawn(&api, &tables);
@@ -116,25 +110,7 @@ async fn a_process_killed_after_the_charge_is_resumed_by_the_retry() {
 /// stream is read where DynamoDB is, and the scheduled event's sweep
 /// releases the stuck record.
 async fn sweep_as_configured(streams: Option<&str>) -> Value {
-    let client = integration_tests::client().await;
-    let table = integration_tests::unique_name("idempotency");
-    integration_tests::create_table_from_template(&client, "IdempotencyTable", &table)
-        .await
-        .unwrap();
-    let store = lambda_idempotency::DynamoStore::new(client, table.clone());
-    let stuck = crate::fixture::claim_request(&"5".repeat(64), "crashed", 1);
-    lambda_idempotency::Store::claim(&store, &stuck)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-
-    let api = RuntimeApi::start().await.unwrap();
-    let mut env = api.function_env("sweeper");
-    env.extend([
-        ("IDEMPOTENCY_TABLE".to_owned(), table),
-        ("SWEEP_GRACE_SECONDS".to_owned(), "0".to_owned()),
-        ("RUST_LOG".to_owned(), "error".to_owned()),
-    ]);
+    let (api, mut env) = sweeper_of_one_stuck_record('5').await;
     // AWS_ENDPOINT_URL_DYNAMODB (DynamoDB Local through the recorder), and
     // its AWS calls recorded as the sweeper's (scripts/check-iam.py).
     env.extend(integration_tests::iam_record::process_env("sweeper"));
@@ -159,6 +135,30 @@ async fn sweep_as_configured(streams: Option<&str>) -> Value {
         Outcome::Response(body) => serde_json::from_slice(&body).unwrap(),
         other => panic!("the sweep failed: {other:?}"),
     }
+}
+
+/// A fresh idempotency table holding one record stuck in progress (its id
+/// 64 times `digit`, its lease over), a Runtime API, and the environment of
+/// a `sweeper` process polling it that sweeps the table with no grace.
+pub(crate) async fn sweeper_of_one_stuck_record(
+    digit: char,
+) -> (RuntimeApi, Vec<(String, String)>) {
+    let client = integration_tests::client().await;
+    let table = integration_tests::create_table(&client).await;
+    let store = lambda_idempotency::DynamoStore::new(client, table.clone());
+    let stuck = crate::fixture::claim_request(&digit.to_string().repeat(64), "crashed", 1);
+    lambda_idempotency::Store::claim(&store, &stuck)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let api = RuntimeApi::start().await.unwrap();
+    let mut env = api.function_env("sweeper");
+    env.extend([
+        ("IDEMPOTENCY_TABLE".to_owned(), table),
+        ("SWEEP_GRACE_SECONDS".to_owned(), "0".to_owned()),
+        ("RUST_LOG".to_owned(), "error".to_owned()),
+    ]);
+    (api, env)
 }
 
 #[tokio::test]

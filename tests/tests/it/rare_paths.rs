@@ -16,7 +16,8 @@ use lambda_idempotency::{
 use tower::{Layer, ServiceExt};
 
 use crate::fixture::{
-    claim_request, claimed, force_resolution, now_ms, on_both_stores, post, Fixture, Runs,
+    claim_lease, force_resolution, now_ms, on_both_stores, one_phase_handler, post, post_order,
+    Fixture, Runs,
 };
 
 on_both_stores!(
@@ -44,12 +45,7 @@ async fn commit(store: &Arc<dyn Store>, lease: &Lease, name: &str) {
 }
 
 async fn a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resumes(f: Fixture) {
-    let lease = claimed(
-        f.store
-            .claim(&claim_request("r", "a", 600_000))
-            .await
-            .unwrap(),
-    );
+    let lease = claim_lease(&f.store, "r", "a", 600_000).await;
     commit(&f.store, &lease, "charged").await;
 
     f.store.release(&lease).await.unwrap();
@@ -63,12 +59,7 @@ async fn a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resume
         record.lease_expires_at_ms
     );
     // The retry does not wait for the old lease: it takes over and resumes.
-    let retry = claimed(
-        f.store
-            .claim(&claim_request("r", "b", 600_000))
-            .await
-            .unwrap(),
-    );
+    let retry = claim_lease(&f.store, "r", "b", 600_000).await;
     assert_eq!(retry.attempt, 2);
     assert_eq!(retry.recovered.unwrap().name, "charged");
     // The released attempt is fenced from here on.
@@ -77,48 +68,28 @@ async fn a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resume
 }
 
 async fn a_release_keeps_an_inherited_recovery_point_too(f: Fixture) {
-    let first = claimed(f.store.claim(&claim_request("r", "a", 50)).await.unwrap());
+    let first = claim_lease(&f.store, "r", "a", 50).await;
     commit(&f.store, &first, "charged").await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = claimed(
-        f.store
-            .claim(&claim_request("r", "b", 600_000))
-            .await
-            .unwrap(),
-    );
+    let second = claim_lease(&f.store, "r", "b", 600_000).await;
     assert_eq!(second.recovered.as_ref().unwrap().name, "charged");
 
     // The attempt that resumed fails before committing anything of its own.
     f.store.release(&second).await.unwrap();
 
-    let third = claimed(
-        f.store
-            .claim(&claim_request("r", "c", 600_000))
-            .await
-            .unwrap(),
-    );
+    let third = claim_lease(&f.store, "r", "c", 600_000).await;
     assert_eq!(third.attempt, 3);
     assert_eq!(third.recovered.unwrap().name, "charged");
 }
 
 async fn a_release_without_a_recovery_point_still_deletes(f: Fixture) {
-    let lease = claimed(
-        f.store
-            .claim(&claim_request("r", "a", 600_000))
-            .await
-            .unwrap(),
-    );
+    let lease = claim_lease(&f.store, "r", "a", 600_000).await;
     f.store.release(&lease).await.unwrap();
     assert!(f.store.get("r").await.unwrap().is_none());
 }
 
 async fn a_completion_after_a_forced_release_says_the_record_is_gone(f: Fixture) {
-    let lease = claimed(
-        f.store
-            .claim(&claim_request("r", "a", 600_000))
-            .await
-            .unwrap(),
-    );
+    let lease = claim_lease(&f.store, "r", "a", 600_000).await;
     let forced = force_resolution(&f.store, "r", lease.attempt, SweepPolicy::Release).await;
     assert_eq!(forced, Resolution::Released);
 
@@ -135,12 +106,7 @@ async fn a_completion_after_a_forced_release_says_the_record_is_gone(f: Fixture)
 }
 
 async fn a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays(f: Fixture) {
-    let lease = claimed(
-        f.store
-            .claim(&claim_request("r", "a", 600_000))
-            .await
-            .unwrap(),
-    );
+    let lease = claim_lease(&f.store, "r", "a", 600_000).await;
     let forced = force_resolution(&f.store, "r", lease.attempt, SweepPolicy::Fail).await;
     assert_eq!(forced, Resolution::Failed);
 
@@ -169,21 +135,12 @@ fn failing_after_a_phase(
     charges: Runs,
     fail: fn() -> Result<Response<Body>, lambda_http::Error>,
 ) -> impl integration_tests::Handler {
-    tower::service_fn(move |req: Request| {
-        let (runs, charges) = (runs.clone(), charges.clone());
+    one_phase_handler(runs, move |ctx| {
+        let charges = charges.clone();
         async move {
-            runs.bump();
-            let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
-            match ctx.recovery_point() {
-                None => {
-                    charges.bump();
-                    ctx.commit("charged", serde_json::json!({})).await?;
-                    fail()
-                }
-                Some(point) => Ok(Response::builder()
-                    .status(201)
-                    .body(Body::from(format!("resumed from {}", point.name)))?),
-            }
+            charges.bump();
+            ctx.commit("charged", serde_json::json!({})).await?;
+            fail()
         }
     })
 }
@@ -211,10 +168,7 @@ async fn a_failure_after_a_phase_resumes(
     assert_eq!(kept.record.checkpoint.unwrap().name, "charged");
 
     // The client retries at once: it resumes, the charge is not made again.
-    let retry = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let retry = post_order(&svc, "k1").await;
     assert_eq!(retry.status(), 201);
     assert_eq!(retry.body().as_ref(), b"resumed from charged");
     assert_eq!(runs.count(), 2);
@@ -289,17 +243,11 @@ async fn dynamodb_a_phase_whose_answers_are_lost_is_resumed_and_applied_once() {
         .unwrap();
     let store = lambda_idempotency::DynamoStore::new(client.clone(), table);
     let runs = Runs::default();
-    let handler = {
-        let (stock, lose, runs) = (stock.clone(), lose.clone(), runs.clone());
-        tower::service_fn(move |req: Request| {
-            let (stock, lose, runs) = (stock.clone(), lose.clone(), runs.clone());
+    let handler = one_phase_handler(runs.clone(), {
+        let (stock, lose) = (stock.clone(), lose.clone());
+        move |ctx| {
+            let (stock, lose) = (stock.clone(), lose.clone());
             async move {
-                runs.bump();
-                let ctx = IdempotencyContext::of(&req).ok_or("no context")?.clone();
-                if let Some(point) = ctx.recovery_point() {
-                    let body = format!("resumed from {}", point.name);
-                    return Ok(Response::builder().status(201).body(Body::from(body))?);
-                }
                 let take_one = Update::builder()
                     .table_name(&stock)
                     .key("order_id", AttributeValue::S("sku-1".into()))
@@ -314,23 +262,17 @@ async fn dynamodb_a_phase_whose_answers_are_lost_is_resumed_and_applied_once() {
                     .await;
                 lose.arm(0);
                 committed?;
-                Ok::<_, lambda_http::Error>(Response::builder().status(201).body(Body::Empty)?)
+                Ok(Response::builder().status(201).body(Body::Empty)?)
             }
-        })
-    };
+        }
+    });
     let svc = IdempotencyLayer::new(store.clone())
         .max_lease(Duration::from_millis(1500))
         .layer(handler);
     let left = || async {
-        let item = client
-            .get_item()
-            .table_name(&stock)
-            .key("order_id", AttributeValue::S("sku-1".into()))
-            .consistent_read(true)
-            .send()
-            .await
-            .unwrap();
-        item.item().and_then(|i| i.get("stock")).cloned()
+        let sku = [("order_id", AttributeValue::S("sku-1".into()))];
+        let item = integration_tests::consistent_item(&client, &stock, sku).await;
+        item.and_then(|i| i.get("stock").cloned())
     };
 
     let first = svc.clone().oneshot(post("/orders", Some("k1"), "{}")).await;
@@ -341,10 +283,7 @@ async fn dynamodb_a_phase_whose_answers_are_lost_is_resumed_and_applied_once() {
     assert_eq!(left().await, Some(AttributeValue::N("-1".into())));
 
     tokio::time::sleep(Duration::from_millis(1700)).await;
-    let retry = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let retry = post_order(&svc, "k1").await;
     assert_eq!(retry.status(), 201, "{:?}", retry.body());
     assert_eq!(retry.body().as_ref(), b"resumed from reserved");
     assert_eq!(
@@ -373,20 +312,13 @@ async fn a_forced_failure_during_an_invocation_is_what_its_own_instance_replays(
     let svc = IdempotencyLayer::new(f.store.clone())
         .local_cache(100, Duration::from_secs(60))
         .layer(handler);
-    let first = svc
-        .clone()
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let first = post_order(&svc, "k1").await;
     assert_eq!(
         first.status(),
         201,
         "the invocation's own client gets its answer"
     );
-    let replay = svc
-        .oneshot(post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let replay = post_order(&svc, "k1").await;
     assert_eq!(
         replay.status(),
         500,
@@ -401,12 +333,7 @@ async fn a_forced_failure_during_an_invocation_is_what_its_own_instance_replays(
 /// Derived keys repeat across lives of the same request (a day-late retry is
 /// still deduplicated downstream), and differ for another request.
 async fn derived_keys_repeat_in_a_new_life_of_the_same_request(f: Fixture) {
-    let first = claimed(
-        f.store
-            .claim(&claim_request("r", "a", 60_000))
-            .await
-            .unwrap(),
-    );
+    let first = claim_lease(&f.store, "r", "a", 60_000).await;
     let old_key =
         IdempotencyContext::from_lease(f.store.clone(), first.clone()).derived_key("charge");
     // The first life completes and expires.
@@ -414,12 +341,7 @@ async fn derived_keys_repeat_in_a_new_life_of_the_same_request(f: Fixture) {
         .complete(&first, &response(), now_ms() / 1000 - 1)
         .await
         .unwrap();
-    let second = claimed(
-        f.store
-            .claim(&claim_request("r", "b", 60_000))
-            .await
-            .unwrap(),
-    );
+    let second = claim_lease(&f.store, "r", "b", 60_000).await;
     assert!(second.recovered.is_none(), "a new life");
     let new_key =
         IdempotencyContext::from_lease(f.store.clone(), second.clone()).derived_key("charge");

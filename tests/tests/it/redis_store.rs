@@ -19,8 +19,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::Layer;
 
 use crate::fixture::{
-    assert_sweep_keeps_its_deadline, call, claim_request, claimed, counting_handler, json, now_ms,
-    post, silent_server, start_first, Runs,
+    assert_sweep_keeps_its_deadline, call, claim_lease, claim_request, claimed, counting_handler,
+    json, now_ms, post, silent_server, start_first, Runs,
 };
 
 /// `host:port` of the harness's server.
@@ -164,12 +164,8 @@ async fn key_prefixes_keep_stores_apart_on_one_server() {
     let b = integration_tests::redis_store().await;
     assert_ne!(a.key_prefix(), b.key_prefix());
     let id = "0a1b2c";
-    let lease_a = claimed(a.claim(&claim_request(id, "owner-a", 1)).await.unwrap());
-    let lease_b = claimed(
-        b.claim(&claim_request(id, "owner-b", 60_000))
-            .await
-            .unwrap(),
-    );
+    let lease_a = claim_lease(&a, id, "owner-a", 1).await;
+    let lease_b = claim_lease(&b, id, "owner-b", 60_000).await;
     assert_eq!((lease_a.attempt, lease_b.attempt), (1, 1));
     a.complete(&lease_a, &response(), now_ms() / 1000 + 60)
         .await
@@ -214,17 +210,8 @@ async fn a_tls_url_connects_over_tls_and_checks_the_certificate() {
         )
     });
     // The harness's certificate is self-signed; `#insecure` accepts it.
-    let store = RedisStore::builder(url.as_str())
-        .key_prefix(integration_tests::unique_redis_prefix())
-        .connect()
-        .await
-        .unwrap();
-    let lease = claimed(
-        store
-            .claim(&claim_request("71", "o", 60_000))
-            .await
-            .unwrap(),
-    );
+    let store = integration_tests::redis_store_at(url.as_str()).await;
+    let lease = claim_lease(&store, "71", "o", 60_000).await;
     store
         .complete(&lease, &response(), now_ms() / 1000 + 60)
         .await
@@ -241,17 +228,9 @@ async fn a_tls_url_connects_over_tls_and_checks_the_certificate() {
 
 #[tokio::test]
 async fn a_resp3_connection_reads_records_as_resp2_does() {
-    let store = RedisStore::builder(format!("redis://{}/?protocol=resp3", server()))
-        .key_prefix(integration_tests::unique_redis_prefix())
-        .connect()
-        .await
-        .unwrap();
-    let lease = claimed(
-        store
-            .claim(&claim_request("3a", "o", 60_000))
-            .await
-            .unwrap(),
-    );
+    let store =
+        integration_tests::redis_store_at(format!("redis://{}/?protocol=resp3", server())).await;
+    let lease = claim_lease(&store, "3a", "o", 60_000).await;
     let stored = StoredResponse::new(
         201,
         vec![("x-raw".into(), vec![0, 0xff])],
@@ -282,12 +261,7 @@ async fn the_database_number_in_the_url_is_used() {
         .connect()
         .await
         .unwrap();
-    claimed(
-        store
-            .claim(&claim_request("5e", "o", 60_000))
-            .await
-            .unwrap(),
-    );
+    claim_lease(&store, "5e", "o", 60_000).await;
     let key = format!("{prefix}{{5}}r:5e");
     let in_5: bool = redis::cmd("EXISTS")
         .arg(&key)
@@ -319,17 +293,9 @@ async fn credentials_in_the_url_are_used_and_a_wrong_password_never_shows() {
         .query_async(&mut raw(0).await)
         .await
         .unwrap();
-    let store = RedisStore::builder(format!("redis://{user}:s3cret-pass@{}", server()))
-        .key_prefix(integration_tests::unique_redis_prefix())
-        .connect()
-        .await
-        .unwrap();
-    claimed(
-        store
-            .claim(&claim_request("ac", "o", 60_000))
-            .await
-            .unwrap(),
-    );
+    let store =
+        integration_tests::redis_store_at(format!("redis://{user}:s3cret-pass@{}", server())).await;
+    claim_lease(&store, "ac", "o", 60_000).await;
 
     let err = RedisStore::connect(format!("redis://{user}:wrong-pass@{}", server()))
         .await
@@ -343,13 +309,14 @@ async fn credentials_in_the_url_are_used_and_a_wrong_password_never_shows() {
 async fn keys_live_until_their_record_expires_plus_a_grace_and_leave_the_index_when_done() {
     let store = integration_tests::redis_store().await;
     let prefix = store.key_prefix().to_owned();
-    let mut con = raw(0).await;
+    let con = raw(0).await;
     let request = claim_request("7f", "o", 60_000);
     let lease = claimed(store.claim(&request).await.unwrap());
     let key = format!("{prefix}{{7}}r:7f");
     let index = format!("{prefix}{{7}}stuck");
-    let expire_time = |con: &mut redis::aio::MultiplexedConnection, key: String| {
-        let mut con = con.clone();
+    // When the record's key expires, and its score in the stuck index.
+    let expire_time = || {
+        let (mut con, key) = (con.clone(), key.clone());
         async move {
             redis::cmd("EXPIRETIME")
                 .arg(key)
@@ -358,34 +325,31 @@ async fn keys_live_until_their_record_expires_plus_a_grace_and_leave_the_index_w
                 .unwrap()
         }
     };
-    assert_eq!(
-        expire_time(&mut con, key.clone()).await,
-        request.expires_at_s as i64 + 300
-    );
-    let score: Option<u64> = redis::cmd("ZSCORE")
-        .arg(&index)
-        .arg("7f")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(score, Some(request.lease_expires_at_ms));
+    let score = || {
+        let (mut con, index) = (con.clone(), index.clone());
+        async move {
+            redis::cmd("ZSCORE")
+                .arg(index)
+                .arg("7f")
+                .query_async::<Option<u64>>(&mut con)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(expire_time().await, request.expires_at_s as i64 + 300);
+    assert_eq!(score().await, Some(request.lease_expires_at_ms));
 
     let completed_until = now_ms() / 1000 + 90;
     store
         .complete(&lease, &response(), completed_until)
         .await
         .unwrap();
+    assert_eq!(expire_time().await, completed_until as i64 + 300);
     assert_eq!(
-        expire_time(&mut con, key.clone()).await,
-        completed_until as i64 + 300
+        score().await,
+        None,
+        "a completed record leaves the stuck index"
     );
-    let score: Option<u64> = redis::cmd("ZSCORE")
-        .arg(&index)
-        .arg("7f")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(score, None, "a completed record leaves the stuck index");
 }
 
 #[tokio::test]
@@ -394,7 +358,7 @@ async fn scan_pages_through_every_record_and_skips_foreign_keys() {
     let ids: std::collections::BTreeSet<String> =
         (0..25).map(|i| format!("{:x}{i}", i % 16)).collect();
     for id in &ids {
-        claimed(store.claim(&claim_request(id, "o", 60_000)).await.unwrap());
+        claim_lease(&store, id, "o", 60_000).await;
     }
     // Another program's keys under the prefix: a hash that is no record and
     // a string.
@@ -520,11 +484,8 @@ impl Drop for LosingProxy {
 #[tokio::test]
 async fn lost_answers_are_recognised_as_our_own_writes_on_the_retry() {
     let proxy = LosingProxy::start().await;
-    let store = RedisStore::builder(format!("redis://127.0.0.1:{}", proxy.port))
-        .key_prefix(integration_tests::unique_redis_prefix())
-        .connect()
-        .await
-        .unwrap();
+    let store =
+        integration_tests::redis_store_at(format!("redis://127.0.0.1:{}", proxy.port)).await;
 
     // The claim ran, its answer was lost; the retry finds our own owner.
     proxy.lose_next_answer();
@@ -549,12 +510,7 @@ async fn lost_answers_are_recognised_as_our_own_writes_on_the_retry() {
     assert_eq!(record.status, Status::Completed);
 
     // A release whose answer was lost: the retry finds the record gone.
-    let other = claimed(
-        store
-            .claim(&claim_request("c2", "me", 60_000))
-            .await
-            .unwrap(),
-    );
+    let other = claim_lease(&store, "c2", "me", 60_000).await;
     proxy.lose_next_answer();
     store.release(&other).await.unwrap();
     assert_eq!(proxy.lost(), 3);
@@ -583,7 +539,7 @@ async fn on_a_cluster_records_spread_over_its_primaries() {
     );
     let ids: Vec<String> = (0..16).map(|shard| format!("{shard:x}0")).collect();
     for id in &ids {
-        claimed(store.claim(&claim_request(id, "o", 60_000)).await.unwrap());
+        claim_lease(&store, id, "o", 60_000).await;
     }
     // Which primary holds each record, from the cluster's own slot map.
     let url = std::env::var("IDEMPOTENCY_TEST_REDIS_CLUSTER_URL").unwrap();

@@ -169,13 +169,10 @@ fn put_order(table: &str, id: &str) -> aws_sdk_dynamodb::types::TransactWriteIte
 async fn a_transaction_dynamodb_refuses_as_invalid_releases_the_key() {
     use lambda_http::{Body, Request, Response};
     use lambda_idempotency::{problem, IdempotencyContext, IdempotencyLayer};
-    use tower::{Layer, ServiceExt};
+    use tower::Layer;
 
     let (store, _) = integration_tests::dynamo_store().await;
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(store.client(), "OrdersTable", &orders)
-        .await
-        .unwrap();
+    let orders = integration_tests::orders_table(store.client()).await;
     let runs = crate::fixture::Runs::default();
     let counted = runs.clone();
     // Two operations on one item: DynamoDB refuses the whole transaction
@@ -191,11 +188,7 @@ async fn a_transaction_dynamodb_refuses_as_invalid_releases_the_key() {
         }
     });
     let svc = IdempotencyLayer::new(store).layer(handler);
-    let first = svc
-        .clone()
-        .oneshot(crate::fixture::post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let first = crate::fixture::post_order(&svc, "k1").await;
     assert_eq!(first.status(), 500);
     let body = crate::fixture::json(&first);
     assert_eq!(body["type"], problem::TRANSACTION_REJECTED.uri);
@@ -208,10 +201,7 @@ async fn a_transaction_dynamodb_refuses_as_invalid_releases_the_key() {
         "{body}"
     );
     // Released: the retry runs the handler again instead of a 409.
-    let again = svc
-        .oneshot(crate::fixture::post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let again = crate::fixture::post_order(&svc, "k1").await;
     assert_eq!(again.status(), 500);
     assert_eq!(runs.count(), 2);
 }
@@ -223,27 +213,13 @@ async fn a_transaction_dynamodb_refuses_as_invalid_releases_the_key() {
 #[tokio::test]
 async fn an_event_whose_transactional_completion_is_cancelled_fails_and_is_released() {
     use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
-    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    use aws_sdk_dynamodb::types::AttributeValue;
     use lambda_idempotency::{event::SqsBatch, IdempotentFunction};
 
     let (store, _) = integration_tests::dynamo_store().await;
-    let orders = integration_tests::unique_name("orders");
     let client = store.client().clone();
-    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
-        .await
-        .unwrap();
-    let must_be_new = |id: &str| {
-        TransactWriteItem::builder()
-            .put(
-                Put::builder()
-                    .table_name(&orders)
-                    .item("order_id", AttributeValue::S(id.into()))
-                    .condition_expression("attribute_not_exists(order_id)")
-                    .build()
-                    .unwrap(),
-            )
-            .build()
-    };
+    let orders = integration_tests::orders_table(&client).await;
+    let must_be_new = |id: &str| integration_tests::put_new_order(&orders, id);
     client
         .put_item()
         .table_name(&orders)
@@ -323,10 +299,7 @@ async fn an_event_whose_completion_outcome_is_unknown_fails_and_keeps_the_key() 
         .build();
     let client = aws_sdk_dynamodb::Client::from_conf(conf);
     let table = create_table(&integration_tests::client().await).await;
-    let orders = integration_tests::unique_name("orders");
-    integration_tests::create_table_from_template(&client, "OrdersTable", &orders)
-        .await
-        .unwrap();
+    let orders = integration_tests::orders_table(&client).await;
     let store = DynamoStore::new(client, table);
     let function = IdempotentFunction::new(store, "consumer").key_pointers(["/id"]);
     let runs = crate::fixture::Runs::default();
@@ -467,10 +440,7 @@ async fn a_panicking_handler_releases_its_key(f: crate::fixture::Fixture) {
         first.unwrap_err().is_panic(),
         "the panic still reaches the runtime"
     );
-    let retry = svc
-        .oneshot(crate::fixture::post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let retry = crate::fixture::post_order(&svc, "k1").await;
     assert_eq!(retry.status(), 201, "released: the retry runs, no 409");
     assert_eq!(runs.count(), 2);
 }
@@ -975,7 +945,7 @@ fn a_pointer_without_its_leading_slash_is_refused_when_built() {
 #[tokio::test]
 async fn an_expiry_past_the_end_of_time_saturates_on_both_paths() {
     use lambda_idempotency::{store::Status, IdempotencyLayer, IdempotentFunction, MemoryStore};
-    use tower::{Layer, ServiceExt};
+    use tower::Layer;
 
     let forever = Duration::from_secs(u64::MAX);
     let store = MemoryStore::new();
@@ -986,16 +956,9 @@ async fn an_expiry_past_the_end_of_time_saturates_on_both_paths() {
             runs.clone(),
             Duration::ZERO,
         ));
-    let first = svc
-        .clone()
-        .oneshot(crate::fixture::post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let first = crate::fixture::post_order(&svc, "k1").await;
     assert_eq!(first.status(), 201);
-    let replay = svc
-        .oneshot(crate::fixture::post("/orders", Some("k1"), "{}"))
-        .await
-        .unwrap();
+    let replay = crate::fixture::post_order(&svc, "k1").await;
     assert_eq!(replay.status(), 201);
     assert_eq!(runs.count(), 1, "stored, then replayed");
 

@@ -83,6 +83,20 @@ fn dynamodb_failed(response: &DynamoDbEventResponse) -> Vec<&str> {
         .collect()
 }
 
+/// One delivery of `records` to `batch`, each run by [`kinesis_handler`];
+/// the invocation itself must succeed.
+async fn deliver_kinesis(
+    batch: &KinesisBatch,
+    records: Vec<KinesisEventRecord>,
+    seen: &Seen,
+    failing: &Arc<Mutex<Vec<String>>>,
+) -> KinesisEventResponse {
+    batch
+        .process(kinesis_event(records), kinesis_handler(seen, failing))
+        .await
+        .unwrap()
+}
+
 /// A handler that records each run's sequence number and fails the ones in
 /// `failing` (while `failing` holds them).
 fn kinesis_handler(
@@ -109,24 +123,18 @@ async fn kinesis_duplicates_in_a_batch_and_a_redelivered_batch_run_once(f: Fixtu
     let batch = KinesisBatch::new(IdempotentFunction::new(f.store.clone(), "consumer"))
         .key_data_pointer("/event_id");
     let make = || {
-        kinesis_event(vec![
+        vec![
             kinesis_record("1", r#"{"event_id":"e1","n":1}"#),
             // The producer put e1 twice: another record, the same event.
             kinesis_record("2", r#"{"event_id":"e1","n":1}"#),
             kinesis_record("3", r#"{"event_id":"e2","n":2}"#),
-        ])
+        ]
     };
-    let response = batch
-        .process(make(), kinesis_handler(&seen, &none))
-        .await
-        .unwrap();
+    let response = deliver_kinesis(&batch, make(), &seen, &none).await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["1", "3"], "the duplicate e1 replayed");
     // Lambda delivers the same batch again: everything replays.
-    let again = batch
-        .process(make(), kinesis_handler(&seen, &none))
-        .await
-        .unwrap();
+    let again = deliver_kinesis(&batch, make(), &seen, &none).await;
     assert!(again.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["1", "3"]);
 }
@@ -138,13 +146,7 @@ async fn kinesis_first_failure_stops_the_batch_and_is_the_only_identifier(f: Fix
     let records = ["10", "20", "30", "40"]
         .map(|seq| kinesis_record(seq, &format!("{{\"n\":{seq}}}")))
         .to_vec();
-    let response = batch
-        .process(
-            kinesis_event(records.clone()),
-            kinesis_handler(&seen, &failing),
-        )
-        .await
-        .unwrap();
+    let response = deliver_kinesis(&batch, records.clone(), &seen, &failing).await;
     assert_eq!(kinesis_failed(&response), ["20"], "only the checkpoint");
     assert_eq!(
         seen.all(),
@@ -154,23 +156,14 @@ async fn kinesis_first_failure_stops_the_batch_and_is_the_only_identifier(f: Fix
 
     // Lambda retries from the checkpoint; 20 now succeeds, 40 still fails.
     failing.lock().unwrap().retain(|s| s != "20");
-    let retry = batch
-        .process(
-            kinesis_event(records[1..].to_vec()),
-            kinesis_handler(&seen, &failing),
-        )
-        .await
-        .unwrap();
+    let retry = deliver_kinesis(&batch, records[1..].to_vec(), &seen, &failing).await;
     assert_eq!(kinesis_failed(&retry), ["40"]);
     assert_eq!(seen.all(), ["10", "20", "20", "30", "40"]);
 
     // The whole batch again (a retry after a timeout, say): 10, 20 and 30
     // replay, 40 runs.
     failing.lock().unwrap().clear();
-    let last = batch
-        .process(kinesis_event(records), kinesis_handler(&seen, &failing))
-        .await
-        .unwrap();
+    let last = deliver_kinesis(&batch, records, &seen, &failing).await;
     assert!(last.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["10", "20", "20", "30", "40", "40"]);
 }
@@ -200,25 +193,19 @@ async fn kinesis_in_progress_duplicate_fails_and_stops(f: Fixture) {
     started.notified().await;
 
     let make = || {
-        kinesis_event(vec![
+        vec![
             kinesis_record("1", r#"{"event_id":"a"}"#),
             kinesis_record("2", r#"{"event_id":"busy"}"#),
             kinesis_record("3", r#"{"event_id":"c"}"#),
-        ])
+        ]
     };
-    let response = batch
-        .process(make(), kinesis_handler(&seen, &none))
-        .await
-        .unwrap();
+    let response = deliver_kinesis(&batch, make(), &seen, &none).await;
     assert_eq!(kinesis_failed(&response), ["2"]);
     assert_eq!(seen.all(), ["1"], "busy did not run twice, c did not run");
 
     // Once the other invocation completed it, the retry replays it.
     assert_eq!(busy.await.unwrap().unwrap(), "done elsewhere");
-    let retry = batch
-        .process(make(), kinesis_handler(&seen, &none))
-        .await
-        .unwrap();
+    let retry = deliver_kinesis(&batch, make(), &seen, &none).await;
     assert!(retry.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["1", "3"]);
 }
@@ -228,26 +215,26 @@ async fn kinesis_data_pointer_keeps_types_apart_and_numbers_exact(f: Fixture) {
     let none = Arc::default();
     let batch = KinesisBatch::new(IdempotentFunction::new(f.store.clone(), "consumer"))
         .key_data_pointer("/id");
-    let response = batch
-        .process(
-            kinesis_event(vec![
-                kinesis_record("1", r#"{"id":5}"#),
-                // The string "5" is another key than the number 5.
-                kinesis_record("2", r#"{"id":"5"}"#),
-                // The number 5 again, written with other spacing: replays.
-                kinesis_record("3", r#"{ "id" : 5 }"#),
-                // Two numbers a float would not tell apart.
-                kinesis_record("4", r#"{"id":12345678901234567890123}"#),
-                kinesis_record("5", r#"{"id":12345678901234567890124}"#),
-                // Data that is not JSON has no key: no redelivery gives
-                // it one, so it is skipped (logged, counted), not retried.
-                kinesis_record("6", "id=5"),
-                kinesis_record("7", r#"{"id":7}"#),
-            ]),
-            kinesis_handler(&seen, &none),
-        )
-        .await
-        .unwrap();
+    let response = deliver_kinesis(
+        &batch,
+        vec![
+            kinesis_record("1", r#"{"id":5}"#),
+            // The string "5" is another key than the number 5.
+            kinesis_record("2", r#"{"id":"5"}"#),
+            // The number 5 again, written with other spacing: replays.
+            kinesis_record("3", r#"{ "id" : 5 }"#),
+            // Two numbers a float would not tell apart.
+            kinesis_record("4", r#"{"id":12345678901234567890123}"#),
+            kinesis_record("5", r#"{"id":12345678901234567890124}"#),
+            // Data that is not JSON has no key: no redelivery gives
+            // it one, so it is skipped (logged, counted), not retried.
+            kinesis_record("6", "id=5"),
+            kinesis_record("7", r#"{"id":7}"#),
+        ],
+        &seen,
+        &none,
+    )
+    .await;
     assert_eq!(kinesis_failed(&response), Vec::<&str>::new());
     assert_eq!(seen.all(), ["1", "2", "4", "5", "7"]);
 }
@@ -263,34 +250,34 @@ async fn kinesis_partition_key_and_a_closure_are_key_sources(f: Fixture) {
         record.kinesis.partition_key = pk.into();
         record
     };
-    let response = by_partition_key
-        .process(
-            kinesis_event(vec![
-                with_partition_key("1", "evt-1"),
-                with_partition_key("2", "evt-1"),
-                with_partition_key("3", "evt-2"),
-            ]),
-            kinesis_handler(&seen, &none),
-        )
-        .await
-        .unwrap();
+    let response = deliver_kinesis(
+        &by_partition_key,
+        vec![
+            with_partition_key("1", "evt-1"),
+            with_partition_key("2", "evt-1"),
+            with_partition_key("3", "evt-2"),
+        ],
+        &seen,
+        &none,
+    )
+    .await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["1", "3"], "evt-1 once, evt-2 once");
 
     // A closure over the record: here the data's length.
     let by_closure = KinesisBatch::new(IdempotentFunction::new(f.store.clone(), "by-closure"))
         .key_fn(|r: &KinesisEventRecord| Some(r.kinesis.data.len().to_string()));
-    let response = by_closure
-        .process(
-            kinesis_event(vec![
-                kinesis_record("4", "abc"),
-                kinesis_record("5", "xyz"),
-                kinesis_record("6", "abcd"),
-            ]),
-            kinesis_handler(&seen, &none),
-        )
-        .await
-        .unwrap();
+    let response = deliver_kinesis(
+        &by_closure,
+        vec![
+            kinesis_record("4", "abc"),
+            kinesis_record("5", "xyz"),
+            kinesis_record("6", "abcd"),
+        ],
+        &seen,
+        &none,
+    )
+    .await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(
         seen.all(),
@@ -306,13 +293,13 @@ async fn kinesis_failed_record_without_a_sequence_number_fails_the_invocation(f:
     let mut unnamed = kinesis_record("", "{}");
     unnamed.event_id = Some("shardId-000000000000:unnamed".into());
     // A record without a sequence number that succeeds is fine.
-    let ok = batch
-        .process(
-            kinesis_event(vec![kinesis_record("1", "{}"), unnamed.clone()]),
-            kinesis_handler(&seen, &Arc::default()),
-        )
-        .await
-        .unwrap();
+    let ok = deliver_kinesis(
+        &batch,
+        vec![kinesis_record("1", "{}"), unnamed.clone()],
+        &seen,
+        &Arc::default(),
+    )
+    .await;
     assert!(ok.batch_item_failures.is_empty());
     // One that fails cannot be named: the invocation fails.
     let mut other = unnamed;
@@ -466,6 +453,20 @@ fn dynamodb_handler(
     }
 }
 
+/// One delivery of `records` to `batch`, each run by [`dynamodb_handler`];
+/// the invocation itself must succeed.
+async fn deliver_dynamodb(
+    batch: &DynamoDbStreamBatch,
+    records: Vec<EventRecord>,
+    seen: &Seen,
+    failing: &[&str],
+) -> DynamoDbEventResponse {
+    batch
+        .process(dynamodb_event(records), dynamodb_handler(seen, failing))
+        .await
+        .unwrap()
+}
+
 fn order_keys(id: &str) -> Value {
     json!({"order_id": {"S": id}})
 }
@@ -474,26 +475,20 @@ async fn dynamodb_redelivered_batch_runs_each_record_once(f: Fixture) {
     let seen = Seen::default();
     let batch = DynamoDbStreamBatch::new(IdempotentFunction::new(f.store.clone(), "projector"));
     let make = || {
-        dynamodb_event(vec![
+        vec![
             dynamodb_record("ev-1", "100", order_keys("o1"), json!({})),
             dynamodb_record("ev-2", "200", order_keys("o1"), json!({})),
             dynamodb_record("ev-3", "300", order_keys("o2"), json!({})),
-        ])
+        ]
     };
-    let first = batch
-        .process(make(), dynamodb_handler(&seen, &[]))
-        .await
-        .unwrap();
+    let first = deliver_dynamodb(&batch, make(), &seen, &[]).await;
     assert!(first.batch_item_failures.is_empty());
     assert_eq!(
         seen.all(),
         ["100", "200", "300"],
         "each change is its own record"
     );
-    let again = batch
-        .process(make(), dynamodb_handler(&seen, &[]))
-        .await
-        .unwrap();
+    let again = deliver_dynamodb(&batch, make(), &seen, &[]).await;
     assert!(again.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["100", "200", "300"], "the redelivery replayed");
 }
@@ -506,23 +501,11 @@ async fn dynamodb_first_failure_stops_the_batch_and_is_the_only_identifier(f: Fi
         dynamodb_record("ev-2", "200", order_keys("o2"), json!({})),
         dynamodb_record("ev-3", "300", order_keys("o3"), json!({})),
     ];
-    let response = batch
-        .process(
-            dynamodb_event(records.clone()),
-            dynamodb_handler(&seen, &["200", "300"]),
-        )
-        .await
-        .unwrap();
+    let response = deliver_dynamodb(&batch, records.clone(), &seen, &["200", "300"]).await;
     assert_eq!(dynamodb_failed(&response), ["200"]);
     assert_eq!(seen.all(), ["100", "200"]);
     // Lambda retries from 200: it runs again (its failure released the key).
-    let retry = batch
-        .process(
-            dynamodb_event(records[1..].to_vec()),
-            dynamodb_handler(&seen, &[]),
-        )
-        .await
-        .unwrap();
+    let retry = deliver_dynamodb(&batch, records[1..].to_vec(), &seen, &[]).await;
     assert!(retry.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["100", "200", "200", "300"]);
 }
@@ -531,37 +514,37 @@ async fn dynamodb_item_keys_ignore_attribute_order_and_keep_types_apart(f: Fixtu
     let seen = Seen::default();
     let batch = DynamoDbStreamBatch::new(IdempotentFunction::new(f.store.clone(), "outbox"))
         .key_item_keys();
-    let response = batch
-        .process(
-            dynamodb_event(vec![
-                dynamodb_record(
-                    "ev-1",
-                    "100",
-                    json!({"pk": {"S": "a"}, "sk": {"N": "5"}}),
-                    json!({}),
-                ),
-                // The same primary key, listed in the other order: replays.
-                dynamodb_record(
-                    "ev-2",
-                    "200",
-                    json!({"sk": {"N": "5"}, "pk": {"S": "a"}}),
-                    json!({}),
-                ),
-                // The sort key as a string: another item.
-                dynamodb_record(
-                    "ev-3",
-                    "300",
-                    json!({"pk": {"S": "a"}, "sk": {"S": "5"}}),
-                    json!({}),
-                ),
-                // No keys at all: no key, ever; skipped, not retried.
-                dynamodb_record("ev-4", "400", json!({}), json!({})),
-                dynamodb_record("ev-5", "500", json!({"pk": {"S": "b"}}), json!({})),
-            ]),
-            dynamodb_handler(&seen, &[]),
-        )
-        .await
-        .unwrap();
+    let response = deliver_dynamodb(
+        &batch,
+        vec![
+            dynamodb_record(
+                "ev-1",
+                "100",
+                json!({"pk": {"S": "a"}, "sk": {"N": "5"}}),
+                json!({}),
+            ),
+            // The same primary key, listed in the other order: replays.
+            dynamodb_record(
+                "ev-2",
+                "200",
+                json!({"sk": {"N": "5"}, "pk": {"S": "a"}}),
+                json!({}),
+            ),
+            // The sort key as a string: another item.
+            dynamodb_record(
+                "ev-3",
+                "300",
+                json!({"pk": {"S": "a"}, "sk": {"S": "5"}}),
+                json!({}),
+            ),
+            // No keys at all: no key, ever; skipped, not retried.
+            dynamodb_record("ev-4", "400", json!({}), json!({})),
+            dynamodb_record("ev-5", "500", json!({"pk": {"S": "b"}}), json!({})),
+        ],
+        &seen,
+        &[],
+    )
+    .await;
     assert_eq!(dynamodb_failed(&response), Vec::<&str>::new());
     assert_eq!(seen.all(), ["100", "300", "500"]);
 }
@@ -571,40 +554,40 @@ async fn dynamodb_validation_applies_to_the_new_image(f: Fixture) {
     let function = IdempotentFunction::new(f.store.clone(), "outbox").validate(["/amount"]);
     let batch = DynamoDbStreamBatch::new(function).key_item_keys();
     let image = |amount: Value, note: &str| json!({"order_id": {"S": "o1"}, "amount": amount, "note": {"S": note}});
-    let response = batch
-        .process(
-            dynamodb_event(vec![
-                dynamodb_record(
-                    "ev-1",
-                    "100",
-                    order_keys("o1"),
-                    image(json!({"N": "5"}), "a"),
-                ),
-                // Same amount, another field changed: replays.
-                dynamodb_record(
-                    "ev-2",
-                    "200",
-                    order_keys("o1"),
-                    image(json!({"N": "5"}), "b"),
-                ),
-                // The amount as a string is a change: a payload mismatch.
-                dynamodb_record(
-                    "ev-3",
-                    "300",
-                    order_keys("o1"),
-                    image(json!({"S": "5"}), "a"),
-                ),
-                dynamodb_record(
-                    "ev-4",
-                    "400",
-                    order_keys("o2"),
-                    image(json!({"N": "1"}), "a"),
-                ),
-            ]),
-            dynamodb_handler(&seen, &[]),
-        )
-        .await
-        .unwrap();
+    let response = deliver_dynamodb(
+        &batch,
+        vec![
+            dynamodb_record(
+                "ev-1",
+                "100",
+                order_keys("o1"),
+                image(json!({"N": "5"}), "a"),
+            ),
+            // Same amount, another field changed: replays.
+            dynamodb_record(
+                "ev-2",
+                "200",
+                order_keys("o1"),
+                image(json!({"N": "5"}), "b"),
+            ),
+            // The amount as a string is a change: a payload mismatch.
+            dynamodb_record(
+                "ev-3",
+                "300",
+                order_keys("o1"),
+                image(json!({"S": "5"}), "a"),
+            ),
+            dynamodb_record(
+                "ev-4",
+                "400",
+                order_keys("o2"),
+                image(json!({"N": "1"}), "a"),
+            ),
+        ],
+        &seen,
+        &[],
+    )
+    .await;
     assert_eq!(dynamodb_failed(&response), ["300"]);
     assert_eq!(seen.all(), ["100"]);
 }
@@ -613,17 +596,17 @@ async fn dynamodb_closure_key_and_a_record_without_a_sequence_number(f: Fixture)
     let seen = Seen::default();
     let batch = DynamoDbStreamBatch::new(IdempotentFunction::new(f.store.clone(), "projector"))
         .key_fn(|r: &EventRecord| Some(format!("{}:{}", r.event_name, r.event_id)));
-    let response = batch
-        .process(
-            dynamodb_event(vec![
-                dynamodb_record("ev-1", "100", order_keys("o1"), json!({})),
-                dynamodb_record("ev-1", "200", order_keys("o1"), json!({})),
-                dynamodb_record("ev-2", "300", order_keys("o1"), json!({})),
-            ]),
-            dynamodb_handler(&seen, &[]),
-        )
-        .await
-        .unwrap();
+    let response = deliver_dynamodb(
+        &batch,
+        vec![
+            dynamodb_record("ev-1", "100", order_keys("o1"), json!({})),
+            dynamodb_record("ev-1", "200", order_keys("o1"), json!({})),
+            dynamodb_record("ev-2", "300", order_keys("o1"), json!({})),
+        ],
+        &seen,
+        &[],
+    )
+    .await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["100", "300"]);
 

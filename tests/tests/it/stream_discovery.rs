@@ -20,7 +20,7 @@ use lambda_idempotency::{
     DynamoStore, Store,
 };
 
-use crate::fixture::{claim_request, claimed, now_ms};
+use crate::fixture::{claim_lease, claim_request, claimed, now_ms};
 
 /// A fresh table, a store reading its stream through a new proxy, and the
 /// proxy.
@@ -66,12 +66,7 @@ async fn stuck_records(store: &DynamoStore, prefix: &str, n: usize) -> Vec<Strin
 /// neither may be touched.
 async fn neighbours(store: &DynamoStore) -> (String, String) {
     let (done, live) = (hashed_id("completed"), hashed_id("live"));
-    let lease = claimed(
-        store
-            .claim(&claim_request(&done, "owner-done", 1))
-            .await
-            .unwrap(),
-    );
+    let lease = claim_lease(store, &done, "owner-done", 1).await;
     store
         .complete(
             &lease,
@@ -80,12 +75,7 @@ async fn neighbours(store: &DynamoStore) -> (String, String) {
         )
         .await
         .unwrap();
-    claimed(
-        store
-            .claim(&claim_request(&live, "owner-live", 600_000))
-            .await
-            .unwrap(),
-    );
+    claim_lease(store, &live, "owner-live", 600_000).await;
     (done, live)
 }
 
@@ -115,15 +105,9 @@ async fn gone(store: &DynamoStore, ids: &[String]) -> usize {
 
 /// The sweeper's position items (`~sweeper/stream/<shard>`), by id.
 async fn positions(store: &DynamoStore) -> HashMap<String, HashMap<String, AttributeValue>> {
-    let out = store
-        .client()
-        .scan()
-        .table_name(store.table())
-        .consistent_read(true)
-        .send()
+    integration_tests::scan_all(store.client(), store.table())
         .await
-        .unwrap();
-    out.items()
+        .unwrap()
         .iter()
         .filter_map(|item| {
             let id = item.get(schema::ID)?.as_s().ok()?;
@@ -161,7 +145,7 @@ async fn a_stream_without_new_images_is_refused_not_read_as_empty() {
         let streams = integration_tests::streams_client().await;
         let store = DynamoStore::new(client.clone(), table.clone()).with_stream(streams.clone());
         let id = hashed_id("stuck-behind-keys-only");
-        claimed(store.claim(&claim_request(&id, "owner", 1)).await.unwrap());
+        claim_lease(&store, &id, "owner", 1).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
         let summary = sweep(&store).await;
         assert_eq!(summary.errors, 1, "{view_type}: {summary:?}");

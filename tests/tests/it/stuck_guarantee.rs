@@ -14,55 +14,20 @@ use lambda_idempotency::{
     Store,
 };
 
-use crate::fixture::{claim_request, claimed, now_ms, Fixture};
+use crate::fixture::{claim_lease, claimed, now_ms, Fixture};
 
-/// Each test once per store that lists its own records in progress.
-macro_rules! on_listing_stores {
-    ($($name:ident),* $(,)?) => {
-        mod memory_store {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::fixture::memory().await).await
-                }
-            )*
-        }
-        mod redis_server {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::fixture::redis().await).await
-                }
-            )*
-        }
-        mod redis_cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::fixture::redis_cluster().await).await
-                }
-            )*
-        }
-        mod postgres_server {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::fixture::postgres().await).await
-                }
-            )*
-        }
-        mod postgres_pooled {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(crate::fixture::postgres_pooled().await).await
-                }
-            )*
-        }
-    };
-}
-
-on_listing_stores!(records_stuck_through_an_outage_of_days_are_resolved_by_the_next_sweeps);
+// Each test once per store that lists its own records in progress.
+crate::fixture::test_cases!(
+    2,
+    [
+        memory_store => crate::fixture::memory().await,
+        redis_server => crate::fixture::redis().await,
+        redis_cluster => crate::fixture::redis_cluster().await,
+        postgres_server => crate::fixture::postgres().await,
+        postgres_pooled => crate::fixture::postgres_pooled().await,
+    ],
+    [records_stuck_through_an_outage_of_days_are_resolved_by_the_next_sweeps]
+);
 
 const DAY_MS: u64 = 24 * 3600 * 1000;
 
@@ -98,12 +63,7 @@ async fn records_stuck_through_an_outage_of_days_are_resolved_by_the_next_sweeps
         ids.push(id);
     }
     let live = hashed_id("outage-live");
-    claimed(
-        store
-            .claim(&claim_request(&live, "owner-live", 600_000))
-            .await
-            .unwrap(),
-    );
+    claim_lease(&store, &live, "owner-live", 600_000).await;
     let sweeper = Sweeper::new(store.clone())
         .grace(Duration::from_secs(1))
         .page_size(40);
@@ -172,12 +132,7 @@ mod redis_index {
         }
         let _: () = add.query_async(&mut con).await.unwrap();
         let stuck = "7f00d";
-        claimed(
-            store
-                .claim(&claim_request(stuck, "crashed", 1))
-                .await
-                .unwrap(),
-        );
+        claim_lease(&store, stuck, "crashed", 1).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(index_size(&mut con, &index).await, 5_001);
 
@@ -226,7 +181,7 @@ mod redis_index {
         let record = format!("{}{{3}}r:{id}", store.key_prefix());
         let index = format!("{}{{3}}stuck", store.key_prefix());
         let mut con = raw().await;
-        claimed(store.claim(&claim_request(id, "holder", 1)).await.unwrap());
+        claim_lease(&store, id, "holder", 1).await;
         // The record's lease runs 800 ms more; the index still says it ended.
         let lease_end = now_ms() + 800;
         let _: () = redis::cmd("HSET")

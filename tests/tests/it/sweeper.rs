@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::{
-    http::REPLAYED_HEADER,
-    problem,
     store::dynamodb::schema,
     store::{
         Checkpoint, ClaimOutcome, Lease, Record, Resolution, Status, StoredBody, StoredResponse,
@@ -16,11 +14,11 @@ use lambda_idempotency::{
     sweep::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, IdempotencyLayer, Store,
 };
-use tower::{Layer, ServiceExt};
+use tower::Layer;
 
 use crate::fixture::{
-    assert_sweep_keeps_its_deadline, claim_request, claimed, counting_handler, json, now_ms, post,
-    silent_server, Handler, Runs,
+    assert_failed_key_replays_abandoned, assert_sweep_keeps_its_deadline, claim_request, claimed,
+    counting_handler, json, now_ms, post, post_order, silent_server, Handler, Runs,
 };
 
 /// Where stuck records are and how the sweeper finds them: the DynamoDB
@@ -76,74 +74,46 @@ impl Subject {
     }
 }
 
-/// Each sweeper test once per discovery, Redis included.
-macro_rules! on_every_discovery {
-    ($($name:ident),* $(,)?) => {
-        on_both_discoveries!($($name),*);
-        mod redis_server {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Discovery::Redis).await
-                }
-            )*
-        }
-        mod redis_cluster {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Discovery::RedisCluster).await
-                }
-            )*
-        }
-    };
-}
-
-/// Each sweeper test about DynamoDB alone once per DynamoDB discovery.
-macro_rules! on_both_discoveries {
-    ($($name:ident),* $(,)?) => {
-        mod stream {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Discovery::Stream).await
-                }
-            )*
-        }
-        mod index {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Discovery::Index).await
-                }
-            )*
-        }
-    };
-}
-
-on_every_discovery!(
-    a_record_left_resumable_is_failed_by_a_later_fail_sweep,
-    release_policy_deletes_stuck_records_only,
-    grace_period_keeps_recently_expired_leases,
-    released_key_runs_again_on_the_next_retry,
-    fail_policy_stores_a_problem_that_replays,
-    record_reclaimed_between_query_and_write_is_fenced,
-    two_sweepers_at_once_resolve_each_record_once,
-    records_with_a_recovery_point_are_resumable_unless_failing,
-    sweep_stops_before_the_deadline_and_the_next_sweep_finishes,
-    the_fail_policy_never_resurrects_an_expired_record,
-    a_recovery_point_committed_after_the_index_was_read_keeps_the_record,
+// Each sweeper test once per discovery, Redis included.
+crate::fixture::test_cases!(
+    2,
+    [
+        stream => super::Discovery::Stream,
+        index => super::Discovery::Index,
+        redis_server => super::Discovery::Redis,
+        redis_cluster => super::Discovery::RedisCluster,
+    ],
+    [
+        a_record_left_resumable_is_failed_by_a_later_fail_sweep,
+        release_policy_deletes_stuck_records_only,
+        grace_period_keeps_recently_expired_leases,
+        released_key_runs_again_on_the_next_retry,
+        fail_policy_stores_a_problem_that_replays,
+        record_reclaimed_between_query_and_write_is_fenced,
+        two_sweepers_at_once_resolve_each_record_once,
+        records_with_a_recovery_point_are_resumable_unless_failing,
+        sweep_stops_before_the_deadline_and_the_next_sweep_finishes,
+        the_fail_policy_never_resurrects_an_expired_record,
+        a_recovery_point_committed_after_the_index_was_read_keeps_the_record,
+    ]
 );
 
-// The sweeper function and the DynamoDB client's failures: DynamoDB alone
-// (the function reads IDEMPOTENCY_TABLE; a silent Redis server has its own
-// test in `redis_store`).
+// The sweeper function and the DynamoDB client's failures: DynamoDB alone,
+// once per DynamoDB discovery (the function reads IDEMPOTENCY_TABLE; a
+// silent Redis server has its own test in `redis_store`).
 mod dynamodb_only {
     use super::*;
-    on_both_discoveries!(
-        an_unreadable_index_is_counted_and_fails_the_function,
-        the_sweeper_function_handles_the_sample_event,
-        a_hanging_store_does_not_keep_the_sweep_past_its_deadline,
+    crate::fixture::test_cases!(
+        2,
+        [
+            stream => super::Discovery::Stream,
+            index => super::Discovery::Index,
+        ],
+        [
+            an_unreadable_index_is_counted_and_fails_the_function,
+            the_sweeper_function_handles_the_sample_event,
+            a_hanging_store_does_not_keep_the_sweep_past_its_deadline,
+        ]
     );
 }
 
@@ -254,17 +224,8 @@ async fn dynamo_item(
     store: &DynamoStore,
     id: &str,
 ) -> Option<std::collections::HashMap<String, AttributeValue>> {
-    store
-        .client()
-        .get_item()
-        .table_name(store.table())
-        .key(schema::ID, AttributeValue::S(id.into()))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item()
-        .cloned()
+    let key = [(schema::ID, AttributeValue::S(id.into()))];
+    integration_tests::consistent_item(store.client(), store.table(), key).await
 }
 
 /// Is `id` in the store's listing of records in progress, whenever its
@@ -384,10 +345,7 @@ async fn released_key_runs_again_on_the_next_retry(mode: Discovery) {
     let summary = sweep_now(&store, SweepPolicy::Release).await;
     assert_eq!(summary.released, 1);
     let runs = Runs::default();
-    let res = crash_prone_service(&store, &runs)
-        .oneshot(post("/orders", Some("abandoned"), "{}"))
-        .await
-        .unwrap();
+    let res = post_order(&crash_prone_service(&store, &runs), "abandoned").await;
     assert_eq!(res.status(), 201);
     assert_eq!(json(&res)["attempt"], 1, "released records start afresh");
     assert_eq!(runs.count(), 1);
@@ -399,20 +357,8 @@ async fn fail_policy_stores_a_problem_that_replays(mode: Discovery) {
     let summary = sweep_now(&store, SweepPolicy::Fail).await;
     assert_eq!((summary.found, summary.failed), (1, 1));
     let runs = Runs::default();
-    for _ in 0..2 {
-        let res = crash_prone_service(&store, &runs)
-            .oneshot(post("/orders", Some("abandoned"), "{}"))
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 500);
-        assert_eq!(res.headers()[REPLAYED_HEADER], "true");
-        assert_eq!(json(&res)["type"], problem::ABANDONED.uri);
-    }
-    assert_eq!(
-        runs.count(),
-        0,
-        "the handler never runs again for a failed key"
-    );
+    assert_failed_key_replays_abandoned(&crash_prone_service(&store, &runs), "abandoned", &runs)
+        .await;
     let record = item(
         &store,
         &lambda_idempotency::scope::RecordScope::new("POST", "/orders", "abandoned").record_id(),
