@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use lambda_idempotency::{
     sweep::{SweepPolicy, SweepSummary, Sweeper},
-    DynamoStore, PostgresStore, Store,
+    DynamoStore, Store,
 };
 use lambda_runtime::LambdaEvent;
 
@@ -142,16 +142,18 @@ impl Config {
 /// Rows deleted per statement by [`delete_expired`].
 const EXPIRED_BATCH: usize = 500;
 
-/// PostgreSQL keeps expired rows until something deletes them (claims
-/// already treat them as absent): delete them in batches of 500 until none
-/// is left or `deadline_ms` is 2 s away. Returns how many went.
+/// The store's housekeeping ([`Store::delete_expired`]): PostgreSQL keeps
+/// expired rows until something deletes them (claims already treat them as
+/// absent), so delete them in batches of 500 until none is left or
+/// `deadline_ms` is 2 s away. Returns how many went; on engines that expire
+/// records themselves (DynamoDB, Redis) one call that deletes nothing.
 ///
 /// # Errors
 ///
 /// The store's error, naming what to check: the rows stay (harmless to
 /// idempotency, they only take space) until a later run deletes them.
 pub async fn delete_expired(
-    store: &PostgresStore,
+    store: &dyn Store,
     deadline_ms: u64,
 ) -> Result<u64, lambda_runtime::Error> {
     let mut deleted = 0;
@@ -165,7 +167,8 @@ pub async fn delete_expired(
             .await
             .map_err(|e| {
                 format!(
-                    "deleting expired idempotency rows failed after {deleted} rows: {e}; check                      IDEMPOTENCY_STORE_URL and the role's DELETE privilege on the table"
+                    "deleting expired idempotency rows failed after {deleted} rows: {e}; check \
+                     IDEMPOTENCY_STORE_URL and the role's DELETE privilege on the table"
                 )
             })?;
         deleted += batch;

@@ -1,6 +1,5 @@
 //! Lambda entry point of `sweeper`.
 
-use lambda_idempotency::store::UrlStore;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]
@@ -15,29 +14,26 @@ async fn main() -> Result<(), Error> {
         .open(&aws)
         .await
         .map_err(|e| format!("sweeper cannot start: {e}"))?;
-    let (sweeper, postgres) = match opened {
-        None => (
-            config
-                .start(
-                    aws_sdk_dynamodb::Client::new(&aws),
-                    aws_sdk_dynamodbstreams::config::Builder::from(&aws),
-                )
-                .await
-                .map_err(|e| format!("sweeper cannot start: {e}"))?,
-            None,
-        ),
-        Some(UrlStore::Postgres(store)) => (config.sweeper_on(store.clone()), Some(store)),
-        Some(other) => (config.sweeper_on(other.into_store()), None),
+    let sweeper = match opened {
+        None => config
+            .start(
+                aws_sdk_dynamodb::Client::new(&aws),
+                aws_sdk_dynamodbstreams::config::Builder::from(&aws),
+            )
+            .await
+            .map_err(|e| format!("sweeper cannot start: {e}"))?,
+        Some(store) => config.sweeper_on(store.into_store()),
     };
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
         let sweeper = sweeper.clone();
-        let postgres = postgres.clone();
         async move {
             let deadline = event.context.deadline;
             let summary = sweeper::handle(&sweeper, event).await?;
-            if let Some(store) = &postgres {
-                let deleted = sweeper::delete_expired(store, deadline).await?;
-                tracing::info!(deleted, "expired idempotency rows deleted");
+            // The engine's housekeeping: PostgreSQL's expired rows; nothing
+            // on engines that expire records themselves.
+            let deleted = sweeper::delete_expired(sweeper.store(), deadline).await?;
+            if deleted > 0 {
+                tracing::info!(deleted, "expired idempotency records deleted");
             }
             Ok::<_, Error>(summary)
         }

@@ -403,6 +403,56 @@ async fn expired_rows_are_deleted_in_bounded_batches_and_live_ones_kept() {
     assert_eq!(ids, ["live"]);
 }
 
+/// The sweeper function's housekeeping goes through the `Store` trait, as
+/// the sweeper holds its store, so it runs without naming the engine:
+/// PostgreSQL's expired rows are deleted (live ones kept), while DynamoDB
+/// and Redis, which expire records themselves, are sent nothing and report
+/// nothing deleted.
+#[tokio::test]
+async fn the_sweepers_housekeeping_deletes_expired_rows_on_postgres_and_nothing_elsewhere() {
+    let store = integration_tests::postgres_store().await;
+    let now = now_ms();
+    for i in 0..3 {
+        let mut request = claim_request(&format!("old-{i}"), "a", 60_000);
+        request.expires_at_s = now / 1000 - 10;
+        claimed(store.claim(&request).await.unwrap());
+    }
+    claim_lease(&store, "live", "a", 60_000).await;
+    let deadline = now + 60_000;
+    let on_postgres = Sweeper::new(store.clone());
+    assert_eq!(
+        sweeper::delete_expired(on_postgres.store(), deadline)
+            .await
+            .unwrap(),
+        3
+    );
+    let page = store.scan(None, 100).await.unwrap();
+    let ids: Vec<_> = page.records.iter().map(|r| r.record.id.as_str()).collect();
+    assert_eq!(ids, ["live"]);
+
+    let (dynamo, requests) = integration_tests::dynamo_store().await;
+    let before = requests.get();
+    let on_dynamo = Sweeper::new(dynamo);
+    assert_eq!(
+        sweeper::delete_expired(on_dynamo.store(), deadline)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        requests.get(),
+        before,
+        "DynamoDB's TTL expires records: no request"
+    );
+    let on_redis = Sweeper::new(integration_tests::redis_store().await);
+    assert_eq!(
+        sweeper::delete_expired(on_redis.store(), deadline)
+            .await
+            .unwrap(),
+        0
+    );
+}
+
 #[tokio::test]
 async fn a_new_life_drops_the_old_recovery_point_and_a_takeover_keeps_it() {
     let store = integration_tests::postgres_store().await;
@@ -984,7 +1034,12 @@ async fn a_deferred_constraint_failing_at_commit_cancels_the_completion() {
     writes.push(insert());
     let err = complete_201_with(&store, &lease, writes).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::TransactionCancelled, "{err}");
-    assert!(err.to_string().contains("COMMIT"), "{err}");
+    // The message names what was rolled back, in one readable sentence.
+    assert!(
+        err.to_string()
+            .contains("and the handler's 2 write(s) at COMMIT: "),
+        "{err}"
+    );
     assert_eq!(row_count(&store, &unique).await, 0);
 }
 

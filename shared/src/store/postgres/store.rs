@@ -353,7 +353,8 @@ impl PostgresStore {
             Some(summary) => TxFailure::Failed(Error::with_source(
                 ErrorKind::TransactionCancelled,
                 format!(
-                    "PostgreSQL at {} rolled back {} and the handler's {total} write(s) at                      COMMIT: {summary}; nothing was written",
+                    "PostgreSQL at {} rolled back {} and the handler's {total} write(s) at \
+                     COMMIT: {summary}; nothing was written",
                     self.label,
                     head.what(&lease.record_id)
                 ),
