@@ -95,6 +95,20 @@ pub struct Checkpoint {
     pub attempt: u64,
 }
 
+impl Checkpoint {
+    /// The recovery point as the Redis and PostgreSQL stores keep it: JSON
+    /// text of `{"name", "data", "attempt"}`.
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::json!({
+            "name": self.name,
+            "data": self.data,
+            "attempt": self.attempt,
+        })
+        .to_string()
+    }
+}
+
 /// A response as stored: status, headers and body, byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {

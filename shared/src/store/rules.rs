@@ -7,6 +7,7 @@
 //! Lua scripts and SQL statements state the same rules in their own terms.
 
 use super::{ClaimRequest, Completion, Lease};
+use crate::error::{Error, ErrorKind};
 use crate::record::{Record, StoredResponse};
 
 /// May `request` take over `existing`: an abandoned attempt (in progress,
@@ -100,6 +101,16 @@ pub(crate) fn own_claim(existing: &Record, request: &ClaimRequest) -> Option<Lea
             attempt: existing.attempt,
             recovered: existing.checkpoint.clone(),
         },
+    )
+}
+
+/// A claim that found the record changed under it three times in a row
+/// (each retry saw another writer win) gives up: the client retries later.
+#[cfg_attr(not(any(feature = "dynamodb", feature = "postgres")), allow(dead_code))]
+pub(crate) fn claim_contended(record_id: &str) -> Error {
+    Error::new(
+        ErrorKind::StoreUnavailable,
+        format!("record {record_id} changed under three claims in a row; retry the request"),
     )
 }
 

@@ -18,7 +18,7 @@ use super::{condition_failure_item, DynamoStore, WriteParts};
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, Status, StoredResponse};
 use crate::store::rules::{
-    claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, Fitted,
+    claim_contended, claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, Fitted,
 };
 use crate::store::{
     Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
@@ -60,13 +60,7 @@ impl Store for DynamoStore {
         }
         match last {
             Some(record) => Ok(ClaimOutcome::Exists(record)),
-            None => Err(Error::new(
-                ErrorKind::StoreUnavailable,
-                format!(
-                    "record {} changed under three claims in a row; retry the request",
-                    request.record_id
-                ),
-            )),
+            None => Err(claim_contended(&request.record_id)),
         }
     }
 

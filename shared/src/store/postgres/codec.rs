@@ -82,16 +82,6 @@ pub(super) fn unsigned_column(row: &Row, id: &str, name: &str) -> Result<u64, Er
     u64::try_from(value).map_err(|_| corrupt(id, &format!("{name} is negative")))
 }
 
-/// A recovery point as stored (JSON text of `{"name", "data", "attempt"}`).
-pub(super) fn checkpoint_json(checkpoint: &Checkpoint) -> String {
-    serde_json::json!({
-        "name": checkpoint.name,
-        "data": checkpoint.data,
-        "attempt": checkpoint.attempt,
-    })
-    .to_string()
-}
-
 /// A row of [`COLUMNS`] as a record.
 pub(super) fn decode(row: &Row) -> Result<Record, Error> {
     let id: String = column(row, "(unknown)", "id")?;

@@ -6,12 +6,12 @@
 
 use tokio_postgres::types::{ToSql, Type};
 
-use super::codec::{checkpoint_json, column, corrupt, decode, ResponseParams, COLUMNS};
+use super::codec::{column, corrupt, decode, ResponseParams, COLUMNS};
 use super::write::PgWrite;
 use super::{connection_lost, set_limits, to_i64, PostgresStore};
 use crate::error::{Error, ErrorKind};
 use crate::record::StoredResponse;
-use crate::store::rules::{claimable, fit, lease_ended_at, own_claim};
+use crate::store::rules::{claim_contended, claimable, fit, lease_ended_at, own_claim};
 use crate::store::{
     Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
     Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
@@ -66,13 +66,7 @@ impl Store for PostgresStore {
                 return Ok(ClaimOutcome::Exists(record));
             }
         }
-        Err(Error::new(
-            ErrorKind::StoreUnavailable,
-            format!(
-                "record {} changed under three claims in a row; retry the request",
-                request.record_id
-            ),
-        ))
+        Err(claim_contended(&request.record_id))
     }
 
     async fn complete(
@@ -141,14 +135,14 @@ impl Store for PostgresStore {
         }
         let head = TxHead::RecoveryPoint {
             name: &checkpoint.name,
-            json: checkpoint_json(checkpoint),
+            json: checkpoint.to_json(),
         };
         self.transaction_with_writes(lease, head, writes).await
     }
 
     async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
         let fence = Fence::of(lease);
-        let json = checkpoint_json(checkpoint);
+        let json = checkpoint.to_json();
         let updated = self
             .query(
                 "checkpoint",
@@ -371,7 +365,7 @@ impl PostgresStore {
 enum TxHead<'a> {
     /// The completion with this response.
     Completion(&'a ResponseParams),
-    /// The recovery point `name`, as stored (see [`checkpoint_json`]).
+    /// The recovery point `name`, as stored (see `Checkpoint::to_json`).
     RecoveryPoint { name: &'a str, json: String },
 }
 

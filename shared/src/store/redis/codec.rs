@@ -34,16 +34,6 @@ pub(super) fn corrupt(record_id: &str, what: &str) -> Error {
     )
 }
 
-/// A recovery point as stored: JSON `{"name", "data", "attempt"}`.
-pub(super) fn checkpoint_json(checkpoint: &Checkpoint) -> String {
-    serde_json::json!({
-        "name": checkpoint.name,
-        "data": checkpoint.data,
-        "attempt": checkpoint.attempt,
-    })
-    .to_string()
-}
-
 pub(super) fn parse_checkpoint(record_id: &str, bytes: &[u8]) -> Result<Checkpoint, Error> {
     let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|_| corrupt(record_id, "the recovery point is not JSON"))?;
@@ -237,7 +227,7 @@ mod tests {
             attempt: 3,
         };
         assert_eq!(
-            parse_checkpoint("r", checkpoint_json(&checkpoint).as_bytes()).unwrap(),
+            parse_checkpoint("r", checkpoint.to_json().as_bytes()).unwrap(),
             checkpoint
         );
         let err = parse_checkpoint("r", b"{\"name\":1}").unwrap_err();

@@ -6,9 +6,7 @@
 
 use ::redis::{ScriptInvocation, Value};
 
-use super::codec::{
-    self, bytes, checkpoint_json, corrupt, decode, encode_headers, hash_fields, number, text,
-};
+use super::codec::{self, bytes, corrupt, decode, encode_headers, hash_fields, number, text};
 use super::{shard_of, RedisStore, EXPIRY_GRACE_S, SCRIPTS};
 use crate::error::Error;
 use crate::record::StoredResponse;
@@ -112,7 +110,7 @@ impl Store for RedisStore {
                     .key(self.record_key(&lease.record_id))
                     .arg(lease.attempt)
                     .arg(&lease.owner)
-                    .arg(checkpoint_json(checkpoint)),
+                    .arg(checkpoint.to_json()),
             )
             .await?;
         match number(&reply) {
