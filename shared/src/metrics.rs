@@ -75,6 +75,12 @@ pub enum Event {
     /// by the sweeper, no key, a stored output that cannot be read back) was logged and counted as
     /// processed, so its shard goes on instead of stalling for a day.
     StreamRecordSkipped,
+    /// A request carried an idempotency key with a method the HTTP layer's
+    /// default rule does not cover (PUT, DELETE: only POST and PATCH are):
+    /// its handler ran unprotected. Cover the method with
+    /// [`IdempotencyLayer::methods`](crate::IdempotencyLayer::methods), or
+    /// name the methods there to say this is meant.
+    UncoveredKey,
 }
 
 impl Event {
@@ -93,6 +99,7 @@ impl Event {
             Event::LeaseCapped => "LeaseCapped",
             Event::TenantMissing => "TenantMissing",
             Event::StreamRecordSkipped => "StreamRecordSkipped",
+            Event::UncoveredKey => "UncoveredKey",
         }
     }
 }

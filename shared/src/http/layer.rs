@@ -70,6 +70,9 @@ pub(super) struct Config {
     /// The options shared with the event path.
     pub(super) shared: IdempotencyConfig,
     pub(super) methods: Vec<Method>,
+    /// Were the methods named ([`IdempotencyLayer::methods`]), or are they
+    /// the default rule?
+    pub(super) methods_named: bool,
     pub(super) header: HeaderName,
     pub(super) require_key: bool,
     pub(super) tenant: TenantSource,
@@ -105,6 +108,28 @@ impl Config {
     pub(super) fn count(&self, event: Event) {
         self.shared.count(event);
     }
+
+    /// A request the layer lets through because its method is not covered:
+    /// when it carries a key with a method that changes things (PUT,
+    /// DELETE) and the methods are the default rule, whoever wrapped the
+    /// handler may believe it protected. Counted every time
+    /// ([`Event::UncoveredKey`]), logged once per process.
+    pub(super) fn note_uncovered(&self, method: &Method, has_key: bool) {
+        if self.methods_named || method.is_safe() || !has_key {
+            return;
+        }
+        self.count(Event::UncoveredKey);
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                %method,
+                "a {method} request carried an idempotency key, but the layer covers only POST \
+                 and PATCH by default: it ran unprotected. Cover {method} with \
+                 IdempotencyLayer::methods, or name the methods there if this is meant \
+                 (logged once; counted as UncoveredKey)"
+            );
+        }
+    }
 }
 
 impl IdempotencyLayer {
@@ -123,6 +148,7 @@ impl IdempotencyLayer {
             config: Config {
                 shared: config,
                 methods: vec![Method::POST, Method::PATCH],
+                methods_named: false,
                 header: HeaderName::from_static("idempotency-key"),
                 require_key: false,
                 tenant: TenantSource::anonymous(),
@@ -149,9 +175,12 @@ impl IdempotencyLayer {
         &self.config.shared
     }
 
-    /// The methods the middleware covers; others pass through.
+    /// The methods the middleware covers; others pass through. Until they
+    /// are named here, a key sent with another method that changes things
+    /// (PUT, DELETE) is counted as [`Event::UncoveredKey`] and logged once.
     pub fn methods<I: IntoIterator<Item = Method>>(mut self, methods: I) -> Self {
         self.config.methods = methods.into_iter().collect();
+        self.config.methods_named = true;
         self
     }
 

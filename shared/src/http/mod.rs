@@ -125,6 +125,83 @@ mod tests {
         assert_eq!(store.requests(), 0);
     }
 
+    /// A key sent with PUT or DELETE, which the default rule (POST and
+    /// PATCH) does not cover, runs the handler unprotected: it passes
+    /// through as before, but is counted (and logged once) so whoever
+    /// wrapped the handler learns it. Safe methods, requests without a key
+    /// and methods chosen explicitly are not counted.
+    #[tokio::test]
+    async fn a_key_on_a_method_the_default_rule_leaves_out_is_counted() {
+        use crate::metrics::Metrics;
+        use std::sync::Mutex;
+
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let captured = lines.clone();
+        let metrics =
+            Metrics::new("T").sink(move |line| captured.lock().unwrap().push(line.to_owned()));
+        let handler = || {
+            tower::service_fn(|_req: Request| async {
+                Ok::<_, lambda_http::Error>(Response::new(Body::from("ok")))
+            })
+        };
+        let request = |method: &str, key: bool| {
+            let mut req = http::Request::builder().method(method).uri("/orders/1");
+            if key {
+                req = req.header("idempotency-key", "k");
+            }
+            req.body(Body::Empty).unwrap()
+        };
+        let store = MemoryStore::new();
+        let mut by_default = IdempotencyLayer::new(store.clone())
+            .metrics(metrics.clone())
+            .layer(handler());
+        let mut chosen = IdempotencyLayer::new(store.clone())
+            .methods([http::Method::POST, http::Method::PATCH])
+            .metrics(metrics)
+            .layer(handler());
+        let counted = || {
+            lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|line| line.contains("\"UncoveredKey\""))
+                .count()
+        };
+        for (method, key) in [("PUT", true), ("DELETE", true)] {
+            let res = by_default
+                .ready()
+                .await
+                .unwrap()
+                .call(request(method, key))
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200, "{method} passes through");
+        }
+        assert_eq!(counted(), 2);
+        for (method, key) in [("GET", true), ("HEAD", true), ("PUT", false)] {
+            by_default
+                .ready()
+                .await
+                .unwrap()
+                .call(request(method, key))
+                .await
+                .unwrap();
+        }
+        chosen
+            .ready()
+            .await
+            .unwrap()
+            .call(request("PUT", true))
+            .await
+            .unwrap();
+        assert_eq!(
+            counted(),
+            2,
+            "safe methods, no key, methods chosen: not counted"
+        );
+        assert_eq!(store.requests(), 0);
+    }
+
     #[test]
     fn the_wrapped_service_can_be_reached_and_taken_back() {
         #[derive(Clone, Debug, PartialEq)]

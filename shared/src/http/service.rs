@@ -87,7 +87,11 @@ where
     S: Service<Request, Response = R>,
     R: IntoResponse,
 {
-    if config.shared.disabled || !config.methods.contains(req.method()) {
+    if config.shared.disabled {
+        return Ok(inner.call(req).await?.into_response().await);
+    }
+    if !config.methods.contains(req.method()) {
+        config.note_uncovered(req.method(), req.headers().contains_key(&config.header));
         return Ok(inner.call(req).await?.into_response().await);
     }
     let key = match req.headers().get(&config.header) {
