@@ -84,6 +84,28 @@ pub(crate) fn parse(value: &str) -> Result<IdempotencyKey, Error> {
     validate(key)
 }
 
+/// A key read from a JSON body: a string as it is, an integer as its
+/// decimal text, validated as a header's key is; any other value is refused.
+pub(crate) fn from_json(value: &serde_json::Value) -> Result<IdempotencyKey, Error> {
+    match value {
+        serde_json::Value::String(s) => validate(s.clone()),
+        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => validate(n.to_string()),
+        other => {
+            let kind = match other {
+                serde_json::Value::Number(_) => "a number with a fraction or an exponent",
+                serde_json::Value::Bool(_) => "a boolean",
+                serde_json::Value::Null => "null",
+                serde_json::Value::Array(_) => "an array",
+                _ => "an object",
+            };
+            Err(invalid(format!(
+                "the idempotency key in the body is {kind}; send it as a string \
+                 (or an integer)"
+            )))
+        }
+    }
+}
+
 fn validate(key: String) -> Result<IdempotencyKey, Error> {
     if key.is_empty() {
         return Err(invalid(
@@ -137,6 +159,32 @@ mod tests {
         assert!(parse(&"x".repeat(MAX_KEY_LEN)).is_ok());
         assert!(parse(&"x".repeat(MAX_KEY_LEN + 1)).is_err());
         assert!(parse_bytes(b"\xff\xfe").is_err());
+    }
+
+    #[test]
+    fn body_keys_are_strings_or_integers_validated_as_header_keys() {
+        use serde_json::json;
+        assert_eq!(from_json(&json!("evt_1")).unwrap().as_str(), "evt_1");
+        // No sf-string unquoting in a body: the quotes are part of the key.
+        assert_eq!(from_json(&json!("\"q\"")).unwrap().as_str(), "\"q\"");
+        assert_eq!(from_json(&json!(42)).unwrap().as_str(), "42");
+        assert_eq!(from_json(&json!(-7)).unwrap().as_str(), "-7");
+        for bad in [
+            json!(""),
+            json!("caf\u{e9}"),
+            json!(1.5),
+            json!(true),
+            json!(null),
+            json!([1]),
+            json!({"a": 1}),
+        ] {
+            assert_eq!(
+                from_json(&bad).unwrap_err().kind(),
+                ErrorKind::InvalidKey,
+                "{bad}"
+            );
+        }
+        assert!(from_json(&json!("x".repeat(MAX_KEY_LEN + 1))).is_err());
     }
 
     #[test]

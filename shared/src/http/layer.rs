@@ -74,6 +74,9 @@ pub(super) struct Config {
     /// the default rule?
     pub(super) methods_named: bool,
     pub(super) header: HeaderName,
+    /// Where the key is read when not from `header`: a JSON pointer into
+    /// the request body ([`IdempotencyLayer::key_from_body`]).
+    pub(super) body_key: Option<String>,
     pub(super) require_key: bool,
     pub(super) tenant: TenantSource,
     pub(super) fingerprinter: Fingerprinter,
@@ -150,6 +153,7 @@ impl IdempotencyLayer {
                 methods: vec![Method::POST, Method::PATCH],
                 methods_named: false,
                 header: HeaderName::from_static("idempotency-key"),
+                body_key: None,
                 require_key: false,
                 tenant: TenantSource::anonymous(),
                 fingerprinter: Fingerprinter::new(),
@@ -187,6 +191,39 @@ impl IdempotencyLayer {
     /// The key header (default `Idempotency-Key`).
     pub fn header_name(mut self, name: HeaderName) -> Self {
         self.config.header = name;
+        self.config.body_key = None;
+        self
+    }
+
+    /// Read the key from the request's JSON body at `pointer` (RFC 6901:
+    /// `/id`, `/data/object/id`) instead of a header, as webhook senders
+    /// (payment providers, Git hosts, chat platforms) send their event id.
+    /// A string is the key as it is, an integer its decimal text, validated
+    /// as a header key is (`400` when malformed). A body that is not JSON,
+    /// or holds nothing at `pointer`, is a request without a key: `400` with
+    /// [`require_key(true)`](Self::require_key), else passed through. The
+    /// scope (tenant, method, route), the fingerprint and every other answer
+    /// are as with the header; [`header_name`](Self::header_name) goes back
+    /// to a header.
+    ///
+    /// ```
+    /// use lambda_idempotency::{IdempotencyLayer, MemoryStore};
+    ///
+    /// let layer = IdempotencyLayer::new(MemoryStore::new())
+    ///     .key_from_body("/data/id")
+    ///     .require_key(true);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When `pointer` is not a JSON pointer (`id` where `/id` is meant): a
+    /// configuration error, found when the function starts.
+    pub fn key_from_body(mut self, pointer: impl Into<String>) -> Self {
+        let pointer = pointer.into();
+        if let Err(e) = crate::json::check_pointer(&pointer) {
+            panic!("IdempotencyLayer::key_from_body: {e}");
+        }
+        self.config.body_key = Some(pointer);
         self
     }
 

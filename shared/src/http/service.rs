@@ -91,27 +91,26 @@ where
         return Ok(inner.call(req).await?.into_response().await);
     }
     if !config.methods.contains(req.method()) {
-        config.note_uncovered(req.method(), req.headers().contains_key(&config.header));
+        let has_key = config.body_key.is_none() && req.headers().contains_key(&config.header);
+        config.note_uncovered(req.method(), has_key);
         return Ok(inner.call(req).await?.into_response().await);
     }
-    let key = match req.headers().get(&config.header) {
-        None if config.require_key => {
+    let key = match read_key(&config, &req) {
+        Ok(Some(key)) => key,
+        Ok(None) if config.require_key => {
             return Ok(problem::response(
                 problem::KEY_MISSING,
                 &format!(
-                    "{} {} requires an `{}` header; send a unique value (a UUID) and reuse it \
-                     when you retry the same request",
+                    "{} {} requires {}; send a unique value (a UUID) and reuse it when you \
+                     retry the same request",
                     req.method(),
                     req.uri().path(),
-                    config.header
+                    key_source(&config)
                 ),
             ))
         }
-        None => return Ok(inner.call(req).await?.into_response().await),
-        Some(value) => match key::parse_bytes(value.as_bytes()) {
-            Ok(key) => key,
-            Err(err) => return Ok(problem::response(problem::KEY_INVALID, &err.to_string())),
-        },
+        Ok(None) => return Ok(inner.call(req).await?.into_response().await),
+        Err(err) => return Ok(problem::response(problem::KEY_INVALID, &err.to_string())),
     };
 
     let tenant = match config.tenant.scope(&req) {
@@ -460,4 +459,31 @@ async fn release(config: &Config, lease: &Lease, why: &str) {
             .await
             .event(),
     );
+}
+
+/// The request's key, from its header or, with
+/// [`key_from_body`](super::IdempotencyLayer::key_from_body), from its JSON
+/// body; `None` when it has none.
+fn read_key(config: &Config, req: &Request) -> Result<Option<key::IdempotencyKey>, Error> {
+    match &config.body_key {
+        None => req
+            .headers()
+            .get(&config.header)
+            .map(|value| key::parse_bytes(value.as_bytes()))
+            .transpose(),
+        Some(pointer) => {
+            let Ok(body) = serde_json::from_slice::<serde_json::Value>(req.body().as_ref()) else {
+                return Ok(None);
+            };
+            body.pointer(pointer).map(key::from_json).transpose()
+        }
+    }
+}
+
+/// Where the key is expected, for a `400` that says what to send.
+fn key_source(config: &Config) -> String {
+    match &config.body_key {
+        None => format!("an `{}` header", config.header),
+        Some(pointer) => format!("an idempotency key at `{pointer}` in its JSON body"),
+    }
 }

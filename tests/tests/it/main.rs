@@ -4,6 +4,7 @@
 
 mod alarms;
 mod beyond;
+mod body_key;
 mod contract;
 mod dynamo;
 mod engines;
