@@ -21,6 +21,7 @@ mod phases;
 mod postgres;
 mod process;
 mod rare_paths;
+mod redis_failover;
 mod redis_store;
 mod regressions;
 mod store_rules;

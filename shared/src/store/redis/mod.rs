@@ -114,7 +114,9 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// record lets its key run again), and a primary that does not lose
 /// acknowledged writes. Replication to replicas is asynchronous: a failover
 /// can lose the last writes, a claim included, so a retry right then may run
-/// the handler again; DynamoDB's writes are durable when acknowledged.
+/// the handler again, unless the store waits for its replicas
+/// ([`RedisStoreBuilder::wait_for_replicas`]); DynamoDB's writes are durable
+/// when acknowledged.
 ///
 /// ```no_run
 /// use lambda_idempotency::{IdempotencyLayer, RedisStore};
@@ -137,6 +139,16 @@ pub struct RedisStore {
     max_response_bytes: usize,
     /// The server is a Redis Cluster.
     cluster: bool,
+    /// Replicas that must hold a claim, recovery point or completion
+    /// before it counts ([`RedisStoreBuilder::wait_for_replicas`]).
+    replication: Option<Replication>,
+}
+
+/// `WAIT`'s arguments: how many replicas, for how long at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Replication {
+    replicas: u32,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -144,6 +156,7 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("server", &self.server)
             .field("cluster", &self.cluster)
+            .field("replication", &self.replication)
             .field("prefix", &self.prefix)
             .field("max_response_bytes", &self.max_response_bytes)
             .finish()
@@ -159,6 +172,7 @@ pub struct RedisStoreBuilder {
     response_timeout: Duration,
     max_response_bytes: usize,
     cluster: bool,
+    replication: Option<Replication>,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -170,6 +184,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("max_response_bytes", &self.max_response_bytes)
             .field("cluster", &self.cluster)
+            .field("replication", &self.replication)
             .finish_non_exhaustive()
     }
 }
@@ -215,6 +230,26 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Count a claim, a recovery point or a completion as done only once
+    /// `replicas` replicas hold it (Redis `WAIT`, one more round trip each),
+    /// waiting at most `timeout`. Replication is asynchronous: without this,
+    /// a write the primary acknowledged is lost if a replica is promoted
+    /// before it arrived, and a retry then claims the key again and runs the
+    /// handler twice. When fewer replicas answer in time the operation fails
+    /// closed ([`ErrorKind::StoreUnavailable`], a `503`): a claim is
+    /// released again first (its handler has not run), a completion or a
+    /// recovery point is reported as not recorded.
+    ///
+    /// `timeout` must be shorter than the response timeout. One server with
+    /// replicas only: on a Redis Cluster [`open`](Self::open) refuses it.
+    /// MemoryDB keeps every acknowledged write in its multi-AZ log and needs
+    /// none of this; on ElastiCache (Redis OSS or Valkey) with replicas, use
+    /// one replica and a timeout of a few hundred milliseconds.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replication = Some(Replication { replicas, timeout });
+        self
+    }
+
     /// The store, connecting on first use: nothing is sent yet, so an
     /// unreachable server shows up as [`ErrorKind::StoreUnavailable`] on the
     /// first operation. Must be called inside a Tokio runtime.
@@ -222,6 +257,28 @@ impl RedisStoreBuilder {
     /// Fails with [`ErrorKind::InvalidConfig`] when the URL is not a Redis
     /// URL, the prefix holds a brace, or there is no Tokio runtime.
     pub fn open(self) -> Result<RedisStore, Error> {
+        if let Some(replication) = self.replication {
+            if self.cluster {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    "wait_for_replicas is for one Redis server with its replicas; on a Redis \
+                     Cluster `WAIT` would have to reach the node of every key, which this store \
+                     does not do: leave it out (or use MemoryDB, whose writes are durable)",
+                ));
+            }
+            if replication.timeout >= self.response_timeout {
+                return Err(Error::new(
+                    ErrorKind::InvalidConfig,
+                    format!(
+                        "wait_for_replicas waits up to {} ms, not less than the response timeout \
+                         ({} ms), so the wait could never report; use a shorter wait or a longer \
+                         response_timeout",
+                        replication.timeout.as_millis(),
+                        self.response_timeout.as_millis()
+                    ),
+                ));
+            }
+        }
         if self.prefix.contains(['{', '}']) {
             return Err(Error::new(
                 ErrorKind::InvalidConfig,
@@ -303,6 +360,7 @@ impl RedisStoreBuilder {
             server,
             max_response_bytes: self.max_response_bytes,
             cluster: self.cluster,
+            replication: self.replication,
         })
     }
 
@@ -361,6 +419,7 @@ impl RedisStore {
             response_timeout: Duration::from_secs(2),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             cluster: false,
+            replication: None,
         }
     }
 
@@ -463,6 +522,36 @@ impl RedisStore {
                 Err(err) => return Err(self.unavailable(op, err)),
             }
         }
+    }
+
+    /// With [`RedisStoreBuilder::wait_for_replicas`]: wait until that many
+    /// replicas hold this connection's writes (the `op` just made among
+    /// them), or fail with [`ErrorKind::StoreUnavailable`]. Without it, done.
+    async fn replicated(&self, op: &str) -> Result<(), Error> {
+        let Some(Replication { replicas, timeout }) = self.replication else {
+            return Ok(());
+        };
+        let mut connection = self.connection.clone();
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let acknowledged: u64 = ::redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(millis)
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| self.unavailable(op, e))?;
+        if acknowledged >= u64::from(replicas) {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::StoreUnavailable,
+            format!(
+                "Redis at {} holds the {op}, but only {acknowledged} of the {replicas} replicas \
+                 asked for acknowledged it within {millis} ms: a failover now could lose it, so \
+                 it does not count; retry the request, and check the replicas' replication \
+                 link (INFO replication)",
+                self.server
+            ),
+        ))
     }
 
     /// A reply the scripts never give.

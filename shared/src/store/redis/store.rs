@@ -36,46 +36,19 @@ impl Store for RedisStore {
                     .arg(request.expires_at_s.saturating_add(EXPIRY_GRACE_S)),
             )
             .await?;
-        let parts = match &reply {
-            Value::Array(parts) => parts.as_slice(),
-            _ => return Err(self.unexpected("claim", &reply)),
-        };
-        let id = &request.record_id;
-        match parts {
-            [tag, attempt, checkpoint] if number(tag) == Some(1) => {
-                let attempt = number(attempt).ok_or_else(|| self.unexpected("claim", &reply))?;
-                Ok(ClaimOutcome::Claimed(Lease {
-                    record_id: id.clone(),
-                    owner: request.owner.clone(),
-                    fingerprint: request.fingerprint.clone(),
-                    attempt,
-                    recovered: self.checkpoint_of(id, checkpoint)?,
-                }))
-            }
-            // Rule 3: our own earlier try of this claim went through.
-            [tag, attempt, fingerprint, checkpoint] if number(tag) == Some(2) => {
-                match (number(attempt), text(fingerprint)) {
-                    (Some(attempt), Some(fingerprint)) => Ok(ClaimOutcome::Claimed(Lease {
-                        record_id: id.clone(),
-                        owner: request.owner.clone(),
-                        fingerprint,
-                        attempt,
-                        recovered: self.checkpoint_of(id, checkpoint)?,
-                    })),
-                    _ => Err(corrupt(id, "its attempt or fingerprint is not readable")),
+        let outcome = self.claim_outcome(request, &reply)?;
+        if let ClaimOutcome::Claimed(lease) = &outcome {
+            if let Err(err) = self.replicated("claim").await {
+                // The handler has not run: give the key back on the primary
+                // (best effort, it may be the one failing) so a retry that
+                // still finds it there need not wait out the lease.
+                if let Err(release) = self.release(lease).await {
+                    tracing::warn!(record_id = %lease.record_id, error = %release, "a claim the replicas did not acknowledge could not be released; it ends with its lease");
                 }
+                return Err(err);
             }
-            [tag, record] if number(tag) == Some(0) => {
-                let fields = hash_fields(record.clone())
-                    .ok_or_else(|| corrupt(id, "its fields are not strings"))?;
-                Ok(ClaimOutcome::Exists(decode(id, &fields)?))
-            }
-            [tag, why] if number(tag) == Some(3) => Err(corrupt(
-                id,
-                &text(why).unwrap_or_else(|| "it is not a record".into()),
-            )),
-            _ => Err(self.unexpected("claim", &reply)),
         }
+        Ok(outcome)
     }
 
     async fn complete(
@@ -94,7 +67,10 @@ impl Store for RedisStore {
         let reply = self.eval("complete", &invocation).await?;
         match number(&reply) {
             // 2: completed by this very lease already (our own write again).
-            Some(1 | 2) => Ok(completion),
+            Some(1 | 2) => {
+                self.replicated("completion").await?;
+                Ok(completion)
+            }
             Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
             Some(3) => Err(Error::record_gone(&lease.record_id, lease.attempt)),
             _ => Err(self.unexpected("complete", &reply)),
@@ -114,7 +90,7 @@ impl Store for RedisStore {
             )
             .await?;
         match number(&reply) {
-            Some(1) => Ok(()),
+            Some(1) => self.replicated("recovery point").await,
             Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
             _ => Err(self.unexpected("checkpoint", &reply)),
         }
@@ -205,5 +181,50 @@ impl RedisStore {
         bytes(value)
             .map(|b| codec::parse_checkpoint(record_id, b))
             .transpose()
+    }
+
+    /// What the claim script's `reply` says.
+    fn claim_outcome(&self, request: &ClaimRequest, reply: &Value) -> Result<ClaimOutcome, Error> {
+        let parts = match reply {
+            Value::Array(parts) => parts.as_slice(),
+            _ => return Err(self.unexpected("claim", reply)),
+        };
+        let id = &request.record_id;
+
+        match parts {
+            [tag, attempt, checkpoint] if number(tag) == Some(1) => {
+                let attempt = number(attempt).ok_or_else(|| self.unexpected("claim", reply))?;
+                Ok(ClaimOutcome::Claimed(Lease {
+                    record_id: id.clone(),
+                    owner: request.owner.clone(),
+                    fingerprint: request.fingerprint.clone(),
+                    attempt,
+                    recovered: self.checkpoint_of(id, checkpoint)?,
+                }))
+            }
+            // Rule 3: our own earlier try of this claim went through.
+            [tag, attempt, fingerprint, checkpoint] if number(tag) == Some(2) => {
+                match (number(attempt), text(fingerprint)) {
+                    (Some(attempt), Some(fingerprint)) => Ok(ClaimOutcome::Claimed(Lease {
+                        record_id: id.clone(),
+                        owner: request.owner.clone(),
+                        fingerprint,
+                        attempt,
+                        recovered: self.checkpoint_of(id, checkpoint)?,
+                    })),
+                    _ => Err(corrupt(id, "its attempt or fingerprint is not readable")),
+                }
+            }
+            [tag, record] if number(tag) == Some(0) => {
+                let fields = hash_fields(record.clone())
+                    .ok_or_else(|| corrupt(id, "its fields are not strings"))?;
+                Ok(ClaimOutcome::Exists(decode(id, &fields)?))
+            }
+            [tag, why] if number(tag) == Some(3) => Err(corrupt(
+                id,
+                &text(why).unwrap_or_else(|| "it is not a record".into()),
+            )),
+            _ => Err(self.unexpected("claim", reply)),
+        }
     }
 }
