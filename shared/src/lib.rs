@@ -78,6 +78,9 @@ mod cache;
 mod claim;
 mod clock;
 pub mod config;
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod conformance;
 pub mod context;
 mod error;
 pub mod event;
@@ -132,7 +135,9 @@ pub use crate::store::Store;
     feature = "dynamodb-stream-events",
     feature = "s3-offload",
     feature = "redis",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "http",
+    feature = "test-util"
 ))]
 mod readme_doctests {
     #[doc = include_str!("../../README.md")]
