@@ -301,3 +301,87 @@ pub async fn scan_pages_through_every_record_once(store: &dyn Store) {
     assert_eq!(seen, ids);
     assert!(pages >= 3, "pages of at most 3: {pages}");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::store::memory::MemoryStore;
+    use crate::store::{
+        Checkpoint, Completion, RecordPage, Resolution, Resolve, StoredRecord, StuckPage,
+        StuckRecord, SweepCursor,
+    };
+
+    /// A store that breaks rule 1: its claim succeeds whatever it finds, so
+    /// two owners can hold one key at once. The suite must not pass it.
+    #[derive(Debug, Default)]
+    struct ClaimsEverything(MemoryStore);
+
+    #[async_trait::async_trait]
+    impl Store for ClaimsEverything {
+        async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
+            Ok(match self.0.claim(request).await? {
+                ClaimOutcome::Exists(record) => ClaimOutcome::Claimed(Lease {
+                    record_id: record.id,
+                    owner: request.owner.clone(),
+                    fingerprint: request.fingerprint.clone(),
+                    attempt: record.attempt,
+                    recovered: None,
+                }),
+                claimed => claimed,
+            })
+        }
+        async fn complete(
+            &self,
+            lease: &Lease,
+            response: &StoredResponse,
+            expires_at_s: u64,
+        ) -> Result<Completion, Error> {
+            self.0.complete(lease, response, expires_at_s).await
+        }
+        async fn release(&self, lease: &Lease) -> Result<(), Error> {
+            self.0.release(lease).await
+        }
+        async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+            self.0.checkpoint(lease, checkpoint).await
+        }
+        async fn stuck(
+            &self,
+            cutoff_ms: u64,
+            cursor: Option<SweepCursor>,
+            limit: usize,
+        ) -> Result<StuckPage, Error> {
+            self.0.stuck(cutoff_ms, cursor, limit).await
+        }
+        async fn resolve_stuck(
+            &self,
+            record: &StuckRecord,
+            how: Resolve<'_>,
+            cutoff_ms: u64,
+            now_ms: u64,
+        ) -> Result<Resolution, Error> {
+            self.0.resolve_stuck(record, how, cutoff_ms, now_ms).await
+        }
+        async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+            Store::get(&self.0, record_id).await
+        }
+        async fn scan(
+            &self,
+            cursor: Option<SweepCursor>,
+            limit: usize,
+        ) -> Result<RecordPage, Error> {
+            Store::scan(&self.0, cursor, limit).await
+        }
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "expected an existing record")]
+    async fn a_store_that_breaks_a_rule_fails_the_suite() {
+        run(|| async { ClaimsEverything::default() }).await;
+    }
+
+    #[tokio::test]
+    async fn the_in_memory_store_passes_the_suite() {
+        run(|| async { MemoryStore::new() }).await;
+    }
+}
