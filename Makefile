@@ -33,6 +33,12 @@ bench-sweep:
 bench:
 	scripts/bench.sh
 
+.PHONY: bench-logs
+# Log bytes per invocation vs Powertools (with its Metrics utility) on DynamoDB
+# Local; updates BENCHMARKS.md's log section. Part of `make bench`.
+bench-logs:
+	scripts/bench-logs.sh
+
 .PHONY: bench-capacity
 # Read/write units per invocation vs Powertools on DynamoDB Local (one metering
 # proxy for both); updates BENCHMARKS.md's capacity section. Part of `make bench`.

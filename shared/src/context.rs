@@ -206,7 +206,7 @@ impl IdempotencyContext {
             .checkpoint(&claim.lease, &checkpoint)
             .await
             .inspect_err(|err| claim.note_failure(err))?;
-        tracing::info!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, "recovery point committed");
+        tracing::debug!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, "recovery point committed");
         Ok(())
     }
 
@@ -327,7 +327,7 @@ impl IdempotencyContext {
             .checkpoint_with_writes(&claim.lease, &checkpoint, writes)
             .await
             .inspect_err(|err| claim.note_failure(err))?;
-        tracing::info!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, writes = count, "recovery point committed with its writes");
+        tracing::debug!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, writes = count, "recovery point committed with its writes");
         Ok(())
     }
 

@@ -1,7 +1,11 @@
 //! CloudWatch metrics as Embedded Metric Format (EMF) lines.
 //!
 //! Lambda forwards stdout to CloudWatch Logs, which turns an EMF JSON line into
-//! metrics without any API call.
+//! metrics without any API call. Logs are billed per byte ingested, so the
+//! middleware writes at most one line per invocation: every count of one HTTP
+//! request, one event, or one whole SQS, Kinesis or DynamoDB Streams batch is
+//! gathered and written together when it ends (several metrics, one
+//! `_aws` header).
 //!
 //! ```
 //! use lambda_idempotency::metrics::emf_line;
@@ -162,22 +166,221 @@ impl Metrics {
         self
     }
 
-    /// Count one `event`.
+    /// Count one `event`: inside an invocation of the middleware, added to
+    /// that invocation's line (written when it ends); elsewhere, a line of
+    /// its own at once.
     pub fn emit(&self, event: Event) {
+        let gathered = INVOCATION
+            .try_with(|tally| tally.metrics.same_target(self) && tally.add(event))
+            .unwrap_or(false);
+        if !gathered {
+            self.write(&[(event.name(), 1)]);
+        }
+    }
+
+    /// Metrics written to the same place under the same name and dimensions.
+    fn same_target(&self, other: &Metrics) -> bool {
+        let same_sink = match (&self.sink, &other.sink) {
+            (None, None) => true,
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_sink && self.namespace == other.namespace && self.dimensions == other.dimensions
+    }
+
+    /// One EMF line with `counts`.
+    fn write(&self, counts: &[(&str, u64)]) {
         let dimensions: Vec<(&str, &str)> = self
             .dimensions
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let line = emf_line(
-            &self.namespace,
-            &dimensions,
-            &[(event.name(), 1)],
-            crate::clock::now_ms(),
-        );
+        let line = emf_line(&self.namespace, &dimensions, counts, crate::clock::now_ms());
         match &self.sink {
             Some(sink) => sink(&line),
             None => println!("{line}"),
         }
+    }
+}
+
+tokio::task_local! {
+    /// The counts of the invocation this task is running, if any.
+    static INVOCATION: std::sync::Arc<Tally>;
+}
+
+/// What one invocation counted so far, written as one line when it ends (or
+/// when its future is dropped half-way, so a cancelled invocation still
+/// reports what it did).
+struct Tally {
+    metrics: Metrics,
+    counts: std::sync::Mutex<Vec<(Event, u64)>>,
+}
+
+impl Tally {
+    /// Add one `event`; `false` if the tally could not be reached (then the
+    /// caller writes the event on its own line, so no count is lost).
+    fn add(&self, event: Event) -> bool {
+        let Ok(mut counts) = self.counts.lock() else {
+            return false;
+        };
+        match counts.iter_mut().find(|(e, _)| *e == event) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((event, 1)),
+        }
+        true
+    }
+
+    /// Write what was counted, once.
+    fn flush(&self) {
+        let counts = match self.counts.lock() {
+            Ok(mut counts) => std::mem::take(&mut *counts),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        if !counts.is_empty() {
+            let named: Vec<(&str, u64)> = counts.iter().map(|(e, n)| (e.name(), *n)).collect();
+            self.metrics.write(&named);
+        }
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Run `invocation` with its counts gathered into one line, written when it
+/// ends. Without metrics, or inside an invocation already gathering for the
+/// same metrics (an event call inside a batch), it just runs.
+pub(crate) async fn gathered<F: std::future::Future>(
+    metrics: Option<&Metrics>,
+    invocation: F,
+) -> F::Output {
+    let Some(metrics) = metrics else {
+        return invocation.await;
+    };
+    let nested = INVOCATION
+        .try_with(|tally| tally.metrics.same_target(metrics))
+        .unwrap_or(false);
+    if nested {
+        return invocation.await;
+    }
+    let tally = std::sync::Arc::new(Tally {
+        metrics: metrics.clone(),
+        counts: std::sync::Mutex::new(Vec::new()),
+    });
+    let output = INVOCATION.scope(tally.clone(), invocation).await;
+    tally.flush();
+    output
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Metrics whose lines are kept, parsed.
+    fn captured(namespace: &str) -> (Metrics, Arc<Mutex<Vec<serde_json::Value>>>) {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let metrics = Metrics::new(namespace).sink(move |line| {
+            let parsed = serde_json::from_str(line).expect("an EMF line is JSON");
+            sink.lock().unwrap().push(parsed)
+        });
+        (metrics, lines)
+    }
+
+    fn names(line: &serde_json::Value) -> Vec<&str> {
+        line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .expect("a list of metrics")
+            .iter()
+            .map(|m| m["Name"].as_str().expect("a name"))
+            .collect()
+    }
+
+    #[test]
+    fn outside_an_invocation_each_count_is_a_line_at_once() {
+        let (metrics, lines) = captured("T");
+        metrics.emit(Event::Claimed);
+        metrics.emit(Event::Replayed);
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(names(&lines[0]), ["Claimed"]);
+        assert_eq!(names(&lines[1]), ["Replayed"]);
+    }
+
+    #[tokio::test]
+    async fn one_invocation_writes_one_line_with_every_count() {
+        let (metrics, lines) = captured("T");
+        gathered(Some(&metrics), async {
+            metrics.emit(Event::LeaseCapped);
+            metrics.emit(Event::Claimed);
+            metrics.emit(Event::Claimed);
+            assert!(lines.lock().unwrap().is_empty(), "written at the end");
+        })
+        .await;
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(names(&lines[0]), ["LeaseCapped", "Claimed"]);
+        assert_eq!(lines[0]["Claimed"], 2);
+        assert_eq!(lines[0]["LeaseCapped"], 1);
+    }
+
+    #[tokio::test]
+    async fn an_invocation_that_counts_nothing_writes_nothing() {
+        let (metrics, lines) = captured("T");
+        gathered(Some(&metrics), async {}).await;
+        assert!(lines.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_call_inside_a_batch_joins_the_batch_line() {
+        let (metrics, lines) = captured("T");
+        gathered(Some(&metrics), async {
+            for event in [Event::Claimed, Event::Replayed, Event::Claimed] {
+                gathered(Some(&metrics), async { metrics.emit(event) }).await;
+            }
+        })
+        .await;
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["Claimed"], 2);
+        assert_eq!(lines[0]["Replayed"], 1);
+    }
+
+    #[tokio::test]
+    async fn other_metrics_inside_an_invocation_keep_their_own_lines() {
+        let (ours, our_lines) = captured("Ours");
+        let (theirs, their_lines) = captured("Theirs");
+        gathered(Some(&ours), async {
+            ours.emit(Event::Claimed);
+            theirs.emit(Event::StoreError);
+            assert_eq!(their_lines.lock().unwrap().len(), 1, "not held back");
+        })
+        .await;
+        assert_eq!(our_lines.lock().unwrap().len(), 1);
+        let theirs = their_lines.lock().unwrap();
+        assert_eq!(
+            theirs[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+            "Theirs"
+        );
+        assert_eq!(names(&theirs[0]), ["StoreError"]);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_invocation_still_writes_what_it_counted() {
+        let (metrics, lines) = captured("T");
+        let invocation = gathered(Some(&metrics), async {
+            metrics.emit(Event::Claimed);
+            std::future::pending::<()>().await
+        });
+        let cut = tokio::time::timeout(Duration::from_millis(20), invocation).await;
+        assert!(cut.is_err(), "the invocation never ends by itself");
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["Claimed"], 1);
     }
 }

@@ -160,12 +160,16 @@ impl DynamoDbStreamBatch {
         F: Fn(EventRecord, Option<IdempotencyContext>) -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {
-        let failed = first_failure(
-            &self.function,
-            "DynamoDB Streams",
-            event.records,
-            |record| self.prepare(record),
-            &handler,
+        // One metrics line for the whole batch (crate::metrics).
+        let failed = crate::metrics::gathered(
+            self.function.config().metrics.as_ref(),
+            first_failure(
+                &self.function,
+                "DynamoDB Streams",
+                event.records,
+                |record| self.prepare(record),
+                &handler,
+            ),
         )
         .await?;
         let mut response = DynamoDbEventResponse::default();

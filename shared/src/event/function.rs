@@ -306,7 +306,12 @@ impl IdempotentFunction {
         })?;
         let key = self.key_of(&json);
         let fingerprint = self.fingerprint_of(&json);
-        self.run_keyed(key, fingerprint, arg, f).await
+        // One metrics line per call, or per batch when a batch calls.
+        crate::metrics::gathered(
+            self.config.metrics.as_ref(),
+            self.run_keyed(key, fingerprint, arg, f),
+        )
+        .await
     }
 
     /// Count `event` in this function's metrics (stream batches count
@@ -620,7 +625,7 @@ fn replay<O: DeserializeOwned, E>(
 ) -> Result<O, EventError<E>> {
     match stored {
         Some(stored) if stored.status == 200 => {
-            tracing::info!(record_id = %record_id, "idempotent output replayed");
+            tracing::debug!(record_id = %record_id, "idempotent output replayed");
             serde_json::from_slice(stored.body.bytes())
                 .map_err(|source| EventError::CorruptOutput { record_id, source })
         }

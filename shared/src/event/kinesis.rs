@@ -175,12 +175,16 @@ impl KinesisBatch {
         F: Fn(KinesisEventRecord, Option<IdempotencyContext>) -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {
-        let failed = first_failure(
-            &self.function,
-            "Kinesis",
-            event.records,
-            |record| self.prepare(record),
-            &handler,
+        // One metrics line for the whole batch (crate::metrics).
+        let failed = crate::metrics::gathered(
+            self.function.config().metrics.as_ref(),
+            first_failure(
+                &self.function,
+                "Kinesis",
+                event.records,
+                |record| self.prepare(record),
+                &handler,
+            ),
         )
         .await?;
         let mut response = KinesisEventResponse::default();

@@ -152,6 +152,26 @@ impl SqsBatch {
         F: Fn(SqsMessage, Option<IdempotencyContext>) -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {
+        // One metrics line for the whole batch (crate::metrics).
+        crate::metrics::gathered(
+            self.function.config().metrics.as_ref(),
+            self.process_records(event, handler),
+        )
+        .await
+    }
+
+    /// [`process`](Self::process), record by record.
+    async fn process_records<O, E, F, Fut>(
+        &self,
+        event: SqsEvent,
+        handler: F,
+    ) -> Result<SqsBatchResponse, Error>
+    where
+        O: Serialize + DeserializeOwned,
+        E: std::fmt::Display,
+        F: Fn(SqsMessage, Option<IdempotencyContext>) -> Fut,
+        Fut: Future<Output = Result<O, E>>,
+    {
         let mut response = SqsBatchResponse::default();
         let mut fifo_failed = false;
         for message in event.records {

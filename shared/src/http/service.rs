@@ -74,7 +74,11 @@ where
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
-        ResponseFuture::new(handle(config, inner, req))
+        ResponseFuture::new(async move {
+            // One metrics line for the whole request (crate::metrics).
+            let metrics = config.shared.metrics.clone();
+            crate::metrics::gathered(metrics.as_ref(), handle(config, inner, req)).await
+        })
     }
 }
 
@@ -160,7 +164,7 @@ where
         return Ok(span.in_scope(|| {
             if cached.fingerprint == fingerprint {
                 config.count(Event::CacheHit);
-                tracing::info!("idempotent response replayed from the local cache");
+                tracing::debug!("idempotent response replayed from the local cache");
                 replay(&config, &cached)
             } else {
                 config.count(Event::FingerprintMismatch);
@@ -191,12 +195,18 @@ where
         Ok(found) => return Ok(span.in_scope(|| answer_existing(&config, found))),
     };
     config.count(Event::Claimed);
+    // The hot path logs at debug (logs are billed per byte); a takeover of
+    // an earlier attempt is rare and worth an info line.
     span.in_scope(|| {
-        tracing::info!(
-            attempt = lease.attempt,
-            resumes_from = lease.recovered.as_ref().map(|c| c.name.as_str()),
-            "idempotency key claimed"
-        )
+        if lease.attempt > 1 {
+            tracing::info!(
+                attempt = lease.attempt,
+                resumes_from = lease.recovered.as_ref().map(|c| c.name.as_str()),
+                "idempotency key taken over from an earlier attempt"
+            )
+        } else {
+            tracing::debug!("idempotency key claimed")
+        }
     });
 
     let context = IdempotencyContext::from_lease(config.shared.store.clone(), lease.clone());
@@ -264,7 +274,7 @@ async fn finish<E>(
         .await
     {
         Ok(Completion::Stored) => {
-            tracing::info!(
+            tracing::debug!(
                 attempt = lease.attempt,
                 status = status.as_u16(),
                 transactional,
@@ -377,7 +387,7 @@ fn answer_existing(config: &Config, found: Found) -> Response<Body> {
         Found::Completed(record) => match &record.response {
             Some(_) => {
                 config.count(Event::Replayed);
-                tracing::info!("idempotent response replayed");
+                tracing::debug!("idempotent response replayed");
                 let response = replay(config, &record);
                 if let Some(cache) = &config.shared.cache {
                     cache.put(record);
@@ -399,7 +409,7 @@ fn in_progress(config: &Config, lease_left: Duration) -> Response<Body> {
     let after = millis(lease_left)
         .div_ceil(1000)
         .min(config.in_progress_retry_after.as_secs());
-    tracing::info!("idempotency key in progress");
+    tracing::debug!("idempotency key in progress");
     problem::response_retry_after(
         problem::IN_PROGRESS,
         "a request with this Idempotency-Key is still being processed; retry after the \
@@ -426,7 +436,7 @@ fn replay(config: &Config, record: &Record) -> Response<Body> {
 }
 
 fn key_reused() -> Response<Body> {
-    tracing::info!("idempotency key reused with a different request");
+    tracing::debug!("idempotency key reused with a different request");
     problem::response(
         problem::KEY_REUSED,
         "this Idempotency-Key was first used with a different request (method, path, query \

@@ -813,3 +813,96 @@ fn dashboard_rows_are_read_in_full_or_refused() {
         assert!(dashboard_metric("t", &bad).is_err(), "{bad} was read");
     }
 }
+
+/// CloudWatch Logs bills every byte a function writes. `orders-api` as the
+/// template deploys it (its `RUST_LOG` and metrics namespace) writes one
+/// line per invocation, the invocation's metrics, on stdout and stderr
+/// together: a first execution (two recovery points, a completion), a
+/// replay and a mismatch each. `make bench` (BENCHMARKS.md, "Log bytes per
+/// invocation") sets the bytes against Powertools'.
+#[tokio::test]
+async fn orders_api_as_deployed_writes_one_line_per_invocation() {
+    use tokio::io::AsyncBufReadExt;
+    let bin = crate::process::function_bin("orders-api");
+    let tables = functions::tables().await.unwrap();
+    let api = RuntimeApi::start().await.unwrap();
+    let namespace = template_env("OrdersApiFunction", "IDEMPOTENCY_METRICS_NAMESPACE");
+    let level = template_env("OrdersApiFunction", "RUST_LOG");
+    let env = functions::orders_env(
+        &api,
+        &tables,
+        &[
+            ("IDEMPOTENCY_METRICS_NAMESPACE", namespace.as_str()),
+            ("RUST_LOG", level.as_str()),
+        ],
+    );
+    let mut child = tokio::process::Command::new(&bin)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn orders-api");
+    let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    for stream in [
+        Box::new(stdout) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+        Box::new(stderr),
+    ] {
+        let tx = lines_tx.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stream).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    let body = r#"{"customer_id":"cus_1","amount":700,"currency":"EUR"}"#;
+    let other = r#"{"customer_id":"cus_2","amount":1,"currency":"EUR"}"#;
+    let timeout = Duration::from_secs(30);
+    for (what, event, status, metric) in [
+        (
+            "first execution",
+            functions::post_order_event("log-1", body),
+            201,
+            "Claimed",
+        ),
+        (
+            "replay",
+            functions::post_order_event("log-1", body),
+            201,
+            "Replayed",
+        ),
+        (
+            "mismatch",
+            functions::post_order_event("log-1", other),
+            422,
+            "FingerprintMismatch",
+        ),
+    ] {
+        assert_eq!(
+            response(api.invoke(event, timeout).await)["statusCode"],
+            status,
+            "{what}"
+        );
+        // The line is written before the answer; give the pipe a moment.
+        let line = tokio::time::timeout(Duration::from_secs(5), lines_rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no line written"))
+            .expect("the process is running");
+        let parsed: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|_| panic!("{what}: not an EMF line: {line}"));
+        assert_eq!(parsed[metric], 1, "{what}: {line}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut extra = Vec::new();
+        while let Ok(line) = lines_rx.try_recv() {
+            extra.push(line);
+        }
+        assert!(
+            extra.is_empty(),
+            "{what} wrote more than its metrics: {extra:?}"
+        );
+    }
+    child.kill().await.expect("kill orders-api");
+}

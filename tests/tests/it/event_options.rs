@@ -29,24 +29,28 @@ on_both_stores!(
     waiting_stops_at_its_bound_and_before_the_deadline,
 );
 
-/// Metrics whose lines are kept, and the names of the metrics counted.
-fn captured_metrics() -> (Metrics, impl Fn() -> Vec<String>) {
+/// Metrics whose lines are kept, and the names of the metrics counted (a
+/// name once per count, in the order of the lines) with the number of
+/// lines.
+fn captured_metrics() -> (Metrics, impl Fn() -> (Vec<String>, usize)) {
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let sink = lines.clone();
     let metrics = Metrics::new("Test").sink(move |l| sink.lock().unwrap().push(l.to_owned()));
     let names = move || {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).expect("EMF JSON");
-                v["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Name"]
-                    .as_str()
-                    .expect("a metric name")
-                    .to_owned()
-            })
-            .collect::<Vec<_>>()
+        let lines = lines.lock().unwrap();
+        let mut names = Vec::new();
+        for line in lines.iter() {
+            let v: Value = serde_json::from_str(line).expect("EMF JSON");
+            let metrics = v["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .expect("a list of metrics");
+            for metric in metrics {
+                let name = metric["Name"].as_str().expect("a metric name");
+                let count = v[name].as_u64().expect("a count");
+                names.extend((0..count).map(|_| name.to_owned()));
+            }
+        }
+        (names, lines.len())
     };
     (metrics, names)
 }
@@ -95,7 +99,7 @@ async fn one_configuration_drives_both_paths(f: Fixture) {
         "both replays come from the one shared local cache"
     );
     assert_eq!((runs.count(), http_runs.count()), (1, 1));
-    let names = names();
+    let (names, _) = names();
     assert_eq!(
         names.iter().filter(|n| *n == "Claimed").count(),
         2,
@@ -153,7 +157,7 @@ async fn event_path_metrics_count_each_outcome(f: Fixture) {
     finish.send(()).unwrap();
     first.await.unwrap().unwrap();
 
-    let names = names();
+    let (names, _) = names();
     let count = |name: &str| names.iter().filter(|n| *n == name).count();
     assert_eq!(count("Claimed"), 3, "a, b and c: {names:?}");
     assert_eq!(count("Replayed"), 1, "{names:?}");
@@ -245,12 +249,13 @@ async fn sqs_batches_use_the_functions_cache_and_metrics(f: Fixture) {
         .unwrap();
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(runs.count(), 1);
-    let names = names();
+    let (names, lines) = names();
     assert_eq!(
         names.iter().filter(|n| *n == "CacheHit").count(),
         2,
         "the two duplicates in the batch replay from memory: {names:?}"
     );
+    assert_eq!(lines, 1, "one metrics line for the whole batch: {names:?}");
     assert_eq!(f.requests(), 2, "one claim and one completion in all");
 }
 

@@ -52,6 +52,9 @@
 //!   function Powertools' cold start runs;
 //! - `cold-same K [W]`: `cold`, on that function (this binary's `serve`)
 //!   with the 1,000-byte body, after W requests have warmed the engine;
+//! - `logs N ORDERS_API_BIN`: the bytes `orders-api` writes to its log per
+//!   first execution, replay and request whose key is in progress, as
+//!   deployed (logs.rs);
 //! - `cold-command K CMD ARGS...`: process spawn to its first stdout line
 //!   (Powertools Python's import + setup + first invocation), K times;
 //! - `storm ORDERS_API_BIN REQUESTS KEYS CONCURRENCY PROCESSES`: the duplicate
@@ -75,6 +78,7 @@ mod engine_probe;
 mod engines;
 mod handler;
 mod latency;
+mod logs;
 mod stats;
 mod storm;
 mod tables;
@@ -85,6 +89,7 @@ use cpu::{cpu, cpu_probe};
 use engine_probe::engine_probe;
 use engines::engines;
 use latency::latency;
+use logs::logs;
 use storm::storm;
 
 type Result<T> = std::result::Result<T, String>;
@@ -117,6 +122,7 @@ fn main() {
                 cold(num(1, 10) as usize, &arg(2), warm_up).await
             }
             "engine-probe" => engine_probe(num(1, 500) as usize).await,
+            "logs" => logs(num(1, 50) as usize, &arg(2)).await,
             "serve" => serve().await,
             "cold-same" => {
                 let warm_up = num(2, COLD_WARM_UP_ORDERS as u64) as usize;
