@@ -39,6 +39,12 @@ bench:
 bench-logs:
 	scripts/bench-logs.sh
 
+.PHONY: bench-cutover
+# What the cut-over window from Powertools costs a first execution, and that it
+# costs nothing after (release build); updates BENCHMARKS.md. Part of `make bench`.
+bench-cutover:
+	scripts/bench-cutover.sh
+
 .PHONY: bench-capacity
 # Read/write units per invocation vs Powertools on DynamoDB Local (one metering
 # proxy for both); updates BENCHMARKS.md's capacity section. Part of `make bench`.

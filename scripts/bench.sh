@@ -169,8 +169,10 @@ comparable=0
   --micro "$out/micro.txt" --capacity "$out/capacity.json" --notes scripts/bench/NOTES.md \
   --out-md BENCHMARKS.md --out-svg docs/benchmarks.svg || comparable=$?
 "$py" scripts/bench/capacity_report.py --capacity "$out/capacity.json" --md BENCHMARKS.md
-# Log bytes per invocation, both tools (its own section, also after report.py).
+# Log bytes per invocation, both tools, and the cut-over window's cost
+# (their own sections, also after report.py).
 "$root/scripts/bench-logs.sh"
+"$root/scripts/bench-cutover.sh"
 # The engines section, after it (Redis and PostgreSQL are this script's harnesses).
 fresh_engine "$root/scripts/bench-engines.sh" --inside
 echo "bench: wrote BENCHMARKS.md and docs/benchmarks.svg" >&2

@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 
 # shellcheck source=scripts/python-tools.sh
 source scripts/python-tools.sh
+# Powertools for AWS Lambda (Python), pinned in scripts/bench/requirements.txt:
+# the cut-over tests read records it writes itself (tests/powertools/).
+# shellcheck source=scripts/bench-venv.sh
+source scripts/bench-venv.sh
+export IDEMPOTENCY_TEST_POWERTOOLS_PYTHON="$bench_python"
 
 # Function binaries the tests run as real processes (built alone, as Lambda
 # tooling builds them).

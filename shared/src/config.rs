@@ -62,6 +62,9 @@ pub struct IdempotencyConfig {
     cache_max_bytes: Option<usize>,
     pub(crate) metrics: Option<Metrics>,
     pub(crate) disabled: bool,
+    /// The records of Powertools to read during a cut-over.
+    #[cfg(feature = "powertools")]
+    pub(crate) powertools: Option<Arc<crate::store::dynamodb::PowertoolsRecords>>,
 }
 
 impl IdempotencyConfig {
@@ -78,6 +81,8 @@ impl IdempotencyConfig {
             cache_max_bytes: None,
             metrics: None,
             disabled: false,
+            #[cfg(feature = "powertools")]
+            powertools: None,
         }
     }
 
@@ -139,6 +144,23 @@ impl IdempotencyConfig {
         if let Some(cache) = &self.cache {
             self.cache = Some(Arc::new(cache.with_max_bytes(max_bytes)));
         }
+        self
+    }
+
+    /// Cut over from Powertools for AWS Lambda (Python) without running any
+    /// key twice: until [`records`' window](crate::store::dynamodb::PowertoolsRecords::until)
+    /// ends, a claim that finds no record of its own reads the record
+    /// Powertools left for the same key, replays a completed one and answers
+    /// a running one as in progress (docs/powertools.md, "Cutting over").
+    /// One strongly consistent read per first execution while the window
+    /// is open; nothing after.
+    #[cfg(feature = "powertools")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
+    pub fn powertools_records(
+        mut self,
+        records: crate::store::dynamodb::PowertoolsRecords,
+    ) -> Self {
+        self.powertools = Some(Arc::new(records));
         self
     }
 

@@ -82,6 +82,7 @@ pub mod config;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod conformance;
 pub mod context;
+mod cutover;
 mod error;
 pub mod event;
 pub mod fingerprint;
@@ -137,7 +138,8 @@ pub use crate::store::Store;
     feature = "redis",
     feature = "postgres",
     feature = "http",
-    feature = "test-util"
+    feature = "test-util",
+    feature = "powertools"
 ))]
 mod readme_doctests {
     #[doc = include_str!("../../README.md")]

@@ -208,6 +208,18 @@ impl IdempotentFunction {
         self
     }
 
+    /// Cut over from Powertools for AWS Lambda (Python) without running any
+    /// key twice ([`IdempotencyConfig::powertools_records`]).
+    #[cfg(feature = "powertools")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
+    pub fn powertools_records(
+        mut self,
+        records: crate::store::dynamodb::PowertoolsRecords,
+    ) -> Self {
+        self.config = self.config.powertools_records(records);
+        self
+    }
+
     /// Upper bound of a lease (default 15 minutes); the lease without a
     /// registered deadline ([`IdempotencyConfig::max_lease`]).
     pub fn max_lease(mut self, lease: Duration) -> Self {
@@ -323,7 +335,7 @@ impl IdempotentFunction {
 
     pub(crate) fn key_of(&self, json: &serde_json::Value) -> Option<Key> {
         match &self.key {
-            KeySource::Whole => Some(Key::text(json.to_string())),
+            KeySource::Whole => Some(Key::text_of_json(json.to_string())),
             KeySource::Fn(f) => f(json).map(Key::text),
             KeySource::Pointers(pointers) => {
                 let values: Vec<&serde_json::Value> = pointers
@@ -338,7 +350,7 @@ impl IdempotentFunction {
                     [value] => Some(Key::json(value.to_string())),
                     // Several values are always a JSON array: no string of a
                     // single-pointer key can be one, the pointers are fixed.
-                    _ => Some(Key::text(
+                    _ => Some(Key::text_of_json(
                         serde_json::Value::from(values.into_iter().cloned().collect::<Vec<_>>())
                             .to_string(),
                     )),
@@ -447,7 +459,7 @@ impl IdempotentFunction {
                 existing: Some(Box::new((*cached).clone())),
             });
         }
-        let lease = self.claim(id, fingerprint.clone()).await?;
+        let lease = self.claim(id, fingerprint.clone(), &key).await?;
         let lease = match lease {
             Claimed::Run(lease) => lease,
             Claimed::Replay(record) => return self.replay(record.id.clone(), &record),
@@ -661,15 +673,46 @@ where
 pub(crate) struct Key {
     value: String,
     json: bool,
+    /// The value is the JSON text of what the key was taken from (also
+    /// for the whole payload and several pointers, which are text keys).
+    json_text: bool,
 }
 
 impl Key {
     pub(crate) fn text(value: String) -> Key {
-        Key { value, json: false }
+        Key {
+            value,
+            json: false,
+            json_text: false,
+        }
     }
 
     pub(crate) fn json(value: String) -> Key {
-        Key { value, json: true }
+        Key {
+            value,
+            json: true,
+            json_text: true,
+        }
+    }
+
+    /// A text key whose text is JSON (record ids as for [`text`](Self::text)).
+    fn text_of_json(value: String) -> Key {
+        Key {
+            value,
+            json: false,
+            json_text: true,
+        }
+    }
+
+    /// What Powertools hashed for this key: a string, or the value whose
+    /// JSON the key is.
+    pub(crate) fn powertools(&self) -> Option<crate::cutover::PowertoolsKey> {
+        let key = if self.json_text {
+            serde_json::from_str(&self.value).ok()?
+        } else {
+            serde_json::Value::String(self.value.clone())
+        };
+        Some(crate::cutover::PowertoolsKey { key, payload: None })
     }
 }
 

@@ -335,6 +335,18 @@ impl IdempotencyLayer {
         self
     }
 
+    /// Cut over from Powertools for AWS Lambda (Python) without running any
+    /// key twice ([`IdempotencyConfig::powertools_records`](crate::IdempotencyConfig::powertools_records)).
+    #[cfg(feature = "powertools")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
+    pub fn powertools_records(
+        mut self,
+        records: crate::store::dynamodb::PowertoolsRecords,
+    ) -> Self {
+        self.config.shared = self.config.shared.powertools_records(records);
+        self
+    }
+
     /// Adjust every replayed response (after `Idempotent-Replayed` is set), for
     /// example to add a header.
     pub fn replay_hook<F>(mut self, hook: F) -> Self

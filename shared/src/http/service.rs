@@ -17,6 +17,7 @@ use super::{stored_by_default, ResponseFuture, REPLAYED_HEADER};
 use crate::claim::{self, Found};
 use crate::clock::{millis, now_ms};
 use crate::context::IdempotencyContext;
+use crate::cutover::{self, PowertoolsKey, Shape};
 use crate::error::{Error, ErrorKind};
 use crate::key;
 use crate::metrics::Event;
@@ -186,7 +187,8 @@ where
     if capped {
         config.count(Event::LeaseCapped);
     }
-    let lease = match claim::claim(config.shared.store.as_ref(), &claim)
+    let powertools = || powertools_key(&config, &req, &key);
+    let lease = match cutover::claim(&config.shared, &claim, Shape::Http, powertools)
         .instrument(span.clone())
         .await
     {
@@ -487,6 +489,37 @@ fn read_key(config: &Config, req: &Request) -> Result<Option<key::IdempotencyKey
             };
             body.pointer(pointer).map(key::from_json).transpose()
         }
+    }
+}
+
+/// What Powertools hashed for this request, for a cut-over (crate::cutover):
+/// the key as its `event_key_jmespath` selected it (the header's text, or
+/// the body's value at the pointer) and the body as its
+/// `payload_validation_jmespath="body"` selects it.
+fn powertools_key(
+    config: &Config,
+    req: &Request,
+    key: &key::IdempotencyKey,
+) -> Option<PowertoolsKey> {
+    #[cfg(feature = "powertools")]
+    {
+        let records = config.shared.powertools.as_deref()?;
+        let key = match &config.body_key {
+            None => serde_json::Value::String(key.as_str().to_owned()),
+            Some(pointer) => serde_json::from_slice::<serde_json::Value>(req.body().as_ref())
+                .ok()?
+                .pointer(pointer)?
+                .clone(),
+        };
+        let payload = records.validates_body().then(|| {
+            serde_json::Value::String(String::from_utf8_lossy(req.body().as_ref()).into_owned())
+        });
+        Some(PowertoolsKey { key, payload })
+    }
+    #[cfg(not(feature = "powertools"))]
+    {
+        let _ = (config, req, key);
+        None
     }
 }
 

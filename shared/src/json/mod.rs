@@ -8,9 +8,13 @@
 mod canonical;
 mod decimal;
 mod pointer;
+#[cfg(feature = "powertools")]
+mod python;
 
 pub(crate) use self::canonical::canonical_json;
 pub(crate) use self::pointer::{check_pointer, select};
+#[cfg(feature = "powertools")]
+pub(crate) use self::python::dumps as python_dumps;
 // Only the event batches read one document at several pointers.
 #[cfg(any(
     feature = "sqs",

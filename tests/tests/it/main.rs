@@ -19,6 +19,7 @@ mod offload;
 mod orders;
 mod phases;
 mod postgres;
+mod powertools_cutover;
 mod process;
 mod rare_paths;
 mod redis_failover;

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use super::IdempotentFunction;
-use crate::claim::{self, Found};
+use crate::claim::Found;
 use crate::clock::millis;
+use crate::cutover::{self, Shape};
 use crate::event::EventError;
 use crate::metrics::Event;
 use crate::record::{Record, Status};
@@ -49,6 +50,7 @@ impl IdempotentFunction {
         &self,
         id: String,
         fingerprint: String,
+        key: &super::Key,
     ) -> Result<Claimed, EventError<E>> {
         let started = crate::clock::now_ms();
         let mut wait_until = self.wait_for.map(|w| {
@@ -71,7 +73,9 @@ impl IdempotentFunction {
             if capped {
                 self.config.count(Event::LeaseCapped);
             }
-            let found = match claim::claim(self.config.store.as_ref(), &claim).await {
+            let powertools = || key.powertools();
+            let found = match cutover::claim(&self.config, &claim, Shape::Output, powertools).await
+            {
                 Ok(found) => found,
                 Err(err) => {
                     self.config.count(Event::StoreError);

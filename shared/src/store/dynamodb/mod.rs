@@ -87,6 +87,8 @@ pub mod schema {
 
 mod codec;
 mod layout;
+#[cfg(feature = "powertools")]
+mod powertools;
 mod store;
 #[cfg(feature = "streams")]
 mod stream;
@@ -96,6 +98,11 @@ pub use stream::{streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV};
 
 use codec::{n, s};
 pub use layout::{KeyValue, TableLayout};
+#[cfg(feature = "powertools")]
+pub(crate) use powertools::PowertoolsRecord;
+#[cfg(feature = "powertools")]
+#[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
+pub use powertools::{PowertoolsHash, PowertoolsRecords};
 
 /// A [`Store`](crate::Store) on a DynamoDB table. Cheap to clone.
 ///

@@ -52,6 +52,8 @@
 //!   function Powertools' cold start runs;
 //! - `cold-same K [W]`: `cold`, on that function (this binary's `serve`)
 //!   with the 1,000-byte body, after W requests have warmed the engine;
+//! - `cutover N`: a first execution without a cut-over from Powertools,
+//!   with its window open and with it over (cutover.rs);
 //! - `logs N ORDERS_API_BIN`: the bytes `orders-api` writes to its log per
 //!   first execution, replay and request whose key is in progress, as
 //!   deployed (logs.rs);
@@ -74,6 +76,7 @@
 mod calls;
 mod cold;
 mod cpu;
+mod cutover;
 mod engine_probe;
 mod engines;
 mod handler;
@@ -86,6 +89,7 @@ mod timed_store;
 
 use cold::{cold, cold_command, cold_same, serve, COLD_WARM_UP_ORDERS};
 use cpu::{cpu, cpu_probe};
+use cutover::cutover;
 use engine_probe::engine_probe;
 use engines::engines;
 use latency::latency;
@@ -123,6 +127,7 @@ fn main() {
             }
             "engine-probe" => engine_probe(num(1, 500) as usize).await,
             "logs" => logs(num(1, 50) as usize, &arg(2)).await,
+            "cutover" => cutover(num(1, 1000) as usize).await,
             "serve" => serve().await,
             "cold-same" => {
                 let warm_up = num(2, COLD_WARM_UP_ORDERS as u64) as usize;

@@ -1,0 +1,333 @@
+//! The cut-over from Powertools for AWS Lambda (Python): a claim that finds
+//! no record of its own, during the window the user set, asks the record
+//! Powertools left for the same key
+//! ([`PowertoolsRecords`](crate::store::dynamodb::PowertoolsRecords)).
+//!
+//! A completed Powertools record becomes this library's own completed
+//! record (its result as the stored response or output) and is replayed;
+//! one in progress gives the claim back and answers as in progress; none
+//! lets the handler run. A lookup that fails gives the claim back and fails
+//! the request: whether the key already ran is unknown, so running it would
+//! risk the very duplicate the window is there to prevent.
+
+use serde_json::Value;
+
+use crate::claim::{self, Found};
+use crate::config::IdempotencyConfig;
+use crate::error::Error;
+#[cfg(feature = "powertools")]
+use crate::error::ErrorKind;
+#[cfg(feature = "powertools")]
+use crate::record::{Record, Status, StoredBody, StoredResponse};
+#[cfg(feature = "powertools")]
+use crate::store::dynamodb::PowertoolsRecord;
+use crate::store::ClaimRequest;
+#[cfg(feature = "powertools")]
+use crate::store::Lease;
+
+/// What Powertools hashed for a request: its key (what
+/// `event_key_jmespath` selected) and, where validated, the payload.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))]
+pub(crate) struct PowertoolsKey {
+    pub(crate) key: Value,
+    pub(crate) payload: Option<Value>,
+}
+
+/// How a Powertools result is stored here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))]
+pub(crate) enum Shape {
+    /// An API Gateway response (`statusCode`, `headers`, `body`), as the
+    /// HTTP layer replays it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    Http,
+    /// A function's output, as the event path replays it.
+    Output,
+}
+
+/// Without the `powertools` feature: the plain claim.
+#[cfg(not(feature = "powertools"))]
+pub(crate) async fn claim(
+    config: &IdempotencyConfig,
+    request: &ClaimRequest,
+    _shape: Shape,
+    _key: impl FnOnce() -> Option<PowertoolsKey>,
+) -> Result<Found, Error> {
+    claim::claim(config.store.as_ref(), request).await
+}
+
+/// [`claim::claim`], with the Powertools record of `key()` looked up when
+/// the claim is fresh and the window open.
+#[cfg(feature = "powertools")]
+pub(crate) async fn claim(
+    config: &IdempotencyConfig,
+    request: &ClaimRequest,
+    shape: Shape,
+    key: impl FnOnce() -> Option<PowertoolsKey>,
+) -> Result<Found, Error> {
+    let found = claim::claim(config.store.as_ref(), request).await?;
+    let Some(records) = config.powertools.as_deref() else {
+        return Ok(found);
+    };
+    let Found::Claimed(lease) = &found else {
+        return Ok(found);
+    };
+    // A record of this library's own (an earlier attempt, a recovery
+    // point) means the key was already claimed after the switch.
+    if lease.attempt > 1 || lease.recovered.is_some() || !records.open(request.now_ms) {
+        return Ok(found);
+    }
+    let Some(key) = key() else {
+        return Ok(found);
+    };
+    let give_back = |why: &'static str| claim::release(config.store.as_ref(), lease, why);
+    let record = match records.find(&key.key, request.now_ms).await {
+        Ok(record) => record,
+        Err(err) => {
+            config.count(
+                give_back("the Powertools record could not be read")
+                    .await
+                    .event(),
+            );
+            return Err(err);
+        }
+    };
+    match record {
+        None => Ok(found),
+        Some(PowertoolsRecord::InProgress { until_ms }) => {
+            config.count(give_back("Powertools still holds the key").await.event());
+            Ok(Found::InProgress {
+                retry_after: std::time::Duration::from_millis(
+                    until_ms.saturating_sub(request.now_ms),
+                ),
+                existing: Box::new(record_of(lease, Status::InProgress, until_ms, None)),
+            })
+        }
+        Some(PowertoolsRecord::Completed {
+            data,
+            expires_at_s,
+            validation,
+        }) => {
+            let payload_hash = key.payload.as_ref().map(|p| records.hash_of(p));
+            if let (Some(stored), Some(current)) = (&validation, &payload_hash) {
+                if stored != current {
+                    config.count(
+                        give_back("the Powertools record is of another payload")
+                            .await
+                            .event(),
+                    );
+                    let existing = record_of(lease, Status::Completed, 0, None);
+                    return Ok(Found::Mismatch(Box::new(Record {
+                        fingerprint: format!("powertools:{stored}"),
+                        ..existing
+                    })));
+                }
+            }
+            let stored = match stored_response(&data, shape) {
+                Ok(stored) => stored,
+                Err(err) => {
+                    config.count(
+                        give_back("the Powertools record cannot be replayed")
+                            .await
+                            .event(),
+                    );
+                    return Err(err);
+                }
+            };
+            // Copied, so the key's later duplicates replay from this
+            // library's record. If that fails the Powertools record still
+            // answers them until the claim's lease ends, then a new claim
+            // looks it up again.
+            if let Err(err) = config.store.complete(lease, &stored, expires_at_s).await {
+                tracing::warn!(record_id = %lease.record_id, error = %err, "the Powertools outcome could not be copied into this record; it is replayed all the same");
+            }
+            tracing::info!(record_id = %lease.record_id, "replayed the outcome Powertools stored for this key");
+            Ok(Found::Completed(record_of(
+                lease,
+                Status::Completed,
+                0,
+                Some((stored, expires_at_s)),
+            )))
+        }
+    }
+}
+
+/// This library's record for `lease` in `status`.
+#[cfg(feature = "powertools")]
+fn record_of(
+    lease: &Lease,
+    status: Status,
+    lease_expires_at_ms: u64,
+    completed: Option<(StoredResponse, u64)>,
+) -> Record {
+    let (response, expires_at_s) = match completed {
+        Some((response, expires)) => (Some(response), expires),
+        None => (None, 0),
+    };
+    Record {
+        id: lease.record_id.clone(),
+        status,
+        fingerprint: lease.fingerprint.clone(),
+        attempt: lease.attempt,
+        owner: lease.owner.clone(),
+        lease_expires_at_ms,
+        expires_at_s,
+        response,
+        checkpoint: None,
+    }
+}
+
+/// A Powertools result (`json.dumps` of what the handler returned) as a
+/// stored response of `shape`.
+#[cfg(feature = "powertools")]
+fn stored_response(data: &str, shape: Shape) -> Result<StoredResponse, Error> {
+    if shape == Shape::Output {
+        // The event path keeps outputs as their JSON text.
+        return Ok(StoredResponse::new(
+            200,
+            Vec::new(),
+            StoredBody::Text(data.to_owned()),
+        ));
+    }
+    let corrupt = |what: String| {
+        Error::new(
+            ErrorKind::CorruptRecord,
+            format!("the result Powertools stored {what}, so it cannot be replayed as a response"),
+        )
+    };
+    let value: Value =
+        serde_json::from_str(data).map_err(|e| corrupt(format!("is not JSON ({e})")))?;
+    let Some(result) = value.as_object().filter(|o| o.contains_key("statusCode")) else {
+        // API Gateway's HTTP API answers a result without `statusCode` as a
+        // 200 with the result as its JSON body.
+        return Ok(StoredResponse::new(
+            200,
+            vec![("content-type".into(), b"application/json".to_vec())],
+            StoredBody::Text(value.to_string()),
+        ));
+    };
+    let status_code = result.get("statusCode").unwrap_or(&Value::Null);
+    let status = match status_code {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+    .and_then(|s| u16::try_from(s).ok())
+    .filter(|s| (100..=599).contains(s))
+    .ok_or_else(|| corrupt(format!("has statusCode {status_code}")))?;
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(_) | Value::Bool(_) => Some(v.to_string()),
+        _ => None,
+    };
+    let mut headers: Vec<(String, Vec<u8>)> = Vec::new();
+    if let Some(map) = result.get("headers").and_then(Value::as_object) {
+        for (name, value) in map {
+            if let Some(value) = text(value) {
+                headers.push((name.to_ascii_lowercase(), value.into_bytes()));
+            }
+        }
+    }
+    if let Some(map) = result.get("multiValueHeaders").and_then(Value::as_object) {
+        for (name, values) in map {
+            let name = name.to_ascii_lowercase();
+            // A name in both maps is answered by the multi-value one, as
+            // API Gateway's REST API does.
+            headers.retain(|(n, _)| *n != name);
+            for value in values.as_array().into_iter().flatten().filter_map(text) {
+                headers.push((name.clone(), value.into_bytes()));
+            }
+        }
+    }
+    for cookie in result
+        .get("cookies")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(text)
+    {
+        headers.push(("set-cookie".into(), cookie.into_bytes()));
+    }
+    let body = match result.get("body") {
+        None | Some(Value::Null) => StoredBody::Empty,
+        Some(Value::String(body)) if result.get("isBase64Encoded") == Some(&Value::Bool(true)) => {
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(body)
+                .map_err(|e| corrupt(format!("has a body that is not base64 ({e})")))?;
+            StoredBody::Binary(bytes)
+        }
+        Some(Value::String(body)) if body.is_empty() => StoredBody::Empty,
+        Some(Value::String(body)) => StoredBody::Text(body.clone()),
+        Some(other) => StoredBody::Text(other.to_string()),
+    };
+    Ok(StoredResponse::new(status, headers, body))
+}
+
+#[cfg(all(test, feature = "powertools"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_gateway_result_becomes_the_response_it_describes() {
+        let stored = stored_response(
+            r#"{"body": "{\"id\": 1}", "cookies": ["a=1"], "headers": {"Content-Type": "application/json", "X-Count": 2}, "statusCode": 201}"#,
+            Shape::Http,
+        )
+        .unwrap();
+        assert_eq!(stored.status, 201);
+        assert_eq!(
+            stored.headers,
+            vec![
+                ("content-type".to_owned(), b"application/json".to_vec()),
+                ("x-count".to_owned(), b"2".to_vec()),
+                ("set-cookie".to_owned(), b"a=1".to_vec()),
+            ]
+        );
+        assert_eq!(stored.body, StoredBody::Text(r#"{"id": 1}"#.into()));
+    }
+
+    #[test]
+    fn base64_bodies_and_multi_value_headers_are_kept() {
+        let stored = stored_response(
+            r#"{"body": "AAEC", "isBase64Encoded": true, "headers": {"Vary": "x"}, "multiValueHeaders": {"Vary": ["a", "b"]}, "statusCode": "200"}"#,
+            Shape::Http,
+        )
+        .unwrap();
+        assert_eq!(stored.status, 200);
+        assert_eq!(stored.body, StoredBody::Binary(vec![0, 1, 2]));
+        assert_eq!(
+            stored.headers,
+            vec![
+                ("vary".to_owned(), b"a".to_vec()),
+                ("vary".to_owned(), b"b".to_vec())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_result_without_status_is_a_json_200_and_outputs_are_kept_as_json() {
+        let stored = stored_response(r#"{"ok": true}"#, Shape::Http).unwrap();
+        assert_eq!(stored.status, 200);
+        assert_eq!(stored.body, StoredBody::Text(r#"{"ok":true}"#.into()));
+        let output = stored_response(r#"{"ok": true}"#, Shape::Output).unwrap();
+        assert_eq!(output.body, StoredBody::Text(r#"{"ok": true}"#.into()));
+    }
+
+    #[test]
+    fn a_result_that_cannot_be_a_response_is_refused_saying_why() {
+        for (data, says) in [
+            ("not json", "is not JSON"),
+            (r#"{"statusCode": 99}"#, "statusCode 99"),
+            (
+                r#"{"statusCode": 200, "body": "%%", "isBase64Encoded": true}"#,
+                "base64",
+            ),
+        ] {
+            let err = stored_response(data, Shape::Http).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::CorruptRecord);
+            assert!(err.to_string().contains(says), "{err}");
+        }
+    }
+}
