@@ -86,6 +86,7 @@ FEATURES = [
     ("`wait_for` (a duplicate waits for the first delivery)", "feature-wait-for"),
     ("transactional completion (`complete_with_writes`)", "feature-transactional-completion"),
     ("S3 offload (`S3Offload`)", "feature-s3-offload"),
+    ("cut-over from Powertools (`PowertoolsRecords`, on its table)", "feature-powertools-cutover"),
     ("sweeper, stream discovery (the default)", "sweeper"),
     ("sweeper, index discovery (`SWEEP_DISCOVERY=index`)", "sweeper.index"),
     ("operator CLI: `inspect`, `list`, `stats`", "cli-read"),

@@ -170,3 +170,27 @@ async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
     assert_eq!(second.errors, 0, "{second:?}");
     assert!(!place().await, "the catch-up ended: {second:?}");
 }
+
+/// A cut-over from Powertools (`PowertoolsRecords`): a fresh claim reads the
+/// Powertools record of its key, here in the idempotency table itself (the
+/// layout Powertools shares with this library's: partition key `id`). Only
+/// the read is recorded as the feature's; the claim is the harness's.
+#[tokio::test]
+async fn a_cut_over_from_powertools_reads_its_record() {
+    use lambda_idempotency::store::dynamodb::PowertoolsRecords;
+    let harness = integration_tests::client().await;
+    let table = integration_tests::create_table(&harness).await;
+    let records = PowertoolsRecords::new(
+        integration_tests::iam_record::dynamodb_client("feature-powertools-cutover").await,
+        &table,
+        "orders-api.app.lambda_handler",
+        std::time::SystemTime::now() + Duration::from_secs(3600),
+    );
+    let function = IdempotentFunction::new(DynamoStore::new(harness, table), "consumer")
+        .key_pointers(["/id"])
+        .powertools_records(records);
+    let out = ok(&function, "never-seen-by-powertools")
+        .await
+        .expect("ran");
+    assert_eq!(out, json!({"id": "never-seen-by-powertools"}));
+}
