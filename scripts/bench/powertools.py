@@ -19,9 +19,7 @@ import argparse
 import collections
 import itertools
 import json
-import os
 import platform
-import secrets
 import statistics
 import sys
 import time
@@ -157,17 +155,8 @@ def format_operations(by_operation: collections.Counter) -> str:
 
 
 def create_table(client) -> str:
-    """A fresh table with Powertools' default schema (partition key `id`, S),
-    so no record from an earlier run can turn a first execution into a replay."""
-    name = f"powertools-bench-{os.getpid()}-{secrets.token_hex(4)}"
-    client.create_table(
-        TableName=name,
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
-    return name
+    """A fresh table for one run (pt_common.create_table)."""
+    return pt_common.create_table(client, "powertools-bench")
 
 
 def delete_table(client, name: str) -> None:

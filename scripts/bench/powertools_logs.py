@@ -26,7 +26,6 @@ import io
 import json
 import logging
 import sys
-import uuid
 
 sys.dont_write_bytecode = True
 import pt_common  # noqa: E402
@@ -58,24 +57,12 @@ class Counted(io.TextIOBase):
         return text
 
 
-def make_table(client) -> str:
-    """A table laid out as Powertools' default (partition key `id`)."""
-    name = f"powertools-logs-{uuid.uuid4().hex[:8]}"
-    client.create_table(
-        TableName=name,
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    return name
-
-
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     if n < 1:
         raise pt_common.fail("N must be at least 1")
     client = pt_common.make_client()
-    table = make_table(client)
+    table = pt_common.create_table(client, "powertools-logs")
     metrics = Metrics(namespace="LambdaIdempotency", service="orders-api")
 
     def replayed(response, _record):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 from dataclasses import dataclass
 
@@ -93,6 +94,20 @@ def make_client():
             f"not AWS_ENDPOINT_URL_DYNAMODB={endpoint}; refusing to run elsewhere than DynamoDB Local"
         )
     return client
+
+
+def create_table(client, prefix: str) -> str:
+    """A fresh table with Powertools' default schema (partition key `id`, S),
+    so no record from an earlier run can turn a first execution into a replay."""
+    name = f"{prefix}-{os.getpid()}-{secrets.token_hex(4)}"
+    client.create_table(
+        TableName=name,
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+    return name
 
 
 def make_event(key: str) -> dict:

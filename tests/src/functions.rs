@@ -42,10 +42,24 @@ pub fn orders_env(
 
 /// Start a function binary with `env`; stdout piped (for EMF lines), stderr discarded.
 pub fn spawn(bin: &str, env: &[(String, String)]) -> Result<tokio::process::Child, String> {
+    spawn_with_stderr(bin, env, std::process::Stdio::null())
+}
+
+/// Start a function binary with `env`, both streams piped: everything it
+/// writes, as Lambda sends both to the function's log.
+pub fn spawn_logged(bin: &str, env: &[(String, String)]) -> Result<tokio::process::Child, String> {
+    spawn_with_stderr(bin, env, std::process::Stdio::piped())
+}
+
+fn spawn_with_stderr(
+    bin: &str,
+    env: &[(String, String)],
+    stderr: std::process::Stdio,
+) -> Result<tokio::process::Child, String> {
     tokio::process::Command::new(bin)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("spawn {bin}: {e} (build it first: cargo build -p orders-api)"))

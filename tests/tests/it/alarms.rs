@@ -836,13 +836,8 @@ async fn orders_api_as_deployed_writes_one_line_per_invocation() {
             ("RUST_LOG", level.as_str()),
         ],
     );
-    let mut child = tokio::process::Command::new(&bin)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn orders-api");
+    let bin = bin.to_str().expect("a UTF-8 path");
+    let mut child = functions::spawn_logged(bin, &env).expect("spawn orders-api");
     let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");

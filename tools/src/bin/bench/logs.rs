@@ -79,7 +79,7 @@ pub(crate) async fn logs(n: usize, bin: &str) -> Result<Value> {
     ];
     let api = RuntimeApi::start().await.map_err(|e| e.to_string())?;
     let captured = Captured::default();
-    let mut child = spawn_logged(bin, &functions::orders_env(&api, &tables, &deployed))?;
+    let mut child = functions::spawn_logged(bin, &functions::orders_env(&api, &tables, &deployed))?;
     if let Some(out) = child.stdout.take() {
         captured.follow(out);
     }
@@ -161,15 +161,4 @@ pub(crate) async fn logs(n: usize, bin: &str) -> Result<Value> {
         "sample_lines": samples,
         "settings": deployed.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
     }))
-}
-
-/// `bin` with both output streams piped (Lambda sends both to the log).
-fn spawn_logged(bin: &str, env: &[(String, String)]) -> Result<tokio::process::Child> {
-    tokio::process::Command::new(bin)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("spawn {bin}: {e} (build it first: cargo build -p orders-api)"))
 }
