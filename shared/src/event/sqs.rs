@@ -153,80 +153,64 @@ impl SqsBatch {
         Fut: Future<Output = Result<O, E>>,
     {
         // One metrics line for the whole batch (crate::metrics).
-        crate::metrics::gathered(
-            self.function.config().metrics.as_ref(),
-            self.process_records(event, handler),
-        )
-        .await
-    }
-
-    /// [`process`](Self::process), record by record.
-    async fn process_records<O, E, F, Fut>(
-        &self,
-        event: SqsEvent,
-        handler: F,
-    ) -> Result<SqsBatchResponse, Error>
-    where
-        O: Serialize + DeserializeOwned,
-        E: std::fmt::Display,
-        F: Fn(SqsMessage, Option<IdempotencyContext>) -> Fut,
-        Fut: Future<Output = Result<O, E>>,
-    {
-        let mut response = SqsBatchResponse::default();
-        let mut fifo_failed = false;
-        for message in event.records {
-            let id = message.message_id.clone().filter(|m| !m.is_empty());
-            let fifo = message
-                .event_source_arn
-                .as_deref()
-                .is_some_and(|arn| arn.ends_with(".fifo"));
-            let failed = if fifo && fifo_failed {
-                true
-            } else {
-                // Keys and validated fields are read from the body's text,
-                // canonicalised once, so numbers keep every digit.
-                let doc = CanonicalJson::parse(message.body.as_deref().unwrap_or_default());
-                let key = match &self.key {
-                    SqsKey::MessageId => id.clone().map(Key::text),
-                    SqsKey::BodyPointer(pointer) => {
-                        doc.as_ref().and_then(|d| pointer_key(d, pointer))
+        let records = async move {
+            let mut response = SqsBatchResponse::default();
+            let mut fifo_failed = false;
+            for message in event.records {
+                let id = message.message_id.clone().filter(|m| !m.is_empty());
+                let fifo = message
+                    .event_source_arn
+                    .as_deref()
+                    .is_some_and(|arn| arn.ends_with(".fifo"));
+                let failed = if fifo && fifo_failed {
+                    true
+                } else {
+                    // Keys and validated fields are read from the body's text,
+                    // canonicalised once, so numbers keep every digit.
+                    let doc = CanonicalJson::parse(message.body.as_deref().unwrap_or_default());
+                    let key = match &self.key {
+                        SqsKey::MessageId => id.clone().map(Key::text),
+                        SqsKey::BodyPointer(pointer) => {
+                            doc.as_ref().and_then(|d| pointer_key(d, pointer))
+                        }
+                        SqsKey::Attribute(name) => attribute_key(&message, name),
+                        SqsKey::DeduplicationId => message
+                            .attributes
+                            .get("MessageDeduplicationId")
+                            .filter(|d| !d.is_empty())
+                            .cloned()
+                            .map(Key::text),
+                        SqsKey::Fn(f) => f(&message).map(Key::text),
+                    };
+                    let fingerprint = self.function.fingerprint_of_canonical(doc.as_ref());
+                    let result: Result<O, EventError<E>> = self
+                        .function
+                        .run_keyed(key, fingerprint, message, &handler)
+                        .await;
+                    match result {
+                        Ok(_) => false,
+                        Err(err) => {
+                            tracing::warn!(message_id = ?id, error_type = err.error_type(), error = %err, "SQS record failed; it will be redelivered");
+                            fifo_failed = fifo;
+                            true
+                        }
                     }
-                    SqsKey::Attribute(name) => attribute_key(&message, name),
-                    SqsKey::DeduplicationId => message
-                        .attributes
-                        .get("MessageDeduplicationId")
-                        .filter(|d| !d.is_empty())
-                        .cloned()
-                        .map(Key::text),
-                    SqsKey::Fn(f) => f(&message).map(Key::text),
                 };
-                let fingerprint = self.function.fingerprint_of_canonical(doc.as_ref());
-                let result: Result<O, EventError<E>> = self
-                    .function
-                    .run_keyed(key, fingerprint, message, &handler)
-                    .await;
-                match result {
-                    Ok(_) => false,
-                    Err(err) => {
-                        tracing::warn!(message_id = ?id, error_type = err.error_type(), error = %err, "SQS record failed; it will be redelivered");
-                        fifo_failed = fifo;
-                        true
-                    }
+                if failed {
+                    let Some(id) = id else {
+                        return Err(Error::new(
+                            ErrorKind::InvalidEvent,
+                            "an SQS record without a messageId failed, and a partial batch response \
+                             cannot name it; fail the invocation so SQS delivers the whole batch again \
+                             (records that succeeded replay their outputs)",
+                        ));
+                    };
+                    response.batch_item_failures.push(failure(id));
                 }
-            };
-            if failed {
-                let Some(id) = id else {
-                    return Err(Error::new(
-                        ErrorKind::InvalidEvent,
-                        "an SQS record without a messageId failed, and a partial batch response \
-                         cannot name it; fail the invocation so SQS delivers the whole batch again \
-                         (records that succeeded replay their outputs)",
-                    ));
-                };
-                response.batch_item_failures.push(failure(id));
             }
-        }
-        Ok(response)
+            Ok(response)
+        };
+        crate::metrics::gathered(self.function.config().metrics.as_ref(), records).await
     }
 }
 
