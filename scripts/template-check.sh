@@ -71,7 +71,11 @@ USER=${USER:-$(id -un)} "$cargo_generate" generate --path template --name "$name
 sam init --location template --no-input --output-dir "$work/sam-init" \
   --extra-context "{\"project_name\": \"$name\", \"library_path\": \"$root/shared\"}" >&2
 diff -r "$work/cargo-generate/$name" "$work/sam-init/$name" \
-  || { echo "template-check: cargo generate and sam init made different projects" >&2; exit 1; }
+  || {
+    echo "template-check: cargo generate and sam init made different projects (cargo generate" \
+      "also runs rustfmt on its output: the template's Rust files must be rustfmt-clean)" >&2
+    exit 1
+  }
 # Without a library path the dependency is the library's git repository.
 sam init --location template --no-input --output-dir "$work/default" >&2
 python3 - "$work/default/my-idempotent-api/Cargo.toml" <<'PY'

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{
     StreamSpecification, StreamViewType, TimeToLiveSpecification,
 };
 use lambda_http::{service_fn, Body, Request, Response};
+use lambda_idempotency::problem;
 use lambda_idempotency::store::dynamodb::schema;
 use lambda_idempotency::store::{ClaimOutcome, ClaimRequest};
 use lambda_idempotency::{DynamoStore, Store};
@@ -108,6 +109,14 @@ fn replayed(response: &Response<Body>) -> bool {
         .is_some_and(|v| v == "true")
 }
 
+/// The `type` of a problem document (RFC 9457), or what the body is.
+fn problem_type(response: &Response<Body>) -> String {
+    serde_json::from_slice::<serde_json::Value>(&body(response))
+        .ok()
+        .and_then(|problem| problem["type"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body(response)).into_owned())
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -166,6 +175,7 @@ async fn a_retried_post_runs_the_handler_once_and_replays_its_response() {
         .await
         .expect("a response");
     assert_eq!(other.status(), 422);
+    assert_eq!(problem_type(&other), problem::KEY_REUSED.uri);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
     // No key: refused, nothing run.
@@ -173,6 +183,7 @@ async fn a_retried_post_runs_the_handler_once_and_replays_its_response() {
         .await
         .expect("a response");
     assert_eq!(keyless.status(), 400);
+    assert_eq!(problem_type(&keyless), problem::KEY_MISSING.uri);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 
     // Another key is another request: the handler runs, with another id.
@@ -197,8 +208,11 @@ async fn an_invalid_body_is_answered_and_its_answer_replayed() {
         .await
         .expect("a response");
     assert_eq!(first.status(), 400);
-    let problem: serde_json::Value = serde_json::from_slice(&body(&first)).expect("a problem");
-    assert_eq!(problem["status"], 400);
+    let answer: serde_json::Value = serde_json::from_slice(&body(&first)).expect("a problem");
+    assert_eq!(
+        (answer["type"].as_str(), answer["status"].as_u64()),
+        (Some("about:blank"), Some(400))
+    );
     // A 400 is final for the same request: it replays too.
     let retry = service
         .oneshot(post(Some("bad-1"), r#"{"name": "tea"}"#))
@@ -241,11 +255,13 @@ async fn the_sample_events_get_the_answers_they_describe() {
         .await
         .expect("a response");
     assert_eq!(status(&other), 422);
+    assert_eq!(problem_type(&other), problem::KEY_REUSED.uri);
     let keyless = service
         .oneshot(event("post-item-no-key.json"))
         .await
         .expect("a response");
     assert_eq!(status(&keyless), 400);
+    assert_eq!(problem_type(&keyless), problem::KEY_MISSING.uri);
 }
 
 #[tokio::test]
