@@ -59,6 +59,11 @@ for package in json.load(sys.stdin)["packages"]:
   touch "$root/.tools/cargo-generate/.installed-$CARGO_GENERATE_VERSION"
 fi
 
+# No Cargo.toml under template/: cargo reads every one in the repository of
+# a git dependency, and an unrendered one is an error shown to its users.
+manifests=$(find template -name Cargo.toml)
+[ -z "$manifests" ] || { echo "template-check: rename $manifests ({{cookiecutter._cargo_manifest}})" >&2; exit 1; }
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/cargo-generate" "$work/sam-init" "$work/default"
