@@ -61,6 +61,9 @@ AWS_DEFAULT_REGION=us-east-1 sam validate --lint
 # The second templates: the Valkey and PostgreSQL engines (deploy/README.md).
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/valkey.yaml
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/postgres.yaml
+# The new-project template: a project generated with cargo generate (and the
+# same with sam init), built here, its own make test and sam validate --lint.
+scripts/template-check.sh
 # The SAM transform itself, with and without the optional JWT authorizer.
 AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
 # Every AWS call the tests recorded, evaluated against its caller's role in
