@@ -7,7 +7,6 @@
 # profile: debug builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 # shellcheck source=scripts/target-dir.sh
 source scripts/target-dir.sh
 out="$target_dir/bench"

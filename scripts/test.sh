@@ -49,7 +49,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p lambda-idempotency --all-features --no-d
 cargo package -p lambda-idempotency --allow-dirty --quiet
 # The minimum Rust version the README and Cargo.toml promise (`rust-version`).
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
-if rustc --version | grep -q "^rustc $msrv[ .]"; then
+if rustc --version | grep -q "^rustc ${msrv}[ .]"; then
   echo "this rustc is the minimum version ($msrv): the builds above checked it"
 else
   # rustup names it in full (1.95 is toolchain 1.95.0).
