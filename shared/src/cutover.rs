@@ -82,7 +82,10 @@ pub(crate) async fn claim(
         return Ok(found);
     };
     let give_back = |why: &'static str| claim::release(config.store.as_ref(), lease, why);
-    let record = match records.find(&key.key, request.now_ms).await {
+    // Boxed: the SDK's request future is large, and held inline it would
+    // grow every claim's future (and each move of it) by as much, cut-over
+    // or not.
+    let record = match Box::pin(records.find(&key.key, request.now_ms)).await {
         Ok(record) => record,
         Err(err) => {
             config.count(
