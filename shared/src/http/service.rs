@@ -77,8 +77,8 @@ where
         let config = self.config.clone();
         ResponseFuture::new(async move {
             // One metrics line for the whole request (crate::metrics).
-            let metrics = config.shared.metrics.clone();
-            crate::metrics::gathered(metrics.as_ref(), handle(config, inner, req)).await
+            let held = Arc::clone(&config);
+            crate::metrics::gathered(held.shared.metrics.as_ref(), handle(config, inner, req)).await
         })
     }
 }

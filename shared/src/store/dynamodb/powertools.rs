@@ -37,11 +37,10 @@ pub enum PowertoolsHash {
 
 impl PowertoolsHash {
     fn hex(self, text: &str) -> String {
-        let bytes: Vec<u8> = match self {
-            PowertoolsHash::Md5 => md5::Md5::digest(text.as_bytes()).to_vec(),
-            PowertoolsHash::Sha256 => sha2::Sha256::digest(text.as_bytes()).to_vec(),
-        };
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        match self {
+            PowertoolsHash::Md5 => crate::hash::hex(&md5::Md5::digest(text.as_bytes())),
+            PowertoolsHash::Sha256 => crate::hash::hex(&sha2::Sha256::digest(text.as_bytes())),
+        }
     }
 }
 
