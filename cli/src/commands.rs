@@ -7,9 +7,8 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{Record, Resolution, Status, StoredRecord, StuckRecord, SweepCursor},
+    store::{Record, Resolution, Status, StoredRecord, StuckRecord, StuckRequest, SweepCursor},
     sweep::{SweepPolicy, Sweeper},
-    Store,
 };
 use serde_json::{json, Value};
 
@@ -250,7 +249,7 @@ async fn empty_index_note(c: &Connected) -> Result<Option<String>, Failure> {
     // index means it is filled.
     let any = c
         .store
-        .stuck(u64::MAX, None, 1)
+        .stuck(StuckRequest::new(u64::MAX, 1))
         .await
         .map_err(|err| store_error(&c.place, err))?;
     if !any.records.is_empty() {
@@ -301,7 +300,7 @@ async fn discovered_records(
             pages.set(pages.get() + 1);
             let page = c
                 .store
-                .stuck(cutoff, cursor, PAGE)
+                .stuck(StuckRequest::new(cutoff, PAGE).at(cursor))
                 .await
                 .map_err(|err| store_error(&c.place, err))?;
             if page.failed_reads > 0 {
@@ -576,7 +575,7 @@ async fn stats(c: &Connected, args: &StatsArgs, json: bool) -> Result<(), Failur
         loop {
             let page = c
                 .store
-                .stuck(u64::MAX, cursor, PAGE)
+                .stuck(StuckRequest::new(u64::MAX, PAGE).at(cursor))
                 .await
                 .map_err(|err| store_error(&c.place, err))?;
             if page.failed_reads > 0 {

@@ -13,6 +13,7 @@ use common::{
     now_ms, record_ids, stderr, stdout, stuck_lines, succeeded,
 };
 use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
+use lambda_idempotency::store::{CheckpointRequest, SweepStore};
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
@@ -166,14 +167,14 @@ async fn list_and_stats_show_stuck_live_and_recovery_points() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let resumable = env.claim("stuck-resumable", "owner-b", 1).await;
     env.store
-        .checkpoint(
+        .checkpoint(CheckpointRequest::new(
             &resumable,
             &Checkpoint {
                 name: "charged".into(),
                 data: serde_json::json!({"charge_id": "ch_1"}),
                 attempt: resumable.attempt,
             },
-        )
+        ))
         .await
         .unwrap();
     env.claim("live", "owner-c", 600_000).await;

@@ -21,7 +21,8 @@ use std::time::Duration;
 use crate::clock::now_ms;
 use crate::error::ErrorKind;
 use crate::store::{
-    ClaimOutcome, ClaimRequest, Lease, Record, Status, Store, StoredBody, StoredResponse,
+    ClaimOutcome, ClaimRequest, CompleteRequest, Lease, Record, Status, Store, StoredBody,
+    StoredResponse,
 };
 
 /// Run every case, each on a fresh store from `make_store`; panics at the
@@ -105,7 +106,10 @@ pub async fn first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress
 pub async fn completed_record_is_returned_with_its_response(store: &dyn Store) {
     let lease = claimed(store.claim(&request("r", "a", 60_000)).await.unwrap());
     let expires = now_ms() / 1000 + 7200;
-    store.complete(&lease, &response(), expires).await.unwrap();
+    store
+        .complete(CompleteRequest::new(&lease, &response(), expires))
+        .await
+        .unwrap();
     let record = existing(store.claim(&request("r", "b", 60_000)).await.unwrap());
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.response, Some(response()));
@@ -133,7 +137,11 @@ pub async fn takeover_after_lease_expiry_fences_the_stale_owner(store: &dyn Stor
     assert_eq!(fresh.attempt, 2);
 
     let err = store
-        .complete(&stale, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &stale,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
@@ -147,7 +155,11 @@ pub async fn takeover_after_lease_expiry_fences_the_stale_owner(store: &dyn Stor
         ("b", 2, Status::InProgress)
     );
     store
-        .complete(&fresh, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &fresh,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap();
 }
@@ -170,7 +182,11 @@ pub async fn expired_record_is_reclaimed(store: &dyn Store) {
     // Completed but already past its TTL: DynamoDB's deletion lags, the item is
     // still readable, and the claim must treat it as absent, even for another body.
     store
-        .complete(&lease, &response(), now_ms() / 1000 - 5)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 - 5,
+        ))
         .await
         .unwrap();
     let other = ClaimRequest {
@@ -193,7 +209,11 @@ pub async fn repeated_claim_by_the_same_owner_counts_as_claimed(store: &dyn Stor
     let again = claimed(store.claim(&req).await.unwrap());
     assert_eq!(first, again);
     store
-        .complete(&again, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &again,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap();
 }
@@ -211,7 +231,7 @@ pub async fn complete_and_release_by_a_stranger_are_fenced(store: &dyn Store) {
     };
     for bad in [&wrong_owner, &wrong_attempt] {
         assert!(store
-            .complete(bad, &response(), now_ms() / 1000 + 60)
+            .complete(CompleteRequest::new(bad, &response(), now_ms() / 1000 + 60))
             .await
             .unwrap_err()
             .is_fenced());
@@ -227,14 +247,22 @@ pub async fn complete_and_release_by_a_stranger_are_fenced(store: &dyn Store) {
     // Nor is a completion of a gone record: it is not stored, and says so.
     assert_eq!(
         store
-            .complete(&missing, &response(), now_ms() / 1000 + 60)
+            .complete(CompleteRequest::new(
+                &missing,
+                &response(),
+                now_ms() / 1000 + 60
+            ))
             .await
             .unwrap_err()
             .kind(),
         ErrorKind::RecordGone
     );
     store
-        .complete(&lease, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap();
     // Completed by this lease: a second completion by it is its own write
@@ -242,13 +270,13 @@ pub async fn complete_and_release_by_a_stranger_are_fenced(store: &dyn Store) {
     // it changes nothing.
     let other = StoredResponse::new(500, vec![], StoredBody::Empty);
     store
-        .complete(&lease, &other, now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(&lease, &other, now_ms() / 1000 + 60))
         .await
         .unwrap();
     // A stranger's completion of the completed record is still fenced.
     for bad in [&wrong_owner, &wrong_attempt] {
         assert!(store
-            .complete(bad, &other, now_ms() / 1000 + 60)
+            .complete(CompleteRequest::new(bad, &other, now_ms() / 1000 + 60))
             .await
             .unwrap_err()
             .is_fenced());
@@ -268,7 +296,11 @@ pub async fn get_returns_the_record_as_stored_or_none(store: &dyn Store) {
         (1, "a")
     );
     store
-        .complete(&lease, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap();
     let found = store.get("r").await.unwrap().expect("completed record");
@@ -308,8 +340,8 @@ mod tests {
     use crate::error::Error;
     use crate::store::memory::MemoryStore;
     use crate::store::{
-        Checkpoint, Completion, RecordPage, Resolution, Resolve, StoredRecord, StuckPage,
-        StuckRecord, SweepCursor,
+        CheckpointRequest, Completion, RecordPage, Resolution, ResolveRequest, StoredRecord,
+        StuckPage, StuckRequest, SweepCursor, SweepStore,
     };
 
     /// A store that breaks rule 1: its claim succeeds whatever it finds, so
@@ -331,46 +363,35 @@ mod tests {
                 claimed => claimed,
             })
         }
-        async fn complete(
-            &self,
-            lease: &Lease,
-            response: &StoredResponse,
-            expires_at_s: u64,
-        ) -> Result<Completion, Error> {
-            self.0.complete(lease, response, expires_at_s).await
+        async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+            self.0.complete(request).await
         }
         async fn release(&self, lease: &Lease) -> Result<(), Error> {
             self.0.release(lease).await
         }
-        async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
-            self.0.checkpoint(lease, checkpoint).await
+        async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+            self.0.checkpoint(request).await
         }
-        async fn stuck(
-            &self,
-            cutoff_ms: u64,
-            cursor: Option<SweepCursor>,
-            limit: usize,
-        ) -> Result<StuckPage, Error> {
-            self.0.stuck(cutoff_ms, cursor, limit).await
+    }
+
+    /// Its records are the in-memory store's, read as they are.
+    #[async_trait::async_trait]
+    impl SweepStore for ClaimsEverything {
+        async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
+            self.0.stuck(request).await
         }
-        async fn resolve_stuck(
-            &self,
-            record: &StuckRecord,
-            how: Resolve<'_>,
-            cutoff_ms: u64,
-            now_ms: u64,
-        ) -> Result<Resolution, Error> {
-            self.0.resolve_stuck(record, how, cutoff_ms, now_ms).await
+        async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
+            self.0.resolve_stuck(request).await
         }
         async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-            Store::get(&self.0, record_id).await
+            SweepStore::get(&self.0, record_id).await
         }
         async fn scan(
             &self,
             cursor: Option<SweepCursor>,
             limit: usize,
         ) -> Result<RecordPage, Error> {
-            Store::scan(&self.0, cursor, limit).await
+            self.0.scan(cursor, limit).await
         }
     }
 

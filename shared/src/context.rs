@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ErrorKind};
 use crate::hash::hex;
-use crate::store::{Checkpoint, DeferredWrites, Lease, Store};
+use crate::store::{Checkpoint, CheckpointRequest, DeferredWrites, Lease, Store};
 
 /// How many writes [`IdempotencyContext::defer_write`] takes: a DynamoDB
 /// transaction holds 100 items, and one is the record's own update (the
@@ -195,17 +195,7 @@ impl IdempotencyContext {
     /// not even given up: it is left to its lease, after which the next
     /// attempt finds what committed.
     pub async fn commit(&self, name: &str, data: serde_json::Value) -> Result<(), Error> {
-        let claim = self.attached_claim()?;
-        let checkpoint = Checkpoint {
-            name: name.to_owned(),
-            data,
-            attempt: self.attempt,
-        };
-        claim
-            .store
-            .checkpoint(&claim.lease, &checkpoint)
-            .await
-            .inspect_err(|err| claim.note_failure(err))?;
+        self.write_recovery_point(name, data, None).await?;
         tracing::debug!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, "recovery point committed");
         Ok(())
     }
@@ -300,11 +290,11 @@ impl IdempotencyContext {
     /// ctx.defer_write("an order row".to_owned())?;
     /// let err = ctx.commit_with_writes("order_created", serde_json::json!({})).await.unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::InvalidConfig);
-    /// assert!(store.get("r1").await?.unwrap().record.checkpoint.is_none());
+    /// assert!(store.get("r1").unwrap().checkpoint.is_none());
     ///
     /// // The refused writes are gone: the same phase without them is a plain recovery point.
     /// ctx.commit_with_writes("order_created", serde_json::json!({})).await?;
-    /// assert!(store.get("r1").await?.unwrap().record.checkpoint.is_some());
+    /// assert!(store.get("r1").unwrap().checkpoint.is_some());
     /// # Ok::<(), lambda_idempotency::Error>(()) });
     /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
     /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
@@ -314,21 +304,48 @@ impl IdempotencyContext {
         name: &str,
         data: serde_json::Value,
     ) -> Result<(), Error> {
-        let claim = self.attached_claim()?;
+        // A detached context holds no writes, so taking them before the
+        // claim is checked changes nothing.
         let writes = self.take_writes();
         let count = writes.len();
+        self.write_recovery_point(name, data, Some(writes)).await?;
+        tracing::debug!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, writes = count, "recovery point committed with its writes");
+        Ok(())
+    }
+
+    /// Write this attempt's recovery point `name` under the claim: with
+    /// `writes` in one transaction when given, else alone (deferred writes
+    /// then stay for the completion). A failure that leaves unknown whether
+    /// the point committed is noted on the claim (see [`commit`](Self::commit)).
+    async fn write_recovery_point(
+        &self,
+        name: &str,
+        data: serde_json::Value,
+        writes: Option<DeferredWrites>,
+    ) -> Result<(), Error> {
+        let claim = self.attached_claim()?;
         let checkpoint = Checkpoint {
             name: name.to_owned(),
             data,
             attempt: self.attempt,
         };
-        claim
-            .store
-            .checkpoint_with_writes(&claim.lease, &checkpoint, writes)
-            .await
-            .inspect_err(|err| claim.note_failure(err))?;
-        tracing::debug!(record_id = %self.record_id, attempt = self.attempt, checkpoint = name, writes = count, "recovery point committed with its writes");
-        Ok(())
+        let written = match writes {
+            None => {
+                claim
+                    .store
+                    .checkpoint(CheckpointRequest::new(&claim.lease, &checkpoint))
+                    .await
+            }
+            Some(writes) => {
+                claim
+                    .store
+                    .checkpoint(
+                        CheckpointRequest::new(&claim.lease, &checkpoint).with_writes(writes),
+                    )
+                    .await
+            }
+        };
+        written.inspect_err(|err| claim.note_failure(err))
     }
 
     /// Hand a write to the completion: it commits in the same transaction as

@@ -23,7 +23,7 @@ use crate::record::{Record, Status, StoredBody, StoredResponse};
 use crate::store::dynamodb::PowertoolsRecord;
 use crate::store::ClaimRequest;
 #[cfg(feature = "powertools")]
-use crate::store::Lease;
+use crate::store::{CompleteRequest, Lease};
 
 /// What Powertools hashed for a request: its key (what
 /// `event_key_jmespath` selected) and, where validated, the payload.
@@ -142,7 +142,11 @@ pub(crate) async fn claim(
             // library's record. If that fails the Powertools record still
             // answers them until the claim's lease ends, then a new claim
             // looks it up again.
-            if let Err(err) = config.store.complete(lease, &stored, expires_at_s).await {
+            if let Err(err) = config
+                .store
+                .complete(CompleteRequest::new(lease, &stored, expires_at_s))
+                .await
+            {
                 tracing::warn!(record_id = %lease.record_id, error = %err, "the Powertools outcome could not be copied into this record; it is replayed all the same");
             }
             tracing::info!(record_id = %lease.record_id, "replayed the outcome Powertools stored for this key");

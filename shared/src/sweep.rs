@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::error::{Error, ErrorKind};
 use crate::record::StoredResponse;
 use crate::store::{Resolution, StuckRecord};
-use crate::store::{Resolve, Store, SweepCursor};
+use crate::store::{Resolve, ResolveRequest, Store, StuckRequest, SweepCursor, SweepStore};
 
 /// What the sweeper does with a stuck record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,7 +240,12 @@ impl Sweeper {
             },
         };
         self.store
-            .resolve_stuck(record, how, cutoff_ms, now_ms)
+            .resolve_stuck(ResolveRequest {
+                record,
+                how,
+                cutoff_ms,
+                now_ms,
+            })
             .await
     }
 
@@ -302,12 +307,10 @@ impl Sweeper {
             let cutoff = self.cutoff(now);
             // A listing that reads for long stops halfway to the sweep's
             // end, keeping the rest for resolving and saving what it found.
-            let listed = match clock.listing_deadline(now) {
-                Some(deadline) => self
-                    .store
-                    .stuck_by(cutoff, cursor, self.page_size, deadline),
-                None => self.store.stuck(cutoff, cursor, self.page_size),
-            };
+            let listed = self.store.stuck(StuckRequest {
+                deadline_ms: clock.listing_deadline(now),
+                ..StuckRequest::new(cutoff, self.page_size).at(cursor)
+            });
             let page = match bounded(left, listed).await {
                 Some(Ok(page)) => page,
                 failed => {
@@ -490,7 +493,7 @@ mod tests {
     use super::*;
     use crate::record::Status;
     use crate::store::memory::MemoryStore;
-    use crate::store::{Checkpoint, ClaimOutcome, ClaimRequest};
+    use crate::store::{Checkpoint, CheckpointRequest, ClaimOutcome, ClaimRequest};
 
     /// A claim of `id` now, its lease `lease_ms` long, kept until
     /// `expires_at_s`.
@@ -542,14 +545,14 @@ mod tests {
         }
         let resumable = claim(&store, "resumable", 1, hour).await;
         store
-            .checkpoint(
+            .checkpoint(CheckpointRequest::new(
                 &resumable,
                 &Checkpoint {
                     name: "charged".into(),
                     data: serde_json::json!({}),
                     attempt: resumable.attempt,
                 },
-            )
+            ))
             .await
             .unwrap();
         claim(&store, "live", 600_000, hour).await;

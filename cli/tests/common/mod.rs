@@ -3,6 +3,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use lambda_idempotency::store::CompleteRequest;
 use lambda_idempotency::{
     scope::RecordScope,
     store::{ClaimOutcome, ClaimRequest, Lease, StoredBody, StoredResponse},
@@ -114,11 +115,11 @@ pub fn assert_released(output: &std::process::Output, forced: bool) {
 /// event would be reported failed and redelivered).
 pub async fn assert_late_completion_is_gone(store: &(impl Store + ?Sized), lease: &Lease) {
     let late = store
-        .complete(
+        .complete(CompleteRequest::new(
             lease,
             &StoredResponse::new(200, vec![], StoredBody::Empty),
             now_ms() / 1000 + 60,
-        )
+        ))
         .await
         .unwrap_err();
     assert_eq!(late.kind(), ErrorKind::RecordGone);

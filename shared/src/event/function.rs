@@ -23,7 +23,7 @@ use crate::json::check_pointer;
 use crate::metrics::Event;
 use crate::record::{Record, Status, StoredBody, StoredResponse};
 use crate::scope::record_id;
-use crate::store::{Completion, Lease, Store};
+use crate::store::{CompleteRequest, Completion, Lease, Store};
 
 type KeyFn = dyn Fn(&serde_json::Value) -> Option<String> + Send + Sync;
 
@@ -525,7 +525,7 @@ impl IdempotentFunction {
         let err = match self
             .config
             .store
-            .complete_with_writes(lease, &stored, expires, writes)
+            .complete(CompleteRequest::new(lease, &stored, expires).with_writes(writes))
             .await
         {
             Ok(Completion::Stored) => {

@@ -70,6 +70,16 @@ mod tests {
         IdempotencyLayer::new(MemoryStore::new())
     }
 
+    /// `request` through `svc` once it is ready, as the Lambda runtime
+    /// sends it; the services under test here never fail.
+    async fn send<S>(svc: &mut S, request: Request) -> Response<Body>
+    where
+        S: Service<Request, Response = Response<Body>>,
+        S::Error: std::fmt::Debug,
+    {
+        svc.ready().await.unwrap().call(request).await.unwrap()
+    }
+
     #[test]
     fn service_is_clone_and_send_for_run_concurrent() {
         fn assert_bounds<T: Clone + Send + Sync + 'static>(_: &T) {}
@@ -119,7 +129,7 @@ mod tests {
             .header("idempotency-key", "k")
             .body(Body::Empty)
             .unwrap();
-        let res = svc.ready().await.unwrap().call(req).await.unwrap();
+        let res = send(&mut svc, req).await;
         assert_eq!(res.status(), 200);
         assert!(res.headers().get(REPLAYED_HEADER).is_none());
         assert_eq!(store.requests(), 0);
@@ -168,32 +178,14 @@ mod tests {
                 .count()
         };
         for (method, key) in [("PUT", true), ("DELETE", true)] {
-            let res = by_default
-                .ready()
-                .await
-                .unwrap()
-                .call(request(method, key))
-                .await
-                .unwrap();
+            let res = send(&mut by_default, request(method, key)).await;
             assert_eq!(res.status(), 200, "{method} passes through");
         }
         assert_eq!(counted(), 2);
         for (method, key) in [("GET", true), ("HEAD", true), ("PUT", false)] {
-            by_default
-                .ready()
-                .await
-                .unwrap()
-                .call(request(method, key))
-                .await
-                .unwrap();
+            send(&mut by_default, request(method, key)).await;
         }
-        chosen
-            .ready()
-            .await
-            .unwrap()
-            .call(request("PUT", true))
-            .await
-            .unwrap();
+        send(&mut chosen, request("PUT", true)).await;
         assert_eq!(
             counted(),
             2,

@@ -24,7 +24,7 @@ use crate::metrics::Event;
 use crate::problem;
 use crate::record::{Record, Status, StoredResponse};
 use crate::scope::{normalize_path, record_id};
-use crate::store::{ClaimRequest, Completion, Lease};
+use crate::store::{ClaimRequest, CompleteRequest, Completion, Lease};
 
 /// The middleware service made by [`IdempotencyLayer`](crate::IdempotencyLayer),
 /// whose docs say what it answers.
@@ -272,7 +272,7 @@ async fn finish<E>(
     match config
         .shared
         .store
-        .complete_with_writes(lease, &stored, expires_at, writes)
+        .complete(CompleteRequest::new(lease, &stored, expires_at).with_writes(writes))
         .await
     {
         Ok(Completion::Stored) => {

@@ -21,4 +21,4 @@ pub(crate) use self::python::dumps as python_dumps;
     feature = "kinesis",
     feature = "dynamodb-stream-events"
 ))]
-pub(crate) use self::pointer::CanonicalJson;
+pub(crate) use self::pointer::document::CanonicalJson;

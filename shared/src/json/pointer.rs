@@ -25,9 +25,8 @@ pub(crate) fn check_pointer(pointer: &str) -> Result<(), Error> {
     ))
 }
 
-/// A JSON document in canonical form, canonicalised once and read at any
-/// number of pointers (an SQS body's key and validated fields). Numbers are
-/// exact, as in the whole-body fingerprint; of duplicate keys the last wins.
+/// One document read at several pointers: only the event batches do that,
+/// so other builds compile it for the tests alone.
 #[cfg_attr(
     not(any(
         feature = "sqs",
@@ -36,25 +35,25 @@ pub(crate) fn check_pointer(pointer: &str) -> Result<(), Error> {
     )),
     allow(dead_code)
 )]
-pub(crate) struct CanonicalJson(Vec<u8>);
+pub(super) mod document {
+    use super::{canonical_json, select};
 
-#[cfg_attr(
-    not(any(
-        feature = "sqs",
-        feature = "kinesis",
-        feature = "dynamodb-stream-events"
-    )),
-    allow(dead_code)
-)]
-impl CanonicalJson {
-    /// `None` when `text` is not JSON.
-    pub(crate) fn parse(text: &str) -> Option<CanonicalJson> {
-        canonical_json(text).map(CanonicalJson)
-    }
+    /// A JSON document in canonical form, canonicalised once and read at any
+    /// number of pointers (an SQS body's key and validated fields). Numbers
+    /// are exact, as in the whole-body fingerprint; of duplicate keys the
+    /// last wins.
+    pub(crate) struct CanonicalJson(Vec<u8>);
 
-    /// The canonical JSON of the value at `pointer`, `None` when absent.
-    pub(crate) fn at(&self, pointer: &str) -> Option<&[u8]> {
-        select(&self.0, pointer)
+    impl CanonicalJson {
+        /// `None` when `text` is not JSON.
+        pub(crate) fn parse(text: &str) -> Option<CanonicalJson> {
+            canonical_json(text).map(CanonicalJson)
+        }
+
+        /// The canonical JSON of the value at `pointer`, `None` when absent.
+        pub(crate) fn at(&self, pointer: &str) -> Option<&[u8]> {
+            select(&self.0, pointer)
+        }
     }
 }
 
@@ -164,6 +163,7 @@ fn skip(json: &[u8], pos: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::document::CanonicalJson;
     use super::*;
 
     #[test]

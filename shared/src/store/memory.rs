@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::Error;
-use crate::record::{Record, Status, StoredResponse};
+use crate::record::{Record, Status};
 use crate::store::rules::{claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim};
 use crate::store::{
-    resolver_owner, Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, RecordPage,
-    Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    no_transactions, resolver_owner, CheckpointRequest, ClaimOutcome, ClaimRequest,
+    CompleteRequest, Completion, Lease, RecordPage, Resolution, Resolve, ResolveRequest, Store,
+    StoredRecord, StuckPage, StuckRecord, StuckRequest, SweepCursor, SweepStore,
     DEFAULT_MAX_RESPONSE_BYTES,
 };
 
@@ -159,14 +160,11 @@ impl Store for MemoryStore {
         }))
     }
 
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-    ) -> Result<Completion, Error> {
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+        let lease = request.lease;
+        no_transactions(self, &request.writes, "a completion")?;
         self.count();
-        let fitted = fit(response, self.inner.max_response_bytes);
+        let fitted = fit(request.response, self.inner.max_response_bytes);
         let (stored, completion) = (fitted.response, fitted.completion);
         let mut records = self.records();
         if records
@@ -182,117 +180,19 @@ impl Store for MemoryStore {
         }
         let record = Self::check_lease(&mut records, lease)?;
         record.status = Status::Completed;
-        record.expires_at_s = expires_at_s;
+        record.expires_at_s = request.expires_at_s;
         record.response = Some(stored.into_owned());
         record.checkpoint = None;
         Ok(completion)
     }
 
-    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+        no_transactions(self, &request.writes, "a recovery point")?;
         self.count();
         let mut records = self.records();
-        Self::check_lease(&mut records, lease)?.checkpoint = Some(checkpoint.clone());
+        Self::check_lease(&mut records, request.lease)?.checkpoint =
+            Some(request.checkpoint.clone());
         Ok(())
-    }
-
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        self.count();
-        Ok(self.records().get(record_id).cloned().map(unsized_record))
-    }
-
-    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
-        self.count();
-        let records = self.records();
-        let mut page: Vec<&Record> = records
-            .values()
-            .filter(|r| cursor.as_ref().is_none_or(|c| r.id > c.0))
-            .collect();
-        page.sort_by(|a, b| a.id.cmp(&b.id));
-        let more = page.len() > limit.max(1);
-        page.truncate(limit.max(1));
-        let next = more
-            .then(|| page.last().map(|r| SweepCursor(r.id.clone())))
-            .flatten();
-        Ok(RecordPage {
-            records: page.into_iter().cloned().map(unsized_record).collect(),
-            next,
-            skipped: 0,
-        })
-    }
-
-    async fn stuck(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
-        self.count();
-        let records = self.records();
-        // In id order from the cursor (the last id of the previous page).
-        let after = cursor.map(|c| c.0);
-        let mut stuck: Vec<StuckRecord> = records
-            .values()
-            .filter(|r| r.status == Status::InProgress && r.lease_expires_at_ms < cutoff_ms)
-            .filter(|r| after.as_ref().is_none_or(|a| r.id > *a))
-            .map(|r| StuckRecord {
-                id: r.id.clone(),
-                attempt: r.attempt,
-                owner: r.owner.clone(),
-                lease_expires_at_ms: r.lease_expires_at_ms,
-                has_checkpoint: r.checkpoint.is_some(),
-            })
-            .collect();
-        stuck.sort_by(|a, b| a.id.cmp(&b.id));
-        let more = stuck.len() > limit.max(1);
-        stuck.truncate(limit.max(1));
-        let next = more
-            .then(|| stuck.last().map(|r| SweepCursor(r.id.clone())))
-            .flatten();
-        Ok(StuckPage {
-            records: stuck,
-            next,
-            reads: 1,
-            ..StuckPage::default()
-        })
-    }
-
-    async fn resolve_stuck(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
-        self.count();
-        let mut records = self.records();
-        let Some(current) = records.get_mut(&record.id).filter(|r| {
-            r.status == Status::InProgress
-                && r.attempt == record.attempt
-                && r.owner == record.owner
-                && r.lease_expires_at_ms < cutoff_ms
-        }) else {
-            return Ok(Resolution::Fenced);
-        };
-        let expired = current.expires_at_s < now_ms / 1000;
-        match how {
-            Resolve::Release if current.checkpoint.is_some() => Ok(Resolution::Resumable),
-            Resolve::Fail {
-                response,
-                expires_at_s,
-            } if !expired => {
-                let fitted = fit(response, self.inner.max_response_bytes);
-                current.status = Status::Completed;
-                current.owner = resolver_owner(&current.owner);
-                current.expires_at_s = expires_at_s;
-                current.response = Some(fitted.response.into_owned());
-                current.checkpoint = None;
-                Ok(Resolution::Failed)
-            }
-            Resolve::Release | Resolve::Fail { .. } => {
-                records.remove(&record.id);
-                Ok(Resolution::Released)
-            }
-        }
     }
 
     fn describe(&self) -> String {
@@ -318,7 +218,100 @@ impl Store for MemoryStore {
     }
 }
 
-/// A record as [`Store::get`] returns it here: memory has no billed size.
+#[async_trait::async_trait]
+impl SweepStore for MemoryStore {
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        self.count();
+        Ok(self.records().get(record_id).cloned().map(unsized_record))
+    }
+
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
+        self.count();
+        let records = self.records();
+        let mut page: Vec<&Record> = records
+            .values()
+            .filter(|r| cursor.as_ref().is_none_or(|c| r.id > c.0))
+            .collect();
+        page.sort_by(|a, b| a.id.cmp(&b.id));
+        let more = page.len() > limit.max(1);
+        page.truncate(limit.max(1));
+        let next = more
+            .then(|| page.last().map(|r| SweepCursor(r.id.clone())))
+            .flatten();
+        Ok(RecordPage {
+            records: page.into_iter().cloned().map(unsized_record).collect(),
+            next,
+            skipped: 0,
+        })
+    }
+
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
+        self.count();
+        let records = self.records();
+        // In id order from the cursor (the last id of the previous page).
+        let after = request.cursor.map(|c| c.0);
+        let mut stuck: Vec<StuckRecord> = records
+            .values()
+            .filter(|r| r.status == Status::InProgress && r.lease_expires_at_ms < request.cutoff_ms)
+            .filter(|r| after.as_ref().is_none_or(|a| r.id > *a))
+            .map(|r| StuckRecord {
+                id: r.id.clone(),
+                attempt: r.attempt,
+                owner: r.owner.clone(),
+                lease_expires_at_ms: r.lease_expires_at_ms,
+                has_checkpoint: r.checkpoint.is_some(),
+            })
+            .collect();
+        stuck.sort_by(|a, b| a.id.cmp(&b.id));
+        let more = stuck.len() > request.limit.max(1);
+        stuck.truncate(request.limit.max(1));
+        let next = more
+            .then(|| stuck.last().map(|r| SweepCursor(r.id.clone())))
+            .flatten();
+        Ok(StuckPage {
+            records: stuck,
+            next,
+            reads: 1,
+            ..StuckPage::default()
+        })
+    }
+
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
+        let record = request.record;
+        self.count();
+        let mut records = self.records();
+        let Some(current) = records.get_mut(&record.id).filter(|r| {
+            r.status == Status::InProgress
+                && r.attempt == record.attempt
+                && r.owner == record.owner
+                && r.lease_expires_at_ms < request.cutoff_ms
+        }) else {
+            return Ok(Resolution::Fenced);
+        };
+        let expired = current.expires_at_s < request.now_ms / 1000;
+        match request.how {
+            Resolve::Release if current.checkpoint.is_some() => Ok(Resolution::Resumable),
+            Resolve::Fail {
+                response,
+                expires_at_s,
+            } if !expired => {
+                let fitted = fit(response, self.inner.max_response_bytes);
+                current.status = Status::Completed;
+                current.owner = resolver_owner(&current.owner);
+                current.expires_at_s = expires_at_s;
+                current.response = Some(fitted.response.into_owned());
+                current.checkpoint = None;
+                Ok(Resolution::Failed)
+            }
+            Resolve::Release | Resolve::Fail { .. } => {
+                records.remove(&record.id);
+                Ok(Resolution::Released)
+            }
+        }
+    }
+}
+
+/// A record as [`SweepStore::get`] returns it here: memory has no billed size.
 fn unsized_record(record: Record) -> StoredRecord {
     StoredRecord {
         record,

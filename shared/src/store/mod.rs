@@ -204,6 +204,131 @@ pub enum Resolution {
     Fenced,
 }
 
+/// Everything a completion ([`Store::complete`]) writes: the lease it is
+/// fenced on, the response every duplicate replays from now on, when the
+/// record expires, and the handler's deferred writes (usually none).
+#[derive(Debug)]
+pub struct CompleteRequest<'a> {
+    /// The claim being completed: the write is fenced on it.
+    pub lease: &'a Lease,
+    /// The outcome to store and replay.
+    pub response: &'a StoredResponse,
+    /// When the completed record expires, epoch seconds.
+    pub expires_at_s: u64,
+    /// Writes committed in the same transaction as the completion (of the
+    /// store's own kind, see [`DeferredWrites`]); stores without
+    /// transactions refuse any ([`no_transactions`]).
+    pub writes: DeferredWrites,
+}
+
+impl<'a> CompleteRequest<'a> {
+    /// Complete `lease` with `response`, kept until `expires_at_s` (epoch
+    /// seconds), with no deferred writes.
+    pub fn new(lease: &'a Lease, response: &'a StoredResponse, expires_at_s: u64) -> Self {
+        Self {
+            lease,
+            response,
+            expires_at_s,
+            writes: DeferredWrites::new(),
+        }
+    }
+
+    /// The same completion, committing `writes` with it.
+    pub fn with_writes(self, writes: DeferredWrites) -> Self {
+        Self { writes, ..self }
+    }
+}
+
+/// Everything a recovery point ([`Store::checkpoint`]) writes: the lease
+/// it is fenced on, the recovery point, and the handler's deferred writes
+/// that commit with it (usually none).
+#[derive(Debug)]
+pub struct CheckpointRequest<'a> {
+    /// The claim the recovery point belongs to: the write is fenced on it.
+    pub lease: &'a Lease,
+    /// The recovery point to commit.
+    pub checkpoint: &'a Checkpoint,
+    /// Writes committed in the same transaction (of the store's own kind,
+    /// see [`DeferredWrites`]); stores without transactions refuse any
+    /// ([`no_transactions`]).
+    pub writes: DeferredWrites,
+}
+
+impl<'a> CheckpointRequest<'a> {
+    /// Commit `checkpoint` under `lease`, with no deferred writes.
+    pub fn new(lease: &'a Lease, checkpoint: &'a Checkpoint) -> Self {
+        Self {
+            lease,
+            checkpoint,
+            writes: DeferredWrites::new(),
+        }
+    }
+
+    /// The same recovery point, committing `writes` with it.
+    pub fn with_writes(self, writes: DeferredWrites) -> Self {
+        Self { writes, ..self }
+    }
+}
+
+/// One page of a listing of stuck records ([`SweepStore::stuck`]): the
+/// records in progress whose lease ended before `cutoff_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StuckRequest {
+    /// Leases that ended before this (epoch ms) count as stuck.
+    pub cutoff_ms: u64,
+    /// Where the listing goes on (`None`: the start).
+    pub cursor: Option<SweepCursor>,
+    /// At most this many records.
+    pub limit: usize,
+    /// When the sweep must be done (epoch ms), if it must: a store whose one
+    /// listing can read for long (DynamoDB's stream) stops reading there and
+    /// returns what it read, with [`StuckPage::unread`] set, so the sweep
+    /// resolves that and saves its progress instead of losing the whole
+    /// listing to its deadline. Other stores list as they would without.
+    pub deadline_ms: Option<u64>,
+}
+
+impl StuckRequest {
+    /// The first page of at most `limit` records whose lease ended before
+    /// `cutoff_ms`, with no deadline.
+    pub fn new(cutoff_ms: u64, limit: usize) -> Self {
+        Self {
+            cutoff_ms,
+            cursor: None,
+            limit,
+            deadline_ms: None,
+        }
+    }
+
+    /// The page that starts at `cursor` (`None`: the start).
+    pub fn at(self, cursor: Option<SweepCursor>) -> Self {
+        Self { cursor, ..self }
+    }
+
+    /// The same listing, done by `deadline_ms` (epoch ms).
+    pub fn by(self, deadline_ms: u64) -> Self {
+        Self {
+            deadline_ms: Some(deadline_ms),
+            ..self
+        }
+    }
+}
+
+/// A resolution of one stuck record ([`SweepStore::resolve_stuck`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ResolveRequest<'a> {
+    /// The record as the listing saw it: the write is fenced on it (same
+    /// attempt and owner, still in progress).
+    pub record: &'a StuckRecord,
+    /// What to do with it.
+    pub how: Resolve<'a>,
+    /// The listing's cutoff: the record's lease must still have ended before
+    /// it (epoch ms).
+    pub cutoff_ms: u64,
+    /// The sweep's clock (epoch ms), which tells whether the record expired.
+    pub now_ms: u64,
+}
+
 /// Storage for idempotency records: every implementation obeys these rules
 /// (docs/DESIGN.md section 4):
 ///
@@ -221,12 +346,17 @@ pub enum Resolution {
 ///    write whose response was lost) counts as claimed.
 /// 4. A release never deletes a recovery point: a record holding one is kept
 ///    with its lease ended, for the next retry to take over and resume.
-/// 5. A resolution of a stuck record ([`Store::resolve_stuck`]) that
+/// 5. A resolution of a stuck record ([`SweepStore::resolve_stuck`]) that
 ///    completes it writes a new owner ([`resolver_owner`]), so the attempt it
 ///    replaced is fenced if it completes late.
 ///
+/// A store is also a [`SweepStore`]: the sweeper's and operators' side
+/// (listing stuck records, resolving them, reading records), kept in a trait
+/// of its own so each engine keeps that side in a file of its own. Call
+/// those methods with the trait in scope (`use lambda_idempotency::store::SweepStore`).
+///
 /// ```
-/// use lambda_idempotency::{MemoryStore, Store, store::{ClaimOutcome, ClaimRequest, StoredBody, StoredResponse}};
+/// use lambda_idempotency::{MemoryStore, Store, store::{ClaimOutcome, ClaimRequest, CompleteRequest, StoredBody, StoredResponse}};
 ///
 /// # tokio_test_block_on(async {
 /// let store = MemoryStore::new();
@@ -236,7 +366,8 @@ pub enum Resolution {
 /// };
 /// let ClaimOutcome::Claimed(lease) = store.claim(&request).await? else { unreachable!() };
 /// assert_eq!(lease.attempt, 1);
-/// store.complete(&lease, &StoredResponse::new(200, vec![], StoredBody::Empty), 3_600).await?;
+/// let response = StoredResponse::new(200, vec![], StoredBody::Empty);
+/// store.complete(CompleteRequest::new(&lease, &response, 3_600)).await?;
 ///
 /// let again = ClaimRequest { owner: "someone else".into(), ..request };
 /// assert!(matches!(store.claim(&again).await?, ClaimOutcome::Exists(_)));
@@ -245,17 +376,16 @@ pub enum Resolution {
 /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
 /// ```
 #[async_trait::async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug {
+pub trait Store: SweepStore + Send + Sync + std::fmt::Debug {
     /// Try to claim a record, in one round trip.
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error>;
 
-    /// Store the outcome and mark the record completed, if the lease is still ours.
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-    ) -> Result<Completion, Error>;
+    /// Store the outcome and mark the record completed, if the request's
+    /// lease is still ours, committing its deferred writes in the same
+    /// transaction. Stores without transactions fail with
+    /// [`ErrorKind::InvalidConfig`] when there are writes
+    /// ([`no_transactions`]).
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error>;
 
     /// Give the record up so the next retry runs, if the lease is still
     /// ours (rule 4): delete it, or, when it holds a recovery point (one
@@ -265,98 +395,58 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// released.
     async fn release(&self, lease: &Lease) -> Result<(), Error>;
 
-    /// Commit a recovery point, if the lease is still ours.
-    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error>;
-
-    /// Complete and commit the handler's deferred writes (of this store's
-    /// own kind, see [`DeferredWrites`]) in one transaction, fenced like
-    /// [`complete`](Store::complete). Stores without transactions fail with
-    /// [`ErrorKind::InvalidConfig`] unless
-    /// there are no writes.
-    async fn complete_with_writes(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-        writes: DeferredWrites,
-    ) -> Result<Completion, Error> {
-        if writes.is_empty() {
-            return self.complete(lease, response, expires_at_s).await;
-        }
-        Err(Error::new(
-            ErrorKind::InvalidConfig,
-            format!(
-                "{} cannot commit deferred writes with a completion (it has no transactions); \
-                 use a DynamoStore or a PostgresStore",
-                self.describe()
-            ),
-        ))
-    }
-
-    /// Commit a recovery point and the handler's deferred writes (of this
-    /// store's own kind, see [`DeferredWrites`]) in one transaction, fenced
-    /// like [`checkpoint`](Store::checkpoint): an atomic phase. Either the
+    /// Commit a recovery point, if the request's lease is still ours,
+    /// with its deferred writes (of this store's own kind, see
+    /// [`DeferredWrites`]) in one transaction: an atomic phase. Either the
     /// writes and the recovery point commit together under this lease, or
     /// neither does. Stores without transactions fail with
-    /// [`ErrorKind::InvalidConfig`] unless
-    /// there are no writes.
-    async fn checkpoint_with_writes(
-        &self,
-        lease: &Lease,
-        checkpoint: &Checkpoint,
-        writes: DeferredWrites,
-    ) -> Result<(), Error> {
-        if writes.is_empty() {
-            return self.checkpoint(lease, checkpoint).await;
-        }
-        Err(Error::new(
-            ErrorKind::InvalidConfig,
-            format!(
-                "{} cannot commit deferred writes with a recovery point (it has no \
-                 transactions); use a DynamoStore or a PostgresStore",
-                self.describe()
-            ),
-        ))
+    /// [`ErrorKind::InvalidConfig`] when there are writes
+    /// ([`no_transactions`]).
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error>;
+
+    /// What this store is, for messages (`DynamoDB table `idempotency``).
+    fn describe(&self) -> String {
+        format!("{self:?}")
     }
+}
 
-    /// One page of the records in progress whose lease ended before
-    /// `cutoff_ms`, from `cursor` (`None`: the start), at most `limit`
-    /// records. Never a scan of every record: stores keep stuck records
-    /// findable on their own (DynamoDB: a sparse index).
-    async fn stuck(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error>;
-
-    /// [`stuck`](Self::stuck) for a sweep that must be done by
-    /// `deadline_ms` (epoch ms): a store whose one listing can read for long
-    /// (DynamoDB's stream) stops reading there and returns what it read,
-    /// with `unread` set, so the sweep resolves it and saves that progress
-    /// instead of losing the whole listing to its deadline. Other stores
-    /// list as `stuck` does.
-    async fn stuck_by(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-        deadline_ms: u64,
-    ) -> Result<StuckPage, Error> {
-        let _ = deadline_ms;
-        self.stuck(cutoff_ms, cursor, limit).await
+/// Refuse `writes` for a store without transactions: `Ok` when there are
+/// none, otherwise [`ErrorKind::InvalidConfig`] naming the store and what the
+/// writes came with (`what`: "a completion", "a recovery point").
+pub fn no_transactions(
+    store: &(impl Store + ?Sized),
+    writes: &DeferredWrites,
+    what: &str,
+) -> Result<(), Error> {
+    if writes.is_empty() {
+        return Ok(());
     }
+    Err(Error::new(
+        ErrorKind::InvalidConfig,
+        format!(
+            "{} cannot commit deferred writes with {what} (it has no transactions); \
+             use a DynamoStore or a PostgresStore",
+            store.describe()
+        ),
+    ))
+}
 
-    /// Resolve `record` as `how` says, with one write fenced on what the
-    /// listing saw (same attempt and owner, still in progress, lease ended
-    /// before `cutoff_ms`); `now_ms` tells whether the record expired.
-    async fn resolve_stuck(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error>;
+/// The sweeper's and operators' side of a [`Store`]: find records stuck in
+/// progress and resolve them (the sweeper, `idempotency-cli`), read records
+/// back (`get`, `scan`), and the engine's housekeeping.
+#[async_trait::async_trait]
+pub trait SweepStore: Send + Sync {
+    /// One page of the records in progress whose lease ended before the
+    /// request's cutoff, from its cursor, at most its limit. Never a scan of
+    /// every record: stores keep stuck records findable on their own
+    /// (DynamoDB: a sparse index, or the table's stream).
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error>;
+
+    /// Resolve the request's record as its `how` says, with one write fenced
+    /// on what the listing saw (same attempt and owner, still in progress,
+    /// lease ended before the cutoff); its `now_ms` tells whether the record
+    /// expired.
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error>;
 
     /// The sweep of a listing is over: `resolved` are the ids of the listed
     /// records it resolved (any [`Resolution`]). A store whose listing keeps
@@ -390,11 +480,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
         let _ = (now_s, limit);
         Ok(0)
-    }
-
-    /// What this store is, for messages (`DynamoDB table `idempotency``).
-    fn describe(&self) -> String {
-        format!("{self:?}")
     }
 }
 
@@ -459,68 +544,27 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
         (**self).claim(request).await
     }
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-    ) -> Result<Completion, Error> {
-        (**self).complete(lease, response, expires_at_s).await
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+        (**self).complete(request).await
     }
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         (**self).release(lease).await
     }
-    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
-        (**self).checkpoint(lease, checkpoint).await
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+        (**self).checkpoint(request).await
     }
-    async fn complete_with_writes(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-        writes: DeferredWrites,
-    ) -> Result<Completion, Error> {
-        (**self)
-            .complete_with_writes(lease, response, expires_at_s, writes)
-            .await
+    fn describe(&self) -> String {
+        (**self).describe()
     }
-    async fn checkpoint_with_writes(
-        &self,
-        lease: &Lease,
-        checkpoint: &Checkpoint,
-        writes: DeferredWrites,
-    ) -> Result<(), Error> {
-        (**self)
-            .checkpoint_with_writes(lease, checkpoint, writes)
-            .await
+}
+
+#[async_trait::async_trait]
+impl<T: SweepStore + ?Sized> SweepStore for std::sync::Arc<T> {
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
+        (**self).stuck(request).await
     }
-    async fn stuck(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
-        (**self).stuck(cutoff_ms, cursor, limit).await
-    }
-    async fn stuck_by(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-        deadline_ms: u64,
-    ) -> Result<StuckPage, Error> {
-        (**self)
-            .stuck_by(cutoff_ms, cursor, limit, deadline_ms)
-            .await
-    }
-    async fn resolve_stuck(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
-        (**self).resolve_stuck(record, how, cutoff_ms, now_ms).await
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
+        (**self).resolve_stuck(request).await
     }
     async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
         (**self).settle(settlement, resolved).await
@@ -533,9 +577,6 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
     }
     async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
         (**self).delete_expired(now_s, limit).await
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
     }
 }
 

@@ -21,9 +21,9 @@ use crate::record::{
     encode_body, stored_len, Record, StoredBody, StoredResponse, MAX_BODY_BYTES, RECORD_BYTES,
 };
 use crate::store::{
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
-    Resolution, Resolve, Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
-    DEFAULT_MAX_RESPONSE_BYTES,
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, RecordPage,
+    Resolution, ResolveRequest, Settlement, Store, StoredRecord, StuckPage, StuckRequest,
+    SweepCursor, SweepStore, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
 /// The status of a pointer response: no HTTP handler can answer 0 (HTTP
@@ -182,18 +182,13 @@ impl<S: Store> S3Offload<S> {
         )
     }
 
-    /// Complete `lease` with `response` (and `writes`, when there are
-    /// some: the store's transactional completion), through S3 when it does
-    /// not fit; exactly the inner store's call when it does.
-    async fn complete_via(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-        writes: Option<DeferredWrites>,
-    ) -> Result<Completion, Error> {
+    /// Complete `lease` as `request` says (with its writes, when there are
+    /// some: the store's transactional completion), the response through S3
+    /// when it does not fit; exactly the inner store's call when it does.
+    async fn complete_via(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+        let (lease, response) = (request.lease, request.response);
         if !self.offloads(response) {
-            return self.forward(lease, response, expires_at_s, writes).await;
+            return self.inner.complete(request).await;
         }
         let key = self.key_of(lease);
         let object = encode_object(response);
@@ -233,8 +228,13 @@ impl<S: Store> S3Offload<S> {
             key = %key,
             "response too large for the store offloaded to S3"
         );
+        let pointed = pointer.to_response();
         let completed = self
-            .forward(lease, &pointer.to_response(), expires_at_s, writes)
+            .inner
+            .complete(CompleteRequest {
+                response: &pointed,
+                ..request
+            })
             .await;
         match &completed {
             Ok(Completion::Stored) => {}
@@ -252,24 +252,6 @@ impl<S: Store> S3Offload<S> {
             Err(_) => {}
         }
         completed
-    }
-
-    /// The inner store's completion of `lease` with `response`.
-    async fn forward(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-        writes: Option<DeferredWrites>,
-    ) -> Result<Completion, Error> {
-        match writes {
-            Some(writes) => {
-                self.inner
-                    .complete_with_writes(lease, response, expires_at_s, writes)
-                    .await
-            }
-            None => self.inner.complete(lease, response, expires_at_s).await,
-        }
     }
 
     /// Delete an object no record points to; a failure is logged (the
@@ -529,64 +511,38 @@ impl<S: Store> Store for S3Offload<S> {
         }
     }
 
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-    ) -> Result<Completion, Error> {
-        self.complete_via(lease, response, expires_at_s, None).await
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+        self.complete_via(request).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         self.inner.release(lease).await
     }
 
-    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
-        self.inner.checkpoint(lease, checkpoint).await
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+        self.inner.checkpoint(request).await
     }
 
-    async fn complete_with_writes(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-        writes: DeferredWrites,
-    ) -> Result<Completion, Error> {
-        self.complete_via(lease, response, expires_at_s, Some(writes))
-            .await
+    fn describe(&self) -> String {
+        format!(
+            "{} (responses over {} bytes offloaded to {})",
+            self.inner.describe(),
+            self.max_response_bytes,
+            self.describe_offload()
+        )
+    }
+}
+
+/// The sweeper's side goes to the inner store, except that a record read
+/// back has its offloaded response read from S3.
+#[async_trait::async_trait]
+impl<S: Store> SweepStore for S3Offload<S> {
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
+        self.inner.stuck(request).await
     }
 
-    async fn checkpoint_with_writes(
-        &self,
-        lease: &Lease,
-        checkpoint: &Checkpoint,
-        writes: DeferredWrites,
-    ) -> Result<(), Error> {
-        self.inner
-            .checkpoint_with_writes(lease, checkpoint, writes)
-            .await
-    }
-
-    async fn stuck(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
-        self.inner.stuck(cutoff_ms, cursor, limit).await
-    }
-
-    async fn resolve_stuck(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
-        self.inner
-            .resolve_stuck(record, how, cutoff_ms, now_ms)
-            .await
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
+        self.inner.resolve_stuck(request).await
     }
 
     async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
@@ -610,15 +566,6 @@ impl<S: Store> Store for S3Offload<S> {
     async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
         // The objects of expired records go with the bucket's lifecycle rule.
         self.inner.delete_expired(now_s, limit).await
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "{} (responses over {} bytes offloaded to {})",
-            self.inner.describe(),
-            self.max_response_bytes,
-            self.describe_offload()
-        )
     }
 }
 

@@ -114,6 +114,24 @@ pub(crate) fn claim_contended(record_id: &str) -> Error {
     )
 }
 
+/// A record its engine cannot read back: `what` is wrong with record
+/// `record_id`'s stored form, which the engine calls `stored_as` (a DynamoDB
+/// "item", a Redis "key", a PostgreSQL "row"). The stores write nothing this
+/// reports, so the message asks whether something else wrote there.
+#[cfg_attr(
+    not(any(feature = "dynamodb", feature = "redis", feature = "postgres")),
+    allow(dead_code)
+)]
+pub(crate) fn corrupt(stored_as: &str, record_id: &str, what: &str) -> Error {
+    Error::new(
+        ErrorKind::CorruptRecord,
+        format!(
+            "idempotency record {record_id} cannot be read: {what}; was the {stored_as} \
+             written by something other than lambda-idempotency?"
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ use crate::fixture::{
     claim_request, dynamo_order_state, json, now_ms, on_both_stores, post, post_order, Fixture,
     Handler, Runs,
 };
+use lambda_idempotency::store::CompleteRequest;
 
 on_both_stores!(
     crash_after_a_checkpoint_resumes_there_without_repeating_the_call,
@@ -151,11 +152,11 @@ async fn stale_invocation_cannot_commit_a_checkpoint_after_takeover(f: Fixture) 
     assert_eq!(err.kind(), ErrorKind::Fenced);
     let err = f
         .store
-        .complete(
+        .complete(CompleteRequest::new(
             &stale,
             &StoredResponse::new(200, vec![], StoredBody::Empty),
             now_ms() / 1000 + 60,
-        )
+        ))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
@@ -545,11 +546,13 @@ async fn transactional_completion_by_a_stale_attempt_is_fenced_and_writes_nothin
         panic!()
     };
     let err = store
-        .complete_with_writes(
-            &stale,
-            &StoredResponse::new(201, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-            one_write(put_order(&orders, "o-9", false)),
+        .complete(
+            CompleteRequest::new(
+                &stale,
+                &StoredResponse::new(201, vec![], StoredBody::Empty),
+                now_ms() / 1000 + 60,
+            )
+            .with_writes(one_write(put_order(&orders, "o-9", false))),
         )
         .await
         .unwrap_err();
@@ -565,11 +568,13 @@ async fn memory_store_refuses_deferred_writes_clearly() {
         panic!()
     };
     let err = store
-        .complete_with_writes(
-            &lease,
-            &StoredResponse::new(201, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-            one_write(put_order("t", "o", false)),
+        .complete(
+            CompleteRequest::new(
+                &lease,
+                &StoredResponse::new(201, vec![], StoredBody::Empty),
+                now_ms() / 1000 + 60,
+            )
+            .with_writes(one_write(put_order("t", "o", false))),
         )
         .await
         .unwrap_err();

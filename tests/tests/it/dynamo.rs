@@ -18,6 +18,7 @@ use tower::Layer;
 use crate::fixture::{
     call, claim_request, counting_handler, json, now_ms, post, start_first, Runs,
 };
+use lambda_idempotency::store::{CheckpointRequest, CompleteRequest, SweepStore};
 
 #[tokio::test]
 async fn unreachable_store_is_503_and_the_handler_never_runs() {
@@ -332,7 +333,10 @@ async fn a_recovery_point_writes_no_index_unit() {
         data: serde_json::json!({"charge_id": "ch_1"}),
         attempt: lease.attempt,
     };
-    store.checkpoint(&lease, &point).await.unwrap();
+    store
+        .checkpoint(CheckpointRequest::new(&lease, &point))
+        .await
+        .unwrap();
     let used = proxy.units(store.table()) - before;
     assert_eq!((used.table_write, used.index_write), (1.0, 0.0), "{used:?}");
 }
@@ -360,7 +364,11 @@ async fn a_compressible_kilobyte_response_completes_in_one_write_unit() {
         lambda_idempotency::store::StoredBody::Text(body.clone()),
     );
     store
-        .complete(&lease, &response, now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response,
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap();
     let used = proxy.units(&table) - before;

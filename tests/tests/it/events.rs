@@ -575,7 +575,7 @@ async fn the_example_consumer_keeps_records_for_the_configured_redelivery_window
         .await
         .unwrap();
     let store = lambda_idempotency::DynamoStore::new(client.clone(), &idempotency);
-    let page = lambda_idempotency::Store::scan(&store, None, 10)
+    let page = lambda_idempotency::store::SweepStore::scan(&store, None, 10)
         .await
         .unwrap();
     assert_eq!(page.records.len(), 1);

@@ -15,6 +15,7 @@ use lambda_idempotency::{
 use serde_json::{json, Value};
 
 use crate::fixture::{claim_lease, now_ms};
+use lambda_idempotency::store::CompleteRequest;
 
 /// A DynamoStore on a fresh idempotency table whose calls are recorded as
 /// `feature`'s.
@@ -96,12 +97,12 @@ async fn transactional_completion() {
     let expires = now_ms() / 1000 + 3600;
     let lease = claim_lease(&store, "t1", "me", 60_000).await;
     store
-        .complete_with_writes(&lease, &response, expires, put("o-1"))
+        .complete(CompleteRequest::new(&lease, &response, expires).with_writes(put("o-1")))
         .await
         .expect("committed");
     let lease = claim_lease(&store, "t2", "me", 60_000).await;
     let err = store
-        .complete_with_writes(&lease, &response, expires, put("o-1"))
+        .complete(CompleteRequest::new(&lease, &response, expires).with_writes(put("o-1")))
         .await
         .expect_err("o-1 exists: cancelled");
     assert_eq!(err.kind(), ErrorKind::TransactionCancelled, "{err}");

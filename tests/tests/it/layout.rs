@@ -26,6 +26,7 @@ use crate::fixture::{
     call, claim_lease, claim_request, counting_handler, json, now_ms, post, post_order,
     start_first, Handler, Runs,
 };
+use lambda_idempotency::store::{CheckpointRequest, CompleteRequest, StuckRequest, SweepStore};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -288,7 +289,7 @@ async fn foreign_untouched(store: &DynamoStore, shape: Shape, foreign: &[Item]) 
     }
 }
 
-/// The ids `Store::scan` lists (every page), and how many items it skipped.
+/// The ids `SweepStore::scan` lists (every page), and how many items it skipped.
 async fn scanned(store: &DynamoStore) -> (BTreeSet<String>, u64) {
     let mut ids = BTreeSet::new();
     let mut skipped = 0;
@@ -492,7 +493,10 @@ async fn a_recovery_point_a_takeover_and_a_transactional_completion(shape: Shape
         data: json!({"charge_id": "ch_1"}),
         attempt: stale.attempt,
     };
-    store.checkpoint(&stale, &point).await.unwrap();
+    store
+        .checkpoint(CheckpointRequest::new(&stale, &point))
+        .await
+        .unwrap();
     assert!(raw(&store, &id)
         .await
         .unwrap()
@@ -514,14 +518,22 @@ async fn a_recovery_point_a_takeover_and_a_transactional_completion(shape: Shape
     // The stale attempt is fenced out.
     let response = StoredResponse::new(200, vec![], StoredBody::Text("done".into()));
     let err = store
-        .complete(&stale, &response, now_ms() / 1000 + 3600)
+        .complete(CompleteRequest::new(
+            &stale,
+            &response,
+            now_ms() / 1000 + 3600,
+        ))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
     let err = store.release(&stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
     store
-        .complete(&lease, &response, now_ms() / 1000 + 3600)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response,
+            now_ms() / 1000 + 3600,
+        ))
         .await
         .unwrap();
     let done = raw(&store, &id).await.unwrap();
@@ -596,7 +608,11 @@ async fn sweeps(shape: Shape, discovery: Discovery) {
     let lease = claim(&store, &done, 1).await;
     let response = StoredResponse::new(200, vec![], StoredBody::Empty);
     store
-        .complete(&lease, &response, now_ms() / 1000 + 3600)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response,
+            now_ms() / 1000 + 3600,
+        ))
         .await
         .unwrap();
     claim(&store, &live, 600_000).await;
@@ -607,7 +623,10 @@ async fn sweeps(shape: Shape, discovery: Discovery) {
     let mut listed = BTreeSet::new();
     let mut cursor = None;
     loop {
-        let page = store.stuck(now_ms(), cursor, 3).await.unwrap();
+        let page = store
+            .stuck(StuckRequest::new(now_ms(), 3).at(cursor))
+            .await
+            .unwrap();
         assert_eq!(page.failed_reads, 0);
         listed.extend(page.records.into_iter().map(|r| r.id));
         match page.next {
@@ -642,7 +661,10 @@ async fn sweeps(shape: Shape, discovery: Discovery) {
         data: json!({}),
         attempt: lease.attempt,
     };
-    store.checkpoint(&lease, &point).await.unwrap();
+    store
+        .checkpoint(CheckpointRequest::new(&lease, &point))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let kept = sweep_now(&store, SweepPolicy::Release).await;
     assert_eq!(

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use lambda_idempotency::store::StuckRecord;
+use lambda_idempotency::store::{CheckpointRequest, StuckRecord};
 use lambda_idempotency::{
     store::{ClaimOutcome, ClaimRequest, Lease, Resolution, Status, StoredBody, StoredResponse},
     sweep::Sweeper,
@@ -17,6 +17,7 @@ use lambda_idempotency::{
 use proptest::prelude::*;
 
 use crate::fuzz::Tally;
+use lambda_idempotency::store::CompleteRequest;
 
 const ACTORS: usize = 3;
 const RECORD_TTL_MS: u64 = 5_000;
@@ -219,7 +220,11 @@ async fn check(
                 };
                 let allowed = m.holds(&lease);
                 let result = store
-                    .complete(&lease, &response, m.now / 1000 + RECORD_TTL_MS / 1000)
+                    .complete(CompleteRequest::new(
+                        &lease,
+                        &response,
+                        m.now / 1000 + RECORD_TTL_MS / 1000,
+                    ))
                     .await;
                 match (allowed, result) {
                     (true, Ok(_)) => {
@@ -292,7 +297,12 @@ async fn check(
                     data: serde_json::json!(step),
                     attempt: lease.attempt,
                 };
-                match (allowed, store.checkpoint(&lease, &checkpoint).await) {
+                match (
+                    allowed,
+                    store
+                        .checkpoint(CheckpointRequest::new(&lease, &checkpoint))
+                        .await,
+                ) {
                     (true, Ok(())) => {
                         tally.add("recovery points");
                         if let Some(r) = m.record.as_mut() {

@@ -23,6 +23,7 @@ use tower::Layer;
 use crate::fixture::{
     call, claim_lease, claim_request, claimed, on_both_stores, post, Fixture, Handler, Runs,
 };
+use lambda_idempotency::store::{CompleteRequest, SweepStore};
 
 /// The endpoint of the harness's S3 server; a missing server fails the
 /// tests (it must not skip them).
@@ -239,7 +240,7 @@ async fn a_fenced_completion_deletes_its_object_and_leaves_no_pointer(fixture: F
 
     let stale_response = StoredResponse::new(200, vec![], StoredBody::Binary(large_body(3)));
     let err = store
-        .complete(&stale, &stale_response, expires)
+        .complete(CompleteRequest::new(&stale, &stale_response, expires))
         .await
         .expect_err("the stale attempt is fenced");
     assert_eq!(err.kind(), ErrorKind::Fenced);
@@ -251,7 +252,7 @@ async fn a_fenced_completion_deletes_its_object_and_leaves_no_pointer(fixture: F
 
     let newer_response = StoredResponse::new(200, vec![], StoredBody::Binary(large_body(4)));
     store
-        .complete(&newer, &newer_response, expires)
+        .complete(CompleteRequest::new(&newer, &newer_response, expires))
         .await
         .expect("the newer attempt completes");
     assert_eq!(
@@ -463,7 +464,7 @@ async fn a_pointer_to_another_records_object_is_refused_unread(fixture: Fixture)
         let expires_at_s = crate::fixture::now_ms() / 1000 + 3600;
         fixture
             .store
-            .complete(&lease, &response, expires_at_s)
+            .complete(CompleteRequest::new(&lease, &response, expires_at_s))
             .await
             .unwrap();
         let reads = bucket.requests.get();
@@ -562,7 +563,9 @@ async fn a_transactional_completion_commits_the_pointer_with_the_writes() {
 
     let lease = claim_lease(&store, "t1", "me", 60_000).await;
     store
-        .complete_with_writes(&lease, &large, expires, put_order(&orders, "o-1"))
+        .complete(
+            CompleteRequest::new(&lease, &large, expires).with_writes(put_order(&orders, "o-1")),
+        )
         .await
         .expect("committed");
     let order = [(
@@ -583,7 +586,9 @@ async fn a_transactional_completion_commits_the_pointer_with_the_writes() {
     // o-1 exists: the transaction is cancelled, nothing of it is written.
     let lease = claim_lease(&store, "t2", "me", 60_000).await;
     let err = store
-        .complete_with_writes(&lease, &large, expires, put_order(&orders, "o-1"))
+        .complete(
+            CompleteRequest::new(&lease, &large, expires).with_writes(put_order(&orders, "o-1")),
+        )
         .await
         .expect_err("cancelled");
     assert_eq!(err.kind(), ErrorKind::TransactionCancelled, "{err}");
@@ -605,11 +610,9 @@ async fn a_refused_transactional_completion_deletes_its_object_on_the_memory_sto
     let lease = claim_lease(&store, "t3", "me", 60_000).await;
     let large = StoredResponse::new(201, vec![], StoredBody::Binary(large_body(11)));
     let err = store
-        .complete_with_writes(
-            &lease,
-            &large,
-            crate::fixture::now_ms() / 1000 + 3600,
-            put_order("orders", "o-2"),
+        .complete(
+            CompleteRequest::new(&lease, &large, crate::fixture::now_ms() / 1000 + 3600)
+                .with_writes(put_order("orders", "o-2")),
         )
         .await
         .expect_err("no transactions in memory");

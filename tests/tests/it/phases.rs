@@ -1,6 +1,6 @@
 //! Atomic phases: a recovery point committed in one transaction
 //! with the rows the phase wrote (`IdempotencyContext::commit_with_writes`,
-//! `Store::checkpoint_with_writes`), fenced. On PostgreSQL (the handler's
+//! `Store::checkpoint` with deferred writes), fenced. On PostgreSQL (the handler's
 //! SQL) and DynamoDB Local (`TransactWriteItem`s); stores without
 //! transactions refuse the writes and write nothing.
 
@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_http::{Body, Request, Response};
+use lambda_idempotency::store::{CheckpointRequest};
 use lambda_idempotency::{
     scope::RecordScope,
     store::postgres::{PgType, PgWrite},
@@ -424,7 +425,7 @@ async fn a_store_without_transactions_refuses_writes(store: impl Store) {
     let mut writes = DeferredWrites::new();
     writes.push(PgWrite::new("INSERT INTO orders VALUES ('o-1')"));
     let err = store
-        .checkpoint_with_writes(&lease, &point("created"), writes)
+        .checkpoint(CheckpointRequest::new(&lease, &point("created")).with_writes(writes))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
@@ -436,7 +437,9 @@ async fn a_store_without_transactions_refuses_writes(store: impl Store) {
     assert_eq!(recovery_point(&store, "r").await, None);
 
     store
-        .checkpoint_with_writes(&lease, &point("plain"), DeferredWrites::new())
+        .checkpoint(
+            CheckpointRequest::new(&lease, &point("plain")).with_writes(DeferredWrites::new()),
+        )
         .await
         .unwrap();
     assert_eq!(recovery_point(&store, "r").await.unwrap().name, "plain");

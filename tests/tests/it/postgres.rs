@@ -25,6 +25,7 @@ use crate::fixture::{
     assert_failed_key_replays_abandoned, call, claim_lease, claim_request, claimed,
     counting_handler, json, now_ms, one_phase_handler, post, post_order, Runs,
 };
+use lambda_idempotency::store::{CheckpointRequest, CompleteRequest, StuckRequest, SweepStore};
 
 /// A fresh store and an `orders` table of the application's beside it.
 async fn store_with_orders() -> PostgresStore {
@@ -93,11 +94,13 @@ async fn complete_201_with(
     writes: DeferredWrites,
 ) -> Result<Completion, lambda_idempotency::Error> {
     store
-        .complete_with_writes(
-            lease,
-            &StoredResponse::new(201, vec![], StoredBody::Empty),
-            now_ms() / 1000 + 60,
-            writes,
+        .complete(
+            CompleteRequest::new(
+                lease,
+                &StoredResponse::new(201, vec![], StoredBody::Empty),
+                now_ms() / 1000 + 60,
+            )
+            .with_writes(writes),
         )
         .await
 }
@@ -387,11 +390,11 @@ async fn expired_rows_are_deleted_in_bounded_batches_and_live_ones_kept() {
     }
     let live = claim_lease(&store, "live", "a", 60_000).await;
     store
-        .complete(
+        .complete(CompleteRequest::new(
             &live,
             &StoredResponse::new(200, vec![], StoredBody::Empty),
             now / 1000 + 3600,
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(store.delete_expired(now / 1000, 2).await.unwrap(), 2);
@@ -464,7 +467,10 @@ async fn a_new_life_drops_the_old_recovery_point_and_a_takeover_keeps_it() {
                 data: serde_json::json!({"charge": "ch_1", "amount": 12.5}),
                 attempt: lease.attempt,
             };
-            store.checkpoint(&lease, &point).await.unwrap();
+            store
+                .checkpoint(CheckpointRequest::new(&lease, &point))
+                .await
+                .unwrap();
         }
     };
     let first = claim_lease(&store, "r", "a", 20).await;
@@ -510,11 +516,11 @@ async fn the_release_policy_pages_through_stuck_records_and_leaves_the_rest() {
     }
     let done = claim(&store, "completed", 1).await;
     store
-        .complete(
+        .complete(CompleteRequest::new(
             &done,
             &StoredResponse::new(200, vec![], StoredBody::Empty),
             now_ms() / 1000 + 3600,
-        )
+        ))
         .await
         .unwrap();
     claim(&store, "live", 600_000).await;
@@ -572,7 +578,11 @@ async fn a_recovery_point_keeps_a_stuck_record_unless_the_policy_fails_it() {
     let store = integration_tests::postgres_store().await;
     let lease = claim(&store, "resumable", 1).await;
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let listed = store.stuck(now_ms(), None, 10).await.unwrap().records;
+    let listed = store
+        .stuck(StuckRequest::new(now_ms(), 10))
+        .await
+        .unwrap()
+        .records;
     assert_eq!(listed.len(), 1);
     assert!(!listed[0].has_checkpoint);
     // The still-running invocation commits a recovery point after the listing.
@@ -581,7 +591,10 @@ async fn a_recovery_point_keeps_a_stuck_record_unless_the_policy_fails_it() {
         data: serde_json::json!({"charge": "ch_1"}),
         attempt: lease.attempt,
     };
-    store.checkpoint(&lease, &point).await.unwrap();
+    store
+        .checkpoint(CheckpointRequest::new(&lease, &point))
+        .await
+        .unwrap();
     let sweeper = Sweeper::new(store.clone()).grace(Duration::ZERO);
     assert_eq!(
         sweeper.resolve(&listed[0], now_ms()).await.unwrap(),
@@ -603,7 +616,11 @@ async fn a_record_reclaimed_after_the_listing_is_fenced_and_an_expired_one_delet
     expired.expires_at_s = expired.now_ms / 1000 - 5;
     claimed(store.claim(&expired).await.unwrap());
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let listed = store.stuck(now_ms(), None, 10).await.unwrap().records;
+    let listed = store
+        .stuck(StuckRequest::new(now_ms(), 10))
+        .await
+        .unwrap()
+        .records;
     assert_eq!(listed.len(), 2);
     let reclaimed = listed.iter().find(|r| r.id == "reclaimed").unwrap();
     let gone = listed.iter().find(|r| r.id == "expired").unwrap();

@@ -19,6 +19,7 @@ use crate::fixture::{
     claim_lease, force_resolution, now_ms, on_both_stores, one_phase_handler, post, post_order,
     Fixture, Runs,
 };
+use lambda_idempotency::store::CompleteRequest;
 
 on_both_stores!(
     a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resumes,
@@ -95,7 +96,11 @@ async fn a_completion_after_a_forced_release_says_the_record_is_gone(f: Fixture)
 
     let err = f
         .store
-        .complete(&lease, &response(), now_ms() / 1000 + 3600)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 + 3600,
+        ))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::RecordGone, "{err}");
@@ -113,7 +118,11 @@ async fn a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays(f:
     // The live invocation completes late: it is told it was fenced.
     let err = f
         .store
-        .complete(&lease, &response(), now_ms() / 1000 + 3600)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 + 3600,
+        ))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
@@ -338,7 +347,11 @@ async fn derived_keys_repeat_in_a_new_life_of_the_same_request(f: Fixture) {
         IdempotencyContext::from_lease(f.store.clone(), first.clone()).derived_key("charge");
     // The first life completes and expires.
     f.store
-        .complete(&first, &response(), now_ms() / 1000 - 1)
+        .complete(CompleteRequest::new(
+            &first,
+            &response(),
+            now_ms() / 1000 - 1,
+        ))
         .await
         .unwrap();
     let second = claim_lease(&f.store, "r", "b", 60_000).await;

@@ -22,6 +22,7 @@ use crate::fixture::{
     assert_sweep_keeps_its_deadline, call, claim_lease, claim_request, claimed, counting_handler,
     json, now_ms, post, silent_server, start_first, Runs,
 };
+use lambda_idempotency::store::{CompleteRequest, StuckRequest, SweepStore};
 
 /// `host:port` of the harness's server.
 fn server() -> String {
@@ -167,9 +168,13 @@ async fn key_prefixes_keep_stores_apart_on_one_server() {
     let lease_a = claim_lease(&a, id, "owner-a", 1).await;
     let lease_b = claim_lease(&b, id, "owner-b", 60_000).await;
     assert_eq!((lease_a.attempt, lease_b.attempt), (1, 1));
-    a.complete(&lease_a, &response(), now_ms() / 1000 + 60)
-        .await
-        .unwrap();
+    a.complete(CompleteRequest::new(
+        &lease_a,
+        &response(),
+        now_ms() / 1000 + 60,
+    ))
+    .await
+    .unwrap();
     let in_b = b.get(id).await.unwrap().unwrap().record;
     assert_eq!(
         (in_b.status, in_b.owner.as_str()),
@@ -182,11 +187,11 @@ async fn key_prefixes_keep_stores_apart_on_one_server() {
     let listed_a = a.scan(None, 100).await.unwrap();
     assert_eq!(listed_a.records.len(), 1);
     assert_eq!(listed_a.records[0].record.owner, "owner-a");
-    let stuck_b = b.stuck(u64::MAX, None, 100).await.unwrap();
+    let stuck_b = b.stuck(StuckRequest::new(u64::MAX, 100)).await.unwrap();
     assert_eq!(stuck_b.records.len(), 1);
     assert_eq!(stuck_b.records[0].owner, "owner-b");
     assert!(a
-        .stuck(u64::MAX, None, 100)
+        .stuck(StuckRequest::new(u64::MAX, 100))
         .await
         .unwrap()
         .records
@@ -213,7 +218,11 @@ async fn a_tls_url_connects_over_tls_and_checks_the_certificate() {
     let store = integration_tests::redis_store_at(url.as_str()).await;
     let lease = claim_lease(&store, "71", "o", 60_000).await;
     store
-        .complete(&lease, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap();
     let record = store.get("71").await.unwrap().unwrap().record;
@@ -237,7 +246,7 @@ async fn a_resp3_connection_reads_records_as_resp2_does() {
         StoredBody::Binary(vec![1, 2, 3]),
     );
     store
-        .complete(&lease, &stored, now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(&lease, &stored, now_ms() / 1000 + 60))
         .await
         .unwrap();
     let record = store.get("3a").await.unwrap().unwrap().record;
@@ -341,7 +350,7 @@ async fn keys_live_until_their_record_expires_plus_a_grace_and_leave_the_index_w
 
     let completed_until = now_ms() / 1000 + 90;
     store
-        .complete(&lease, &response(), completed_until)
+        .complete(CompleteRequest::new(&lease, &response(), completed_until))
         .await
         .unwrap();
     assert_eq!(expire_time().await, completed_until as i64 + 300);
@@ -501,7 +510,11 @@ async fn lost_answers_are_recognised_as_our_own_writes_on_the_retry() {
     // by this very lease.
     proxy.lose_next_answer();
     let completion = store
-        .complete(&lease, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap();
     assert_eq!(completion, Completion::Stored);

@@ -13,6 +13,7 @@ use lambda_idempotency::{
 };
 
 use crate::fixture::{claim_request as request, claimed, now_ms};
+use lambda_idempotency::store::{CheckpointRequest, CompleteRequest};
 
 /// A DynamoDB store whose next responses can be lost after DynamoDB applied
 /// the request (the SDK then retries it).
@@ -66,14 +67,14 @@ struct IdempotencyContextExt;
 impl IdempotencyContextExt {
     async fn commit(store: &DynamoStore, lease: &Lease, name: &str) {
         store
-            .checkpoint(
+            .checkpoint(CheckpointRequest::new(
                 lease,
                 &lambda_idempotency::store::Checkpoint {
                     name: name.into(),
                     data: serde_json::json!({"charge_id": "ch_old"}),
                     attempt: lease.attempt,
                 },
-            )
+            ))
             .await
             .unwrap();
     }
@@ -105,7 +106,11 @@ async fn an_sdk_retried_complete_whose_first_try_applied_succeeds() {
     let lease = claimed(store.claim(&request("r", "a", 60_000)).await.unwrap());
     lose.arm(1);
     let outcome = store
-        .complete(&lease, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await;
     assert_eq!(
         lose.remaining(),
@@ -137,11 +142,19 @@ async fn a_complete_fenced_by_a_newer_attempt_is_still_fenced() {
     tokio::time::sleep(Duration::from_millis(80)).await;
     let fresh = claimed(store.claim(&request("r", "b", 60_000)).await.unwrap());
     store
-        .complete(&fresh, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &fresh,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap();
     let err = store
-        .complete(&stale, &response(), now_ms() / 1000 + 60)
+        .complete(CompleteRequest::new(
+            &stale,
+            &response(),
+            now_ms() / 1000 + 60,
+        ))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
@@ -886,7 +899,11 @@ async fn a_claim_over_an_expired_record_does_not_decode_its_old_body() {
     let (store, _) = integration_tests::dynamo_store().await;
     let lease = claimed(store.claim(&request("r", "a", 60_000)).await.unwrap());
     store
-        .complete(&lease, &response(), now_ms() / 1000 - 5)
+        .complete(CompleteRequest::new(
+            &lease,
+            &response(),
+            now_ms() / 1000 - 5,
+        ))
         .await
         .unwrap();
     // The expired record's body is not valid gzip (a foreign or damaged

@@ -7,6 +7,7 @@ use lambda_idempotency::{
 };
 
 use crate::fixture::{claim_request, claimed, now_ms, on_both_stores, Fixture};
+use lambda_idempotency::store::{CompleteRequest, SweepStore};
 
 on_both_stores!(
     first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress,
@@ -101,11 +102,11 @@ async fn dynamodb_sizes_match_the_billed_write_units() {
         // Incompressible, so the stored body keeps its size.
         let body = StoredBody::Binary(integration_tests::noise(bytes, 7 + i as u64));
         store
-            .complete(
+            .complete(CompleteRequest::new(
                 &lease,
                 &StoredResponse::new(200, vec![], body),
                 now_ms() / 1000 + 60,
-            )
+            ))
             .await
             .unwrap();
         let found = store.get(&id).await.unwrap().unwrap();

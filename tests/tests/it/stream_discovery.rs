@@ -21,6 +21,7 @@ use lambda_idempotency::{
 };
 
 use crate::fixture::{claim_lease, claim_request, claimed, now_ms};
+use lambda_idempotency::store::{CompleteRequest, StuckRequest, SweepStore};
 
 /// A fresh table, a store reading its stream through a new proxy, and the
 /// proxy.
@@ -68,11 +69,11 @@ async fn neighbours(store: &DynamoStore) -> (String, String) {
     let (done, live) = (hashed_id("completed"), hashed_id("live"));
     let lease = claim_lease(store, &done, "owner-done", 1).await;
     store
-        .complete(
+        .complete(CompleteRequest::new(
             &lease,
             &StoredResponse::new(200, vec![], lambda_idempotency::store::StoredBody::Empty),
             now_ms() / 1000 + 3600,
-        )
+        ))
         .await
         .unwrap();
     claim_lease(store, &live, "owner-live", 600_000).await;
@@ -150,7 +151,10 @@ async fn a_stream_without_new_images_is_refused_not_read_as_empty() {
         let summary = sweep(&store).await;
         assert_eq!(summary.errors, 1, "{view_type}: {summary:?}");
         assert!(summary.remaining, "{view_type}: {summary:?}");
-        let err = store.stuck(now_ms(), None, 100).await.unwrap_err();
+        let err = store
+            .stuck(StuckRequest::new(now_ms(), 100))
+            .await
+            .unwrap_err();
         let message = err.to_string();
         assert!(
             message.contains("StreamViewType")
@@ -459,7 +463,7 @@ async fn an_older_sweep_never_moves_a_position_back() {
     first_sweep(&store).await;
     let ids = stuck_records(&store, "overlapping", 4).await;
     // Sweep A lists (through the proxy) and is slow to finish...
-    let listing_a = store.stuck(now_ms(), None, 100).await.unwrap();
+    let listing_a = store.stuck(StuckRequest::new(now_ms(), 100)).await.unwrap();
     assert_eq!(listing_a.records.len(), 4);
     assert!(proxy.get_records() > 0);
     // ...while sweep B lists, resolves everything and saves its place.

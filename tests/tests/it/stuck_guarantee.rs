@@ -15,6 +15,7 @@ use lambda_idempotency::{
 };
 
 use crate::fixture::{claim_lease, claimed, now_ms, Fixture};
+use lambda_idempotency::store::{StuckRequest, SweepStore};
 
 // Each test once per store that lists its own records in progress.
 crate::fixture::test_cases!(
@@ -136,7 +137,7 @@ mod redis_index {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert_eq!(index_size(&mut con, &index).await, 5_001);
 
-        let page = store.stuck(now_ms(), None, 100).await.unwrap();
+        let page = store.stuck(StuckRequest::new(now_ms(), 100)).await.unwrap();
         let left = index_size(&mut con, &index).await;
         assert!(
             left >= 4_000,

@@ -20,6 +20,7 @@ use crate::fixture::{
     assert_failed_key_replays_abandoned, assert_sweep_keeps_its_deadline, claim_request, claimed,
     counting_handler, json, now_ms, post, post_order, silent_server, Handler, Runs,
 };
+use lambda_idempotency::store::{CheckpointRequest, CompleteRequest, StuckRequest};
 
 /// Where stuck records are and how the sweeper finds them: the DynamoDB
 /// table's stream (the product's way), its opt-in sparse index, or a Redis
@@ -148,7 +149,11 @@ async fn complete_now(store: &Subject, id: &str) {
     let done = claim(store, id, 1).await;
     let response = StoredResponse::new(200, vec![], StoredBody::Empty);
     store
-        .complete(&done, &response, now_ms() / 1000 + 3600)
+        .complete(CompleteRequest::new(
+            &done,
+            &response,
+            now_ms() / 1000 + 3600,
+        ))
         .await
         .unwrap();
 }
@@ -169,7 +174,10 @@ async fn commit_charged(store: &Subject, lease: &Lease) {
         data: serde_json::json!({ "charge_id": "ch_1" }),
         attempt: lease.attempt,
     };
-    store.checkpoint(lease, &point).await.unwrap();
+    store
+        .checkpoint(CheckpointRequest::new(lease, &point))
+        .await
+        .unwrap();
 }
 
 /// A record id as the middleware makes it (a hash, so ids spread over the 16
@@ -204,7 +212,10 @@ async fn stuck(store: &Subject) -> Vec<lambda_idempotency::store::StuckRecord> {
     let mut found = Vec::new();
     let mut cursor = None;
     loop {
-        let page = store.stuck(now_ms(), cursor, 100).await.unwrap();
+        let page = store
+            .stuck(StuckRequest::new(now_ms(), 100).at(cursor))
+            .await
+            .unwrap();
         assert_eq!(page.failed_reads, 0);
         found.extend(page.records);
         match page.next {
@@ -233,7 +244,10 @@ async fn dynamo_item(
 async fn listed_in_progress(store: &Subject, id: &str) -> bool {
     let mut cursor = None;
     loop {
-        let page = store.stuck(u64::MAX, cursor, 100).await.unwrap();
+        let page = store
+            .stuck(StuckRequest::new(u64::MAX, 100).at(cursor))
+            .await
+            .unwrap();
         if page.records.iter().any(|r| r.id == id) {
             return true;
         }

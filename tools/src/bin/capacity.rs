@@ -23,6 +23,7 @@ use integration_tests::capacity_proxy::{CapacityProxy, Units};
 use integration_tests::functions;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use lambda_http::Request;
+use lambda_idempotency::store::CompleteRequest;
 use lambda_idempotency::{
     scope::RecordScope, store::ClaimRequest, sweep::Sweeper, DynamoStore, IdempotencyLayer, Store,
 };
@@ -255,7 +256,7 @@ async fn sweeper(lab: &Lab) -> Result<Value> {
                     lambda_idempotency::store::StoredBody::Empty,
                 );
                 lab.direct
-                    .complete(&lease, &done, now / 1000 + 3600)
+                    .complete(CompleteRequest::new(&lease, &done, now / 1000 + 3600))
                     .await
                     .map_err(|e| e.to_string())?;
             }

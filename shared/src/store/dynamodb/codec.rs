@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::TableLayout;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::record::{decode_body, Checkpoint, Record, Status, StoredBody, StoredResponse};
+use crate::store::rules;
 
 /// A number attribute of an item.
 pub(super) fn number(item: &HashMap<String, AttributeValue>, name: &str) -> Option<u64> {
@@ -24,14 +25,9 @@ pub(super) fn n(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
+/// A record this engine cannot read back (see [`rules::corrupt`]).
 pub(super) fn corrupt(record_id: &str, what: &str) -> Error {
-    Error::new(
-        ErrorKind::CorruptRecord,
-        format!(
-            "idempotency record {record_id} cannot be read: {what}; \
-             was the item written by something other than lambda-idempotency?"
-        ),
-    )
+    rules::corrupt("item", record_id, what)
 }
 
 /// A recovery point as stored: a map of its name, its data as JSON text, and

@@ -1,7 +1,8 @@
 //! The hot path of a [`DynamoStore`]: the [`Store`] implementation, whose
 //! claim, completion, recovery points and release are here with the writes
 //! they make; what the sweeper and operators call (listings, resolution,
-//! get, scan) is in `sweep.rs`, which those trait methods hand over to.
+//! get, scan: the [`SweepStore`](crate::store::SweepStore) side) is in
+//! `sweep.rs`.
 
 use std::collections::HashMap;
 
@@ -21,8 +22,8 @@ use crate::store::rules::{
     claim_contended, claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, Fitted,
 };
 use crate::store::{
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
-    Resolution, Resolve, Settlement, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    Checkpoint, CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion,
+    DeferredWrites, Lease, Store,
 };
 
 #[async_trait::async_trait]
@@ -64,13 +65,14 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-    ) -> Result<Completion, Error> {
-        let (update, completion) = self.completion(lease, response, expires_at_s);
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+        let lease = request.lease;
+        let (update, completion) = self.completion(lease, request.response, request.expires_at_s);
+        if !request.writes.is_empty() {
+            self.transaction_with_writes(lease, update, "the completion", request.writes)
+                .await?;
+            return Ok(completion);
+        }
         let op = "UpdateItem (complete)";
         match self
             .update_fenced(&lease.record_id, update, true, op)
@@ -95,24 +97,15 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn complete_with_writes(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-        writes: DeferredWrites,
-    ) -> Result<Completion, Error> {
-        if writes.is_empty() {
-            return self.complete(lease, response, expires_at_s).await;
-        }
-        let (update, completion) = self.completion(lease, response, expires_at_s);
-        self.transaction_with_writes(lease, update, "the completion", writes)
-            .await?;
-        Ok(completion)
-    }
-
-    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+        let (lease, checkpoint) = (request.lease, request.checkpoint);
         let update = self.checkpoint_update(lease, checkpoint);
+        if !request.writes.is_empty() {
+            let what = format!("the recovery point `{}`", checkpoint.name);
+            return self
+                .transaction_with_writes(lease, update, &what, request.writes)
+                .await;
+        }
         // Any refusal is a fence: the item is not asked back.
         let op = "UpdateItem (checkpoint)";
         match self
@@ -122,21 +115,6 @@ impl Store for DynamoStore {
             None => Ok(()),
             Some(_) => Err(Error::fenced(&lease.record_id, lease.attempt)),
         }
-    }
-
-    async fn checkpoint_with_writes(
-        &self,
-        lease: &Lease,
-        checkpoint: &Checkpoint,
-        writes: DeferredWrites,
-    ) -> Result<(), Error> {
-        if writes.is_empty() {
-            return self.checkpoint(lease, checkpoint).await;
-        }
-        let update = self.checkpoint_update(lease, checkpoint);
-        let what = format!("the recovery point `{}`", checkpoint.name);
-        self.transaction_with_writes(lease, update, &what, writes)
-            .await
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
@@ -166,51 +144,6 @@ impl Store for DynamoStore {
             }
             Some(_) => Err(Error::fenced(&lease.record_id, lease.attempt)),
         }
-    }
-
-    // The sweeper's and operators' side, in sweep.rs.
-
-    async fn stuck(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
-        self.stuck_impl(cutoff_ms, cursor, limit).await
-    }
-
-    async fn stuck_by(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-        deadline_ms: u64,
-    ) -> Result<StuckPage, Error> {
-        self.stuck_by_impl(cutoff_ms, cursor, limit, deadline_ms)
-            .await
-    }
-
-    async fn resolve_stuck(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
-        self.resolve_stuck_impl(record, how, cutoff_ms, now_ms)
-            .await
-    }
-
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        self.settle_impl(settlement, resolved).await
-    }
-
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        self.get_impl(record_id).await
-    }
-
-    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
-        self.scan_impl(cursor, limit).await
     }
 
     fn describe(&self) -> String {

@@ -18,7 +18,7 @@
 //! retries, or an error) costs that shard, counted in `failed_reads`: what
 //! was read of it before is kept, its children wait for the next listing
 //! (their images come after its own), the other shards are read. A listing
-//! given a deadline ([`Store::stuck_by`](crate::Store::stuck_by)) stops
+//! given a deadline ([`StuckRequest::deadline_ms`](crate::store::StuckRequest::deadline_ms)) stops
 //! reading there and returns what it read, `unread` set.
 //!
 //! [`settle`](super::DynamoStore) saves, per shard, where the next listing

@@ -1,8 +1,8 @@
 //! What the sweeper and operators call on a [`DynamoStore`]: the listing
 //! of stuck records (the sweep index here, the table's stream in
 //! `stream.rs`), their fenced resolution, settling a listing, reading one
-//! record or every one, and the listings' cursors. The [`Store`] methods in
-//! `store.rs` hand over to these.
+//! record or every one (the [`SweepStore`] implementation), and the
+//! listings' cursors.
 
 use std::collections::HashMap;
 
@@ -14,28 +14,28 @@ use super::{DynamoStore, TableLayout};
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, Status};
 use crate::store::{
-    resolver_owner, Lease, RecordPage, Resolution, Resolve, Settlement, Store, StoredRecord,
-    StuckPage, StuckRecord, SweepCursor,
+    resolver_owner, Lease, RecordPage, Resolution, Resolve, ResolveRequest, Settlement, Store,
+    StoredRecord, StuckPage, StuckRecord, StuckRequest, SweepCursor, SweepStore,
 };
 
 /// Ids of the items the sweeper keeps in the table (its places in the
 /// stream); no record id (a hex hash) starts with it.
 pub(super) const SWEEPER_ITEM_PREFIX: &str = "~sweeper/";
 
-impl DynamoStore {
-    pub(super) async fn stuck_impl(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
+#[async_trait::async_trait]
+impl SweepStore for DynamoStore {
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
         #[cfg(feature = "streams")]
         if let Some(streams) = &self.stream {
-            // One page: the stream is read to its end (or a budget) at once,
-            // since a record's later images decide whether it is stuck.
-            let _ = (cursor, limit);
-            return self.stuck_from_stream(streams, cutoff_ms, None).await;
+            // One page: the stream is read to its end (or a budget, or the
+            // deadline) at once, since a record's later images decide
+            // whether it is stuck.
+            return self
+                .stuck_from_stream(streams, request.cutoff_ms, request.deadline_ms)
+                .await;
         }
+        // The index is read a page at a time: no deadline to keep here.
+        let _ = request.deadline_ms;
         if !self.sweep_index {
             return Err(Error::new(
                 ErrorKind::InvalidConfig,
@@ -47,7 +47,7 @@ impl DynamoStore {
                 ),
             ));
         }
-        let position = match cursor {
+        let position = match request.cursor {
             Some(cursor) => Position::decode(&self.layout, &cursor)?,
             None => Position {
                 first: first_shard(crate::clock::now_ms()),
@@ -65,8 +65,8 @@ impl DynamoStore {
             .expression_attribute_names("#shard", &self.layout.sweep_shard)
             .expression_attribute_names("#at", &self.layout.sweep_at)
             .expression_attribute_values(":shard", s(&shard))
-            .expression_attribute_values(":cutoff", n(cutoff_ms))
-            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .expression_attribute_values(":cutoff", n(request.cutoff_ms))
+            .limit(i32::try_from(request.limit.clamp(1, 1000)).unwrap_or(1000))
             .set_exclusive_start_key(position.key.clone())
             .send()
             .await;
@@ -141,29 +141,8 @@ impl DynamoStore {
 
     // Without the `streams` feature the deadline goes unused.
     #[allow(unused_variables)]
-    pub(super) async fn stuck_by_impl(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-        deadline_ms: u64,
-    ) -> Result<StuckPage, Error> {
-        #[cfg(feature = "streams")]
-        if let Some(streams) = &self.stream {
-            return self
-                .stuck_from_stream(streams, cutoff_ms, Some(deadline_ms))
-                .await;
-        }
-        self.stuck(cutoff_ms, cursor, limit).await
-    }
-
-    pub(super) async fn resolve_stuck_impl(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
+        let record = request.record;
         let lease = Lease {
             record_id: record.id.clone(),
             owner: record.owner.clone(),
@@ -173,18 +152,18 @@ impl DynamoStore {
         };
         // The lease fence, and the lease seen over.
         let fence = format!("{} AND #lease < :cutoff", Self::fence_condition());
-        match how {
+        match request.how {
             Resolve::Release => {
                 let condition = format!("{fence} AND attribute_not_exists(#checkpoint)");
                 match self
-                    .delete_stuck(&lease, &condition, cutoff_ms, now_ms)
+                    .delete_stuck(&lease, &condition, request.cutoff_ms, request.now_ms)
                     .await?
                 {
                     None => Ok(Resolution::Released),
                     // Still the attempt seen, now with a recovery point (the
                     // index copy lags): kept for its retry to resume.
                     Some(item)
-                        if still_stuck(&self.layout, &item, record, cutoff_ms)
+                        if still_stuck(&self.layout, &item, record, request.cutoff_ms)
                             && item.contains_key(&self.layout.checkpoint) =>
                     {
                         Ok(Resolution::Resumable)
@@ -211,8 +190,10 @@ impl DynamoStore {
                         .replacen("SET ", "SET #owner = :resolver, ", 1);
                 let resolver = s(&resolver_owner(&record.owner));
                 update.values.insert(":resolver".into(), resolver);
-                update.values.insert(":cutoff".into(), n(cutoff_ms));
-                update.values.insert(":now_s".into(), n(now_ms / 1000));
+                update.values.insert(":cutoff".into(), n(request.cutoff_ms));
+                update
+                    .values
+                    .insert(":now_s".into(), n(request.now_ms / 1000));
                 // Not expired: an expired record is absent, and failing it
                 // would bring it back with a fresh expiry.
                 update.condition = format!("{fence} AND #expires_at >= :now_s");
@@ -220,13 +201,13 @@ impl DynamoStore {
                 match self.update_fenced(&record.id, update, true, op).await? {
                     None => Ok(Resolution::Failed),
                     Some(item)
-                        if still_stuck(&self.layout, &item, record, cutoff_ms)
+                        if still_stuck(&self.layout, &item, record, request.cutoff_ms)
                             && number(&item, &self.layout.expires_at)
-                                .is_some_and(|e| e < now_ms / 1000) =>
+                                .is_some_and(|e| e < request.now_ms / 1000) =>
                     {
                         let condition = format!("{fence} AND #expires_at < :now_s");
                         match self
-                            .delete_stuck(&lease, &condition, cutoff_ms, now_ms)
+                            .delete_stuck(&lease, &condition, request.cutoff_ms, request.now_ms)
                             .await?
                         {
                             None => Ok(Resolution::Released),
@@ -241,11 +222,7 @@ impl DynamoStore {
 
     // Without the `streams` feature the arguments go unused.
     #[allow(unused_variables)]
-    pub(super) async fn settle_impl(
-        &self,
-        settlement: &Settlement,
-        resolved: &[String],
-    ) -> Result<(), Error> {
+    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
         #[cfg(feature = "streams")]
         if self.stream.is_some() {
             return self
@@ -255,7 +232,7 @@ impl DynamoStore {
         Ok(())
     }
 
-    pub(super) async fn get_impl(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         let out = self
             .client
             .get_item()
@@ -270,11 +247,7 @@ impl DynamoStore {
             .transpose()
     }
 
-    pub(super) async fn scan_impl(
-        &self,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<RecordPage, Error> {
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         let start = match cursor {
             Some(cursor) => Some(self.layout.cursor_key(&cursor.0).ok_or_else(|| {
                 Error::new(
@@ -358,7 +331,9 @@ impl DynamoStore {
             .map(SweepCursor);
         Ok(page)
     }
+}
 
+impl DynamoStore {
     /// Delete a stuck record under `condition` (fenced on `lease`, lease
     /// before `:cutoff`, maybe `:now_s`); `Some(item)` when the condition
     /// failed, the item as it was (empty when gone).

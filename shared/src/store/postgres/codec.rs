@@ -5,9 +5,9 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
 use super::to_i64;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::record::{decode_body, Checkpoint, Record, Status, StoredBody, StoredResponse};
-use crate::store::rules::Fitted;
+use crate::store::rules::{self, Fitted};
 
 /// Every column of a record, as the decoder reads them.
 pub(super) const COLUMNS: &str =
@@ -56,14 +56,9 @@ impl ResponseParams {
     }
 }
 
+/// A record this engine cannot read back (see [`rules::corrupt`]).
 pub(super) fn corrupt(record_id: &str, what: &str) -> Error {
-    Error::new(
-        ErrorKind::CorruptRecord,
-        format!(
-            "idempotency record {record_id} cannot be read: {what}; was the row written by \
-             something other than lambda-idempotency?"
-        ),
-    )
+    rules::corrupt("row", record_id, what)
 }
 
 pub(super) fn column<'a, T: tokio_postgres::types::FromSql<'a>>(

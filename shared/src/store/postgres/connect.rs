@@ -146,9 +146,10 @@ pub(super) fn tls_connector(
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let verifier: Arc<dyn ServerCertVerifier> = match target.tls {
         // libpq encrypts without verifying under these modes.
-        TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => {
-            Arc::new(EncryptOnly(provider.clone()))
-        }
+        TlsMode::Disable | TlsMode::Prefer | TlsMode::Require => Arc::new(LibpqVerifier {
+            provider: provider.clone(),
+            chain: None,
+        }),
         TlsMode::VerifyCa | TlsMode::VerifyFull => {
             let roots = Arc::new(roots(target.root_cert.as_deref())?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
@@ -157,7 +158,10 @@ pub(super) fn tls_connector(
                     invalid(format!("the PostgreSQL TLS roots are not usable: {err}"))
                 })?;
             if target.tls == TlsMode::VerifyCa {
-                Arc::new(ChainOnly(webpki))
+                Arc::new(LibpqVerifier {
+                    provider: provider.clone(),
+                    chain: Some(webpki),
+                })
             } else {
                 webpki
             }
@@ -202,63 +206,21 @@ fn roots(root_cert: Option<&str>) -> Result<RootCertStore, Error> {
     Ok(roots)
 }
 
-/// `sslmode=prefer` / `require`: the channel is encrypted, the certificate
-/// is taken as it is (libpq's meaning); handshake signatures are still
-/// checked, so the session is with the holder of that certificate.
+/// The certificate check for `sslmode=prefer` / `require` / `verify-ca`,
+/// each with libpq's meaning (`verify-full` is rustls' WebPKI verifier as
+/// it is). Handshake signatures are checked in every mode, with the
+/// provider's algorithms (those the WebPKI verifier is built with), so the
+/// session is with the holder of the certificate presented.
 #[derive(Debug)]
-struct EncryptOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct LibpqVerifier {
+    provider: Arc<CryptoProvider>,
+    /// `verify-ca`: the chain must lead to a trusted root; the host name is
+    /// not compared. `None` for `prefer` / `require`: the channel is
+    /// encrypted and the certificate is taken as it is.
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-/// `sslmode=verify-ca`: the chain must lead to a trusted root; the host
-/// name is not compared (libpq's meaning).
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for LibpqVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -267,10 +229,12 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        // WebPKI checks the name last, after the chain: a name error means
+        // the chain itself was verified.
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -284,7 +248,12 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -293,11 +262,18 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -327,6 +303,27 @@ mod tests {
             parse("postgres://u@h/db").unwrap().tls,
             TlsMode::Prefer,
             "libpq's default"
+        );
+    }
+
+    #[test]
+    fn encrypt_only_takes_any_certificate_and_keeps_the_signature_algorithms() {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let verifier = LibpqVerifier {
+            provider: provider.clone(),
+            chain: None,
+        };
+        let cert = CertificateDer::from(b"not a certificate".to_vec());
+        let name = ServerName::try_from("db.example").unwrap();
+        assert!(verifier
+            .verify_server_cert(&cert, &[], &name, &[], UnixTime::now())
+            .is_ok());
+        // Signatures are checked with the same algorithms as under WebPKI.
+        assert_eq!(
+            verifier.supported_verify_schemes(),
+            provider
+                .signature_verification_algorithms
+                .supported_schemes()
         );
     }
 

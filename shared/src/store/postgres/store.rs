@@ -1,8 +1,8 @@
 //! The hot path of a [`PostgresStore`]: the [`Store`] implementation, whose
 //! claim, completion, recovery points and release are here with their
 //! statements and the transactional paths; what the sweeper and operators
-//! call (listings, resolution, get, scan) is in `sweep.rs`, which those
-//! trait methods hand over to.
+//! call (listings, resolution, get, scan: the
+//! [`SweepStore`](crate::store::SweepStore) side) is in `sweep.rs`.
 
 use tokio_postgres::types::{ToSql, Type};
 
@@ -10,11 +10,10 @@ use super::codec::{column, corrupt, decode, ResponseParams, COLUMNS};
 use super::write::PgWrite;
 use super::{connection_lost, set_limits, to_i64, PostgresStore};
 use crate::error::{Error, ErrorKind};
-use crate::record::StoredResponse;
 use crate::store::rules::{claim_contended, claimable, fit, lease_ended_at, own_claim};
 use crate::store::{
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, DeferredWrites, Lease, RecordPage,
-    Resolution, Resolve, Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, DeferredWrites,
+    Lease, Store, StuckRecord,
 };
 
 #[async_trait::async_trait]
@@ -69,14 +68,16 @@ impl Store for PostgresStore {
         Err(claim_contended(&request.record_id))
     }
 
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-    ) -> Result<Completion, Error> {
-        let fitted = fit(response, self.max_response_bytes);
-        let params = ResponseParams::new(&fitted, expires_at_s);
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+        let lease = request.lease;
+        let fitted = fit(request.response, self.max_response_bytes);
+        let params = ResponseParams::new(&fitted, request.expires_at_s);
+        if !request.writes.is_empty() {
+            let head = TxHead::Completion(&params);
+            self.transaction_with_writes(lease, head, request.writes)
+                .await?;
+            return Ok(fitted.completion);
+        }
         let fence = Fence::of(lease);
         let rows = self
             .query(
@@ -107,40 +108,17 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn complete_with_writes(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-        writes: DeferredWrites,
-    ) -> Result<Completion, Error> {
-        if writes.is_empty() {
-            return self.complete(lease, response, expires_at_s).await;
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+        let (lease, checkpoint) = (request.lease, request.checkpoint);
+        if !request.writes.is_empty() {
+            let head = TxHead::RecoveryPoint {
+                name: &checkpoint.name,
+                json: checkpoint.to_json(),
+            };
+            return self
+                .transaction_with_writes(lease, head, request.writes)
+                .await;
         }
-        let fitted = fit(response, self.max_response_bytes);
-        let params = ResponseParams::new(&fitted, expires_at_s);
-        self.transaction_with_writes(lease, TxHead::Completion(&params), writes)
-            .await?;
-        Ok(fitted.completion)
-    }
-
-    async fn checkpoint_with_writes(
-        &self,
-        lease: &Lease,
-        checkpoint: &Checkpoint,
-        writes: DeferredWrites,
-    ) -> Result<(), Error> {
-        if writes.is_empty() {
-            return self.checkpoint(lease, checkpoint).await;
-        }
-        let head = TxHead::RecoveryPoint {
-            name: &checkpoint.name,
-            json: checkpoint.to_json(),
-        };
-        self.transaction_with_writes(lease, head, writes).await
-    }
-
-    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
         let fence = Fence::of(lease);
         let json = checkpoint.to_json();
         let updated = self
@@ -180,40 +158,6 @@ impl Store for PostgresStore {
         } else {
             Err(Error::fenced(&lease.record_id, lease.attempt))
         }
-    }
-
-    // The sweeper's and operators' side, in sweep.rs.
-
-    async fn stuck(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
-        self.stuck_impl(cutoff_ms, cursor, limit).await
-    }
-
-    async fn resolve_stuck(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
-        self.resolve_stuck_impl(record, how, cutoff_ms, now_ms)
-            .await
-    }
-
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        self.get_impl(record_id).await
-    }
-
-    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
-        self.scan_impl(cursor, limit).await
-    }
-
-    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
-        PostgresStore::delete_expired(self, now_s, limit).await
     }
 
     fn describe(&self) -> String {

@@ -1,8 +1,7 @@
 //! What the sweeper and operators call on a [`PostgresStore`]: the listing
 //! of stuck records (the partial index on lease end), their fenced
 //! resolution, reading one record or every one, deleting expired rows,
-//! and the listing's cursor. The [`Store`](crate::Store) methods in
-//! `store.rs` hand over to these.
+//! and the listing's cursor: the [`SweepStore`] implementation.
 
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -13,22 +12,19 @@ use super::{to_i64, PostgresStore};
 use crate::error::{Error, ErrorKind};
 use crate::store::rules::fit;
 use crate::store::{
-    resolver_owner, RecordPage, Resolution, Resolve, StoredRecord, StuckPage, StuckRecord,
-    SweepCursor,
+    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StoredRecord, StuckPage,
+    StuckRecord, StuckRequest, SweepCursor, SweepStore,
 };
 
-impl PostgresStore {
-    pub(super) async fn stuck_impl(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
-        let (after_lease, after_id) = match &cursor {
+#[async_trait::async_trait]
+impl SweepStore for PostgresStore {
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
+        // One indexed query a page: nothing long enough to need the deadline.
+        let (after_lease, after_id) = match &request.cursor {
             Some(cursor) => parse_stuck_cursor(cursor)?,
             None => (i64::MIN, String::new()),
         };
-        let limit = limit.clamp(1, 1000);
+        let limit = request.limit.clamp(1, 1000);
         let sql = format!(
             "SELECT id, attempt, owner, lease_expires_at, checkpoint IS NOT NULL AS has_checkpoint \
              FROM {t} WHERE status = 'IN_PROGRESS' AND lease_expires_at < $1 \
@@ -42,7 +38,7 @@ impl PostgresStore {
                 "stuck listing",
                 &sql,
                 &[
-                    (&to_i64(cutoff_ms), Type::INT8),
+                    (&to_i64(request.cutoff_ms), Type::INT8),
                     (&after_lease, Type::INT8),
                     (&after_id, Type::TEXT),
                     (&fetch, Type::INT8),
@@ -76,20 +72,15 @@ impl PostgresStore {
         })
     }
 
-    pub(super) async fn resolve_stuck_impl(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
+        let record = request.record;
         let fence = Fence::of_stuck(record);
-        let cutoff = to_i64(cutoff_ms);
-        let now_s = to_i64(now_ms / 1000);
+        let cutoff = to_i64(request.cutoff_ms);
+        let now_s = to_i64(request.now_ms / 1000);
         // Still the attempt the listing saw, its lease over.
         let seen = "id = $1 AND status = 'IN_PROGRESS' AND attempt = $2 AND owner = $3 \
                     AND lease_expires_at < $4";
-        match how {
+        match request.how {
             Resolve::Release => {
                 let sql = format!(
                     "WITH gone AS (DELETE FROM {t} WHERE {seen} AND checkpoint IS NULL RETURNING 1) \
@@ -156,7 +147,7 @@ impl PostgresStore {
         }
     }
 
-    pub(super) async fn get_impl(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         let sql = format!(
             "SELECT {COLUMNS}, pg_column_size(r.*) AS size_bytes FROM {t} r WHERE id = $1",
             t = self.table
@@ -165,11 +156,7 @@ impl PostgresStore {
         rows.first().map(sized).transpose()
     }
 
-    pub(super) async fn scan_impl(
-        &self,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<RecordPage, Error> {
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         let limit = limit.clamp(1, 1000);
         let after = cursor.map(|c| c.0);
         let fetch = i64::try_from(limit + 1).unwrap_or(i64::MAX);
@@ -201,13 +188,8 @@ impl PostgresStore {
     /// Delete up to `limit` records expired before `now_s` (epoch seconds),
     /// oldest first, skipping rows another transaction holds; returns how
     /// many went. Expired records are absent to every claim already: this
-    /// only gives their space back. Call it from a schedule (the sweeper's)
-    /// until it returns less than `limit`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::StoreUnavailable`] when the server cannot be reached.
-    pub async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
+    /// only gives their space back.
+    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
         let sql = format!(
             "WITH gone AS ( \
                DELETE FROM {t} WHERE id IN ( \
@@ -278,8 +260,8 @@ fn parse_stuck_cursor(cursor: &SweepCursor) -> Result<(i64, String), Error> {
         })
 }
 
-/// What [`Store::get`](crate::Store::get) and
-/// [`Store::scan`](crate::Store::scan) return: the record and its size as
+/// What [`SweepStore::get`](crate::store::SweepStore::get) and
+/// [`SweepStore::scan`](crate::store::SweepStore::scan) return: the record and its size as
 /// PostgreSQL stores the row (`pg_column_size`, after its own compression);
 /// PostgreSQL bills no write units.
 fn sized(row: &Row) -> Result<StoredRecord, Error> {

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use ::redis::Value;
 
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::record::{decode_body, Checkpoint, Record, Status, StoredBody, StoredResponse};
+use crate::store::rules;
 
 /// Field names of a record's hash (the Lua scripts use the same).
 pub(super) mod field {
@@ -24,14 +25,9 @@ pub(super) mod field {
     pub(in super::super) const RESPONSE_ENCODING: &str = "response_encoding";
 }
 
+/// A record this engine cannot read back (see [`rules::corrupt`]).
 pub(super) fn corrupt(record_id: &str, what: &str) -> Error {
-    Error::new(
-        ErrorKind::CorruptRecord,
-        format!(
-            "idempotency record {record_id} cannot be read: {what}; \
-             was the key written by something other than lambda-idempotency?"
-        ),
-    )
+    rules::corrupt("key", record_id, what)
 }
 
 pub(super) fn parse_checkpoint(record_id: &str, bytes: &[u8]) -> Result<Checkpoint, Error> {
@@ -200,6 +196,7 @@ fn decode_response(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn headers_round_trip_byte_for_byte_and_garbage_is_refused() {

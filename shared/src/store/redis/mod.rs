@@ -223,7 +223,7 @@ impl RedisStoreBuilder {
     /// cluster's slots from it and sends each script to the node of its
     /// keys' slot. Every script touches one slot, so no script spans nodes.
     /// A cluster has database 0 only.
-    /// [`Store::scan`](crate::Store::scan) reads each shard on the node that
+    /// [`SweepStore::scan`](crate::store::SweepStore::scan) reads each shard on the node that
     /// holds it.
     pub fn cluster(mut self) -> Self {
         self.cluster = true;

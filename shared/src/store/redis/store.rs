@@ -1,8 +1,8 @@
 //! The hot path of a [`RedisStore`]: the [`Store`] implementation, whose
 //! claim, completion, recovery points and release are here with the
 //! scripts' arguments and replies; what the sweeper and operators call
-//! (listings, resolution, get, scan) is in `sweep.rs`, which those trait
-//! methods hand over to.
+//! (listings, resolution, get, scan: the
+//! [`SweepStore`](crate::store::SweepStore) side) is in `sweep.rs`.
 
 use ::redis::{ScriptInvocation, Value};
 
@@ -12,8 +12,8 @@ use crate::error::Error;
 use crate::record::StoredResponse;
 use crate::store::rules::{fit, lease_ended_at, Fitted};
 use crate::store::{
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, RecordPage, Resolution, Resolve,
-    Store, StoredRecord, StuckPage, StuckRecord, SweepCursor,
+    no_transactions, Checkpoint, CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest,
+    Completion, Lease, Store,
 };
 
 #[async_trait::async_trait]
@@ -51,19 +51,17 @@ impl Store for RedisStore {
         Ok(outcome)
     }
 
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-    ) -> Result<Completion, Error> {
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+        let lease = request.lease;
+        no_transactions(self, &request.writes, "a completion")?;
         let mut invocation = self.fenced(
             &SCRIPTS.complete,
             &lease.record_id,
             lease.attempt,
             &lease.owner,
         );
-        let completion = self.completion_args(&mut invocation, response, expires_at_s);
+        let completion =
+            self.completion_args(&mut invocation, request.response, request.expires_at_s);
         let reply = self.eval("complete", &invocation).await?;
         match number(&reply) {
             // 2: completed by this very lease already (our own write again).
@@ -77,7 +75,9 @@ impl Store for RedisStore {
         }
     }
 
-    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> Result<(), Error> {
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+        no_transactions(self, &request.writes, "a recovery point")?;
+        let (lease, checkpoint) = (request.lease, request.checkpoint);
         let reply = self
             .eval(
                 "checkpoint",
@@ -110,36 +110,6 @@ impl Store for RedisStore {
             Some(0) => Err(Error::fenced(&lease.record_id, lease.attempt)),
             _ => Err(self.unexpected("release", &reply)),
         }
-    }
-
-    // The sweeper's and operators' side, in sweep.rs.
-
-    async fn stuck(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
-        self.stuck_impl(cutoff_ms, cursor, limit).await
-    }
-
-    async fn resolve_stuck(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
-        self.resolve_stuck_impl(record, how, cutoff_ms, now_ms)
-            .await
-    }
-
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        self.get_impl(record_id).await
-    }
-
-    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
-        self.scan_impl(cursor, limit).await
     }
 
     fn describe(&self) -> String {

@@ -1,8 +1,7 @@
 //! What the sweeper and operators call on a [`RedisStore`]: the listing of
 //! stuck records (each shard's sorted set, through stuck.lua), their
 //! fenced resolution, reading one record or every one (`SCAN`), and the
-//! listings' cursors. The [`Store`](crate::Store) methods in `store.rs`
-//! hand over to these.
+//! listings' cursors: the [`SweepStore`] implementation.
 
 use std::sync::atomic::Ordering;
 
@@ -13,8 +12,8 @@ use super::{Connection, RedisStore, SCRIPTS, SHARDS};
 use crate::error::{Error, ErrorKind};
 use crate::record::Record;
 use crate::store::{
-    resolver_owner, RecordPage, Resolution, Resolve, StoredRecord, StuckPage, StuckRecord,
-    SweepCursor,
+    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StoredRecord, StuckPage,
+    StuckRecord, StuckRequest, SweepCursor, SweepStore,
 };
 
 /// Index entries one call of `stuck.lua` looks up at most: a script blocks
@@ -22,22 +21,23 @@ use crate::store::{
 /// expired) or to skip is worked through page by page.
 const STUCK_LOOKUPS_PER_CALL: usize = 1_000;
 
-impl RedisStore {
-    pub(super) async fn stuck_impl(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<StuckPage, Error> {
-        let limit = limit.max(1);
-        let (mut shard, mut after) = match cursor {
+#[async_trait::async_trait]
+impl SweepStore for RedisStore {
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
+        // Each call of stuck.lua is bounded: nothing long enough to need the
+        // deadline.
+        let limit = request.limit.max(1);
+        let (mut shard, mut after) = match request.cursor {
             Some(cursor) => decode_cursor(&cursor)?,
             None => (0, None),
         };
         let mut page = StuckPage::default();
         while shard < SHARDS {
             let wanted = limit - page.records.len();
-            match self.stuck_in_shard(shard, cutoff_ms, after, wanted).await {
+            match self
+                .stuck_in_shard(shard, request.cutoff_ms, after, wanted)
+                .await
+            {
                 Ok((records, more)) => {
                     page.reads += 1;
                     page.records.extend(records);
@@ -72,17 +72,12 @@ impl RedisStore {
         Ok(page)
     }
 
-    pub(super) async fn resolve_stuck_impl(
-        &self,
-        record: &StuckRecord,
-        how: Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> Result<Resolution, Error> {
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
+        let record = request.record;
         let mut invocation =
             self.fenced(&SCRIPTS.resolve, &record.id, record.attempt, &record.owner);
-        invocation.arg(cutoff_ms).arg(now_ms);
-        match how {
+        invocation.arg(request.cutoff_ms).arg(request.now_ms);
+        match request.how {
             Resolve::Release => {
                 invocation.arg("release");
             }
@@ -105,7 +100,7 @@ impl RedisStore {
         }
     }
 
-    pub(super) async fn get_impl(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         let mut connection = self.connection.clone();
         let reply: Value = ::redis::cmd("HGETALL")
             .arg(self.record_key(record_id))
@@ -120,11 +115,7 @@ impl RedisStore {
         Ok(Some(unsized_record(decode(record_id, &fields)?)))
     }
 
-    pub(super) async fn scan_impl(
-        &self,
-        cursor: Option<SweepCursor>,
-        limit: usize,
-    ) -> Result<RecordPage, Error> {
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         let limit = limit.clamp(1, 1000);
         // The cursor: what is scanned (`*`: the server; a shard: its node
         // of a cluster), SCAN's cursor, and how many keys of its batch were
@@ -205,7 +196,9 @@ impl RedisStore {
         }
         Ok(page)
     }
+}
 
+impl RedisStore {
     /// One `SCAN` batch of record keys: of the whole server (`None`), or of
     /// one shard, read on the cluster node that holds its slot (each
     /// shard's keys matched alone, so a node holding several shards' slots
@@ -319,7 +312,7 @@ impl RedisStore {
     }
 }
 
-/// A record as [`Store::get`](crate::Store::get) returns it here: Redis
+/// A record as [`SweepStore::get`](crate::store::SweepStore::get) returns it here: Redis
 /// bills no size per item.
 fn unsized_record(record: Record) -> StoredRecord {
     StoredRecord {

@@ -15,6 +15,7 @@ use crate::handler::{is_replayed, request, timed_call, Fresh};
 use crate::stats::Samples;
 use crate::tables::Target;
 use crate::Result;
+use lambda_idempotency::store::CompleteRequest;
 
 /// What the samples of one table are called.
 pub(crate) struct Names {
@@ -130,7 +131,7 @@ pub(crate) async fn exact_requests<S>(
     samples
         .measure(names.complete, &t.counter, async {
             t.store
-                .complete(&lease, stored, expires_at)
+                .complete(CompleteRequest::new(&lease, stored, expires_at))
                 .await
                 .map_err(|e| e.to_string())
         })

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use lambda_idempotency::store::{
-    Checkpoint, ClaimOutcome, ClaimRequest, Completion, Lease, StoredResponse,
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, RecordPage,
+    Resolution, ResolveRequest, StoredRecord, StuckPage, StuckRequest, SweepCursor, SweepStore,
 };
 use lambda_idempotency::{DynamoStore, Store};
 
@@ -43,14 +44,9 @@ impl Store for TimedStore {
         self.clock.add(start);
         out
     }
-    async fn complete(
-        &self,
-        lease: &Lease,
-        response: &StoredResponse,
-        expires_at_s: u64,
-    ) -> StoreResult<Completion> {
+    async fn complete(&self, request: CompleteRequest<'_>) -> StoreResult<Completion> {
         let start = Instant::now();
-        let out = self.inner.complete(lease, response, expires_at_s).await;
+        let out = self.inner.complete(request).await;
         self.clock.add(start);
         out
     }
@@ -60,42 +56,27 @@ impl Store for TimedStore {
         self.clock.add(start);
         out
     }
-    async fn checkpoint(&self, lease: &Lease, checkpoint: &Checkpoint) -> StoreResult<()> {
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> StoreResult<()> {
         let start = Instant::now();
-        let out = self.inner.checkpoint(lease, checkpoint).await;
+        let out = self.inner.checkpoint(request).await;
         self.clock.add(start);
         out
     }
-    async fn stuck(
-        &self,
-        cutoff_ms: u64,
-        cursor: Option<lambda_idempotency::store::SweepCursor>,
-        limit: usize,
-    ) -> StoreResult<lambda_idempotency::store::StuckPage> {
-        self.inner.stuck(cutoff_ms, cursor, limit).await
+}
+
+/// The sweeper's side is not timed: the benchmarks measure requests.
+#[async_trait::async_trait]
+impl SweepStore for TimedStore {
+    async fn stuck(&self, request: StuckRequest) -> StoreResult<StuckPage> {
+        self.inner.stuck(request).await
     }
-    async fn resolve_stuck(
-        &self,
-        record: &lambda_idempotency::store::StuckRecord,
-        how: lambda_idempotency::store::Resolve<'_>,
-        cutoff_ms: u64,
-        now_ms: u64,
-    ) -> StoreResult<lambda_idempotency::store::Resolution> {
-        self.inner
-            .resolve_stuck(record, how, cutoff_ms, now_ms)
-            .await
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> StoreResult<Resolution> {
+        self.inner.resolve_stuck(request).await
     }
-    async fn get(
-        &self,
-        record_id: &str,
-    ) -> StoreResult<Option<lambda_idempotency::store::StoredRecord>> {
+    async fn get(&self, record_id: &str) -> StoreResult<Option<StoredRecord>> {
         self.inner.get(record_id).await
     }
-    async fn scan(
-        &self,
-        cursor: Option<lambda_idempotency::store::SweepCursor>,
-        limit: usize,
-    ) -> StoreResult<lambda_idempotency::store::RecordPage> {
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> StoreResult<RecordPage> {
         self.inner.scan(cursor, limit).await
     }
 }

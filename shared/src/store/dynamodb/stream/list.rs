@@ -17,7 +17,7 @@ use super::{
 };
 use crate::error::{Error, ErrorKind};
 use crate::record::Status;
-use crate::store::{Settlement, Store, StuckPage, StuckRecord, SweepCursor};
+use crate::store::{Settlement, StuckPage, StuckRecord, SweepCursor, SweepStore};
 
 fn text(image: &HashMap<String, StreamValue>, name: &str) -> Option<String> {
     image.get(name).and_then(|v| v.as_s().ok()).cloned()
@@ -543,7 +543,7 @@ impl DynamoStore {
         let mut listed: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
         for _ in 0..CATCH_UP_PAGES {
             let cursor = plan.next.clone().map(SweepCursor);
-            let Some(page) = within(deadline_ms, Store::scan(self, cursor, 1000)).await else {
+            let Some(page) = within(deadline_ms, SweepStore::scan(self, cursor, 1000)).await else {
                 break;
             };
             let page = match page {
