@@ -19,10 +19,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::clock::now_ms;
-use crate::error::ErrorKind;
+use crate::error::{Error, ErrorKind};
 use crate::store::{
-    ClaimOutcome, ClaimRequest, CompleteRequest, Lease, Record, Status, Store, StoredBody,
-    StoredResponse,
+    ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, Record, Status, Store,
+    StoredBody, StoredResponse,
 };
 
 /// Run every case, each on a fresh store from `make_store`; panics at the
@@ -88,6 +88,13 @@ fn response() -> StoredResponse {
     )
 }
 
+/// Complete `lease` with [`response`], kept for a minute.
+async fn complete(store: &dyn Store, lease: &Lease) -> Result<Completion, Error> {
+    let response = response();
+    let request = CompleteRequest::new(lease, &response, now_ms() / 1000 + 60);
+    store.complete(request).await
+}
+
 /// Rule 1: the first claim gets attempt 1; another owner finds the record in progress, with no response.
 pub async fn first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress(
     store: &dyn Store,
@@ -136,14 +143,7 @@ pub async fn takeover_after_lease_expiry_fences_the_stale_owner(store: &dyn Stor
     let fresh = claimed(store.claim(&request("r", "b", 60_000)).await.unwrap());
     assert_eq!(fresh.attempt, 2);
 
-    let err = store
-        .complete(CompleteRequest::new(
-            &stale,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
-        .await
-        .unwrap_err();
+    let err = complete(store, &stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
     let err = store.release(&stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
@@ -154,14 +154,7 @@ pub async fn takeover_after_lease_expiry_fences_the_stale_owner(store: &dyn Stor
         (record.owner.as_str(), record.attempt, record.status),
         ("b", 2, Status::InProgress)
     );
-    store
-        .complete(CompleteRequest::new(
-            &fresh,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
-        .await
-        .unwrap();
+    complete(store, &fresh).await.unwrap();
 }
 
 /// Rule 1: a takeover needs the same fingerprint; another request finds the record.
@@ -181,12 +174,10 @@ pub async fn expired_record_is_reclaimed(store: &dyn Store) {
     let lease = claimed(store.claim(&request("r", "a", 60_000)).await.unwrap());
     // Completed but already past its TTL: DynamoDB's deletion lags, the item is
     // still readable, and the claim must treat it as absent, even for another body.
+    let expired = now_ms() / 1000 - 5;
+    let response = response();
     store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response(),
-            now_ms() / 1000 - 5,
-        ))
+        .complete(CompleteRequest::new(&lease, &response, expired))
         .await
         .unwrap();
     let other = ClaimRequest {
@@ -208,14 +199,7 @@ pub async fn repeated_claim_by_the_same_owner_counts_as_claimed(store: &dyn Stor
     let first = claimed(store.claim(&req).await.unwrap());
     let again = claimed(store.claim(&req).await.unwrap());
     assert_eq!(first, again);
-    store
-        .complete(CompleteRequest::new(
-            &again,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
-        .await
-        .unwrap();
+    complete(store, &again).await.unwrap();
 }
 
 /// Rule 2: a completion or release by another owner or attempt is fenced; a gone record is `RecordGone`, not fenced; a lease's second completion is its own write coming back.
@@ -230,11 +214,7 @@ pub async fn complete_and_release_by_a_stranger_are_fenced(store: &dyn Store) {
         ..lease.clone()
     };
     for bad in [&wrong_owner, &wrong_attempt] {
-        assert!(store
-            .complete(CompleteRequest::new(bad, &response(), now_ms() / 1000 + 60))
-            .await
-            .unwrap_err()
-            .is_fenced());
+        assert!(complete(store, bad).await.unwrap_err().is_fenced());
         assert!(store.release(bad).await.unwrap_err().is_fenced());
     }
     let missing = Lease {
@@ -246,25 +226,10 @@ pub async fn complete_and_release_by_a_stranger_are_fenced(store: &dyn Store) {
     store.release(&missing).await.unwrap();
     // Nor is a completion of a gone record: it is not stored, and says so.
     assert_eq!(
-        store
-            .complete(CompleteRequest::new(
-                &missing,
-                &response(),
-                now_ms() / 1000 + 60
-            ))
-            .await
-            .unwrap_err()
-            .kind(),
+        complete(store, &missing).await.unwrap_err().kind(),
         ErrorKind::RecordGone
     );
-    store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
-        .await
-        .unwrap();
+    complete(store, &lease).await.unwrap();
     // Completed by this lease: a second completion by it is its own write
     // coming back (as an SDK retry of a lost response is), not a fence, and
     // it changes nothing.
@@ -295,14 +260,7 @@ pub async fn get_returns_the_record_as_stored_or_none(store: &dyn Store) {
         (found.record.attempt, found.record.owner.as_str()),
         (1, "a")
     );
-    store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
-        .await
-        .unwrap();
+    complete(store, &lease).await.unwrap();
     let found = store.get("r").await.unwrap().expect("completed record");
     assert_eq!(found.record.status, Status::Completed);
     assert_eq!(found.record.response, Some(response()));

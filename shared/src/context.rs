@@ -439,13 +439,7 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::InvalidConfig);
         assert!(err.to_string().contains("detached"), "{err}");
 
-        let lease = Lease {
-            record_id: "r".into(),
-            owner: "o".into(),
-            fingerprint: "f".into(),
-            attempt: 1,
-            recovered: None,
-        };
+        let lease = Lease::for_tests();
         let claimed = IdempotencyContext::from_lease(
             Arc::new(crate::store::memory::MemoryStore::new()),
             lease,

@@ -90,13 +90,13 @@ impl SweepSummary {
 ///
 /// The sweeper's policy, loop, deadline and summary are the same for every
 /// store: finding and resolving stuck records are store capabilities
-/// ([`Store::stuck`], [`Store::resolve_stuck`]), so the sweeper runs on a
+/// ([`SweepStore::stuck`], [`SweepStore::resolve_stuck`]), so the sweeper runs on a
 /// [`MemoryStore`](crate::store::memory::MemoryStore) in unit tests as on DynamoDB. There
 /// stuck records are found in the table's stream
 /// ([`DynamoStore::with_stream`](crate::DynamoStore), feature `streams`), so
 /// claims, recovery points and completions write nothing for the sweeper;
 /// after each sweep the store saves where the next listing starts
-/// ([`Store::settle`]). Tables without a stream can opt into a sparse,
+/// ([`SweepStore::settle`]). Tables without a stream can opt into a sparse,
 /// sharded `sweep` index instead (`DynamoStore::with_sweep_index`, one more
 /// write unit per claim and per completion). A table scan only to catch up
 /// once after the stream trimmed what the sweeper had not read (an outage
@@ -155,7 +155,7 @@ impl Sweeper {
     }
 
     /// The store this sweeper resolves records of, for the housekeeping a
-    /// schedule runs beside the sweep ([`Store::delete_expired`]).
+    /// schedule runs beside the sweep ([`SweepStore::delete_expired`]).
     pub fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }
@@ -201,7 +201,7 @@ impl Sweeper {
     }
 
     /// Resolve one stuck record as the policy says, with one fenced write
-    /// (see [`Store::resolve_stuck`]): `release` deletes it unless it holds a
+    /// (see [`SweepStore::resolve_stuck`]): `release` deletes it unless it holds a
     /// recovery point; `fail` stores the `abandoned` problem (a 500), or deletes a
     /// record already past its own expiry (never brings it back).
     pub async fn resolve(&self, record: &StuckRecord, now_ms: u64) -> Result<Resolution, Error> {

@@ -142,7 +142,7 @@ impl Config {
 /// Rows deleted per statement by [`delete_expired`].
 const EXPIRED_BATCH: usize = 500;
 
-/// The store's housekeeping ([`Store::delete_expired`]): PostgreSQL keeps
+/// The store's housekeeping ([`SweepStore::delete_expired`](lambda_idempotency::store::SweepStore::delete_expired)): PostgreSQL keeps
 /// expired rows until something deletes them (claims already treat them as
 /// absent), so delete them in batches of 500 until none is left or
 /// `deadline_ms` is 2 s away. Returns how many went; on engines that expire

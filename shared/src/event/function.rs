@@ -187,50 +187,11 @@ impl IdempotentFunction {
         self
     }
 
-    /// A namespace mixed into every record id
-    /// ([`IdempotencyConfig::namespace`]).
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.config = self.config.namespace(namespace);
-        self
-    }
+    crate::config::config_options!();
 
-    /// How long an output replays (default 24 hours;
-    /// [`IdempotencyConfig::expires_after`]).
-    pub fn expires_after(mut self, ttl: Duration) -> Self {
-        self.config = self.config.expires_after(ttl);
-        self
-    }
-
-    /// Emit CloudWatch EMF metrics of every call (claims, replays,
-    /// conflicts, store errors; [`IdempotencyConfig::metrics`]).
-    pub fn metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
-        self.config = self.config.metrics(metrics);
-        self
-    }
-
-    /// Cut over from Powertools for AWS Lambda (Python) without running any
-    /// key twice ([`IdempotencyConfig::powertools_records`]).
-    #[cfg(feature = "powertools")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
-    pub fn powertools_records(
-        mut self,
-        records: crate::store::dynamodb::PowertoolsRecords,
-    ) -> Self {
-        self.config = self.config.powertools_records(records);
-        self
-    }
-
-    /// Upper bound of a lease (default 15 minutes); the lease without a
-    /// registered deadline ([`IdempotencyConfig::max_lease`]).
-    pub fn max_lease(mut self, lease: Duration) -> Self {
-        self.config = self.config.max_lease(lease);
-        self
-    }
-
-    /// Time added to the deadline before a lease may be taken over (default
-    /// 2 s; [`IdempotencyConfig::lease_margin`]).
-    pub fn lease_margin(mut self, margin: Duration) -> Self {
-        self.config = self.config.lease_margin(margin);
+    /// Set options of the config this function holds.
+    fn map_config(mut self, set: impl FnOnce(IdempotencyConfig) -> IdempotencyConfig) -> Self {
+        self.config = set(self.config);
         self
     }
 

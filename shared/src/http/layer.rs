@@ -14,7 +14,7 @@ use crate::config::IdempotencyConfig;
 #[cfg(doc)]
 use crate::config::DISABLED_ENV;
 use crate::fingerprint::Fingerprinter;
-use crate::metrics::{Event, Metrics};
+use crate::metrics::Event;
 use crate::record::Record;
 use crate::store::Store;
 
@@ -246,30 +246,11 @@ impl IdempotencyLayer {
         self
     }
 
-    /// A namespace mixed into every record id, for sharing one table between
-    /// services whose paths could collide.
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.config.shared = self.config.shared.namespace(namespace);
-        self
-    }
+    crate::config::config_options!();
 
-    /// How long a completed record replays (default 24 hours).
-    pub fn expires_after(mut self, ttl: Duration) -> Self {
-        self.config.shared = self.config.shared.expires_after(ttl);
-        self
-    }
-
-    /// Upper bound of a lease (default 15 minutes, Lambda's longest timeout).
-    /// Outside Lambda, where there is no deadline, the lease is this long.
-    pub fn max_lease(mut self, lease: Duration) -> Self {
-        self.config.shared = self.config.shared.max_lease(lease);
-        self
-    }
-
-    /// Time added to the Lambda deadline before a lease may be taken over
-    /// (default 2 s), covering clock skew and the runtime's own shutdown.
-    pub fn lease_margin(mut self, margin: Duration) -> Self {
-        self.config.shared = self.config.shared.lease_margin(margin);
+    /// Set options of the shared config this layer holds.
+    fn map_config(mut self, set: impl FnOnce(IdempotencyConfig) -> IdempotencyConfig) -> Self {
+        self.config.shared = set(self.config.shared);
         self
     }
 
@@ -324,26 +305,6 @@ impl IdempotencyLayer {
     /// turns the cache on (a budget alone does not).
     pub fn local_cache_max_bytes(mut self, max_bytes: usize) -> Self {
         self.config.shared = self.config.shared.local_cache_max_bytes(max_bytes);
-        self
-    }
-
-    /// Emit CloudWatch EMF metrics (claimed, replayed, conflicts, mismatches,
-    /// fenced writes, releases, store errors, cache hits, oversized responses).
-    /// Off by default.
-    pub fn metrics(mut self, metrics: Metrics) -> Self {
-        self.config.shared = self.config.shared.metrics(metrics);
-        self
-    }
-
-    /// Cut over from Powertools for AWS Lambda (Python) without running any
-    /// key twice ([`IdempotencyConfig::powertools_records`](crate::IdempotencyConfig::powertools_records)).
-    #[cfg(feature = "powertools")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
-    pub fn powertools_records(
-        mut self,
-        records: crate::store::dynamodb::PowertoolsRecords,
-    ) -> Self {
-        self.config.shared = self.config.shared.powertools_records(records);
         self
     }
 

@@ -68,6 +68,20 @@ pub struct Lease {
     pub recovered: Option<Checkpoint>,
 }
 
+#[cfg(test)]
+impl Lease {
+    /// Attempt 1 of record `r` by owner `o`, for unit tests.
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            record_id: "r".into(),
+            owner: "o".into(),
+            fingerprint: "f".into(),
+            attempt: 1,
+            recovered: None,
+        }
+    }
+}
+
 /// What [`Store::complete`] stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completion {
@@ -118,7 +132,7 @@ pub struct StuckRecord {
 pub struct SweepCursor(pub(crate) String);
 
 /// What a listing must remember once its sweep is over (see
-/// [`Store::settle`]): opaque, made by the store that listed.
+/// [`SweepStore::settle`]): opaque, made by the store that listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement(pub(crate) String);
 
@@ -138,7 +152,7 @@ pub struct StuckPage {
     /// larger than one listing reads): the next listing goes on from there.
     pub unread: bool,
     /// For listings that keep their place between sweeps (DynamoDB's
-    /// stream): hand it to [`Store::settle`] when the sweep is over.
+    /// stream): hand it to [`SweepStore::settle`] when the sweep is over.
     pub settlement: Option<Settlement>,
     /// The listing found records trimmed before it read them (DynamoDB's
     /// stream, behind by more than its 24-hour retention): records stuck
@@ -146,7 +160,7 @@ pub struct StuckPage {
     pub trimmed: bool,
 }
 
-/// A record as read back for an operator ([`Store::get`], [`Store::scan`]):
+/// A record as read back for an operator ([`SweepStore::get`], [`SweepStore::scan`]):
 /// the record and what it takes in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRecord {
@@ -161,7 +175,7 @@ pub struct StoredRecord {
     pub write_units: Option<u64>,
 }
 
-/// One page of a full listing of the records ([`Store::scan`]).
+/// One page of a full listing of the records ([`SweepStore::scan`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordPage {
     /// The records of this page.

@@ -18,7 +18,7 @@ use tower::Layer;
 use crate::fixture::{
     call, claim_request, counting_handler, json, now_ms, post, start_first, Runs,
 };
-use lambda_idempotency::store::{CheckpointRequest, CompleteRequest, SweepStore};
+use lambda_idempotency::store::{CheckpointRequest, SweepStore};
 
 #[tokio::test]
 async fn unreachable_store_is_503_and_the_handler_never_runs() {
@@ -363,12 +363,7 @@ async fn a_compressible_kilobyte_response_completes_in_one_write_unit() {
         vec![("content-type".into(), b"application/json".to_vec())],
         lambda_idempotency::store::StoredBody::Text(body.clone()),
     );
-    store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response,
-            now_ms() / 1000 + 60,
-        ))
+    crate::fixture::complete(&store, &lease, &response)
         .await
         .unwrap();
     let used = proxy.units(&table) - before;

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use integration_tests::{post, Handler};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    store::{ClaimOutcome, ClaimRequest, Lease},
+    store::{ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, StoredResponse},
     sweep::Sweeper,
     IdempotencyContext, MemoryStore, Store,
 };
@@ -124,6 +124,19 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
         .as_millis() as u64
+}
+
+/// Complete `lease` on `store` with `response`, kept for an hour: the
+/// completion store tests make when the expiry is not what they test.
+pub async fn complete(
+    store: &(impl Store + ?Sized),
+    lease: &Lease,
+    response: &StoredResponse,
+) -> Result<Completion, lambda_idempotency::Error> {
+    let expires_at_s = now_ms() / 1000 + 3600;
+    store
+        .complete(CompleteRequest::new(lease, response, expires_at_s))
+        .await
 }
 
 /// A claim of record `id` by `owner` (fingerprint `fp`), its lease ending in

@@ -26,7 +26,7 @@ use crate::fixture::{
     call, claim_lease, claim_request, counting_handler, json, now_ms, post, post_order,
     start_first, Handler, Runs,
 };
-use lambda_idempotency::store::{CheckpointRequest, CompleteRequest, StuckRequest, SweepStore};
+use lambda_idempotency::store::{CheckpointRequest, StuckRequest, SweepStore};
 
 type Item = HashMap<String, AttributeValue>;
 
@@ -441,7 +441,7 @@ async fn the_http_contract_and_functions_keep_to_their_layout(shape: Shape) {
         assert!(!k1.contains_key(default), "{default} written");
     }
 
-    // Store::get and Store::scan see the records, and only them.
+    // SweepStore::get and SweepStore::scan see the records, and only them.
     let got = store.get(&hashed("k1")).await.unwrap().expect("k1");
     assert_eq!(got.record.status, Status::Completed);
     assert_eq!(got.record.response.map(|r| r.status), Some(201));
@@ -517,23 +517,13 @@ async fn a_recovery_point_a_takeover_and_a_transactional_completion(shape: Shape
     );
     // The stale attempt is fenced out.
     let response = StoredResponse::new(200, vec![], StoredBody::Text("done".into()));
-    let err = store
-        .complete(CompleteRequest::new(
-            &stale,
-            &response,
-            now_ms() / 1000 + 3600,
-        ))
+    let err = crate::fixture::complete(&store, &stale, &response)
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
     let err = store.release(&stale).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);
-    store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response,
-            now_ms() / 1000 + 3600,
-        ))
+    crate::fixture::complete(&store, &lease, &response)
         .await
         .unwrap();
     let done = raw(&store, &id).await.unwrap();
@@ -607,12 +597,7 @@ async fn sweeps(shape: Shape, discovery: Discovery) {
     let (done, live) = (hashed("completed"), hashed("live"));
     let lease = claim(&store, &done, 1).await;
     let response = StoredResponse::new(200, vec![], StoredBody::Empty);
-    store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response,
-            now_ms() / 1000 + 3600,
-        ))
+    crate::fixture::complete(&store, &lease, &response)
         .await
         .unwrap();
     claim(&store, &live, 600_000).await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::store::{CheckpointRequest};
+use lambda_idempotency::store::CheckpointRequest;
 use lambda_idempotency::{
     scope::RecordScope,
     store::postgres::{PgType, PgWrite},

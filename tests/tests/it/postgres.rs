@@ -379,22 +379,25 @@ async fn an_unreachable_server_is_503_and_the_handler_never_runs() {
     assert_eq!(runs.count(), 0, "fail closed: no claim, no execution");
 }
 
-#[tokio::test]
-async fn expired_rows_are_deleted_in_bounded_batches_and_live_ones_kept() {
-    let store = integration_tests::postgres_store().await;
+/// Claim `count` records (`old-0`, `old-1`, ...) that expired ten seconds
+/// ago; returns the clock they expired by.
+async fn claim_expired(store: &PostgresStore, count: usize) -> u64 {
     let now = now_ms();
-    for i in 0..5 {
+    for i in 0..count {
         let mut request = claim_request(&format!("old-{i}"), "a", 60_000);
         request.expires_at_s = now / 1000 - 10;
         claimed(store.claim(&request).await.unwrap());
     }
+    now
+}
+
+#[tokio::test]
+async fn expired_rows_are_deleted_in_bounded_batches_and_live_ones_kept() {
+    let store = integration_tests::postgres_store().await;
+    let now = claim_expired(&store, 5).await;
     let live = claim_lease(&store, "live", "a", 60_000).await;
-    store
-        .complete(CompleteRequest::new(
-            &live,
-            &StoredResponse::new(200, vec![], StoredBody::Empty),
-            now / 1000 + 3600,
-        ))
+    let response = StoredResponse::new(200, vec![], StoredBody::Empty);
+    crate::fixture::complete(&store, &live, &response)
         .await
         .unwrap();
     assert_eq!(store.delete_expired(now / 1000, 2).await.unwrap(), 2);
@@ -414,12 +417,7 @@ async fn expired_rows_are_deleted_in_bounded_batches_and_live_ones_kept() {
 #[tokio::test]
 async fn the_sweepers_housekeeping_deletes_expired_rows_on_postgres_and_nothing_elsewhere() {
     let store = integration_tests::postgres_store().await;
-    let now = now_ms();
-    for i in 0..3 {
-        let mut request = claim_request(&format!("old-{i}"), "a", 60_000);
-        request.expires_at_s = now / 1000 - 10;
-        claimed(store.claim(&request).await.unwrap());
-    }
+    let now = claim_expired(&store, 3).await;
     claim_lease(&store, "live", "a", 60_000).await;
     let deadline = now + 60_000;
     let on_postgres = Sweeper::new(store.clone());
@@ -573,16 +571,20 @@ async fn the_fail_policy_stores_a_problem_that_replays() {
     assert_failed_key_replays_abandoned(&svc, "abandoned", &runs).await;
 }
 
+/// What a listing finds once the leases of a millisecond have ended.
+async fn stuck_after_their_leases(
+    store: &PostgresStore,
+) -> Vec<lambda_idempotency::store::StuckRecord> {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let listing = store.stuck(StuckRequest::new(now_ms(), 10)).await;
+    listing.unwrap().records
+}
+
 #[tokio::test]
 async fn a_recovery_point_keeps_a_stuck_record_unless_the_policy_fails_it() {
     let store = integration_tests::postgres_store().await;
     let lease = claim(&store, "resumable", 1).await;
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let listed = store
-        .stuck(StuckRequest::new(now_ms(), 10))
-        .await
-        .unwrap()
-        .records;
+    let listed = stuck_after_their_leases(&store).await;
     assert_eq!(listed.len(), 1);
     assert!(!listed[0].has_checkpoint);
     // The still-running invocation commits a recovery point after the listing.
@@ -615,12 +617,7 @@ async fn a_record_reclaimed_after_the_listing_is_fenced_and_an_expired_one_delet
     let mut expired = claim_request("expired", "crashed", 1);
     expired.expires_at_s = expired.now_ms / 1000 - 5;
     claimed(store.claim(&expired).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let listed = store
-        .stuck(StuckRequest::new(now_ms(), 10))
-        .await
-        .unwrap()
-        .records;
+    let listed = stuck_after_their_leases(&store).await;
     assert_eq!(listed.len(), 2);
     let reclaimed = listed.iter().find(|r| r.id == "reclaimed").unwrap();
     let gone = listed.iter().find(|r| r.id == "expired").unwrap();

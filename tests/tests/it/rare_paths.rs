@@ -94,13 +94,7 @@ async fn a_completion_after_a_forced_release_says_the_record_is_gone(f: Fixture)
     let forced = force_resolution(&f.store, "r", lease.attempt, SweepPolicy::Release).await;
     assert_eq!(forced, Resolution::Released);
 
-    let err = f
-        .store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response(),
-            now_ms() / 1000 + 3600,
-        ))
+    let err = crate::fixture::complete(&f.store, &lease, &response())
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::RecordGone, "{err}");
@@ -116,13 +110,7 @@ async fn a_forced_failure_fences_the_live_attempt_and_its_500_is_what_replays(f:
     assert_eq!(forced, Resolution::Failed);
 
     // The live invocation completes late: it is told it was fenced.
-    let err = f
-        .store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response(),
-            now_ms() / 1000 + 3600,
-        ))
+    let err = crate::fixture::complete(&f.store, &lease, &response())
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");

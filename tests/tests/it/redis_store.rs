@@ -168,13 +168,9 @@ async fn key_prefixes_keep_stores_apart_on_one_server() {
     let lease_a = claim_lease(&a, id, "owner-a", 1).await;
     let lease_b = claim_lease(&b, id, "owner-b", 60_000).await;
     assert_eq!((lease_a.attempt, lease_b.attempt), (1, 1));
-    a.complete(CompleteRequest::new(
-        &lease_a,
-        &response(),
-        now_ms() / 1000 + 60,
-    ))
-    .await
-    .unwrap();
+    crate::fixture::complete(&a, &lease_a, &response())
+        .await
+        .unwrap();
     let in_b = b.get(id).await.unwrap().unwrap().record;
     assert_eq!(
         (in_b.status, in_b.owner.as_str()),
@@ -217,12 +213,7 @@ async fn a_tls_url_connects_over_tls_and_checks_the_certificate() {
     // The harness's certificate is self-signed; `#insecure` accepts it.
     let store = integration_tests::redis_store_at(url.as_str()).await;
     let lease = claim_lease(&store, "71", "o", 60_000).await;
-    store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
+    crate::fixture::complete(&store, &lease, &response())
         .await
         .unwrap();
     let record = store.get("71").await.unwrap().unwrap().record;
@@ -245,8 +236,7 @@ async fn a_resp3_connection_reads_records_as_resp2_does() {
         vec![("x-raw".into(), vec![0, 0xff])],
         StoredBody::Binary(vec![1, 2, 3]),
     );
-    store
-        .complete(CompleteRequest::new(&lease, &stored, now_ms() / 1000 + 60))
+    crate::fixture::complete(&store, &lease, &stored)
         .await
         .unwrap();
     let record = store.get("3a").await.unwrap().unwrap().record;
@@ -509,12 +499,7 @@ async fn lost_answers_are_recognised_as_our_own_writes_on_the_retry() {
     // The completion ran, its answer was lost; the retry finds it completed
     // by this very lease.
     proxy.lose_next_answer();
-    let completion = store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
+    let completion = crate::fixture::complete(&store, &lease, &response())
         .await
         .unwrap();
     assert_eq!(completion, Completion::Stored);

@@ -105,13 +105,7 @@ async fn an_sdk_retried_complete_whose_first_try_applied_succeeds() {
     let (store, lose) = lossy_store().await;
     let lease = claimed(store.claim(&request("r", "a", 60_000)).await.unwrap());
     lose.arm(1);
-    let outcome = store
-        .complete(CompleteRequest::new(
-            &lease,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
-        .await;
+    let outcome = crate::fixture::complete(&store, &lease, &response()).await;
     assert_eq!(
         lose.remaining(),
         0,
@@ -141,20 +135,10 @@ async fn a_complete_fenced_by_a_newer_attempt_is_still_fenced() {
     let stale = claimed(store.claim(&request("r", "a", 30)).await.unwrap());
     tokio::time::sleep(Duration::from_millis(80)).await;
     let fresh = claimed(store.claim(&request("r", "b", 60_000)).await.unwrap());
-    store
-        .complete(CompleteRequest::new(
-            &fresh,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
+    crate::fixture::complete(&store, &fresh, &response())
         .await
         .unwrap();
-    let err = store
-        .complete(CompleteRequest::new(
-            &stale,
-            &response(),
-            now_ms() / 1000 + 60,
-        ))
+    let err = crate::fixture::complete(&store, &stale, &response())
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Fenced);

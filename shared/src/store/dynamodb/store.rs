@@ -536,13 +536,7 @@ mod tests {
             .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
             .build();
         let store = DynamoStore::new(Client::from_conf(config), "t");
-        let lease = Lease {
-            record_id: "r".into(),
-            owner: "o".into(),
-            fingerprint: "f".into(),
-            attempt: 1,
-            recovered: None,
-        };
+        let lease = Lease::for_tests();
         let response = StoredResponse::new(200, vec![], StoredBody::Text("abc".repeat(2_000)));
         crate::record::COMPRESSIONS.with(|n| n.set(0));
         let (update, completion) = store.completion(&lease, &response, 60);

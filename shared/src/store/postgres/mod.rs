@@ -21,7 +21,7 @@
 //!   [`IdempotencyContext::defer_write`](crate::IdempotencyContext::defer_write))
 //!   commit in the same transaction as the fenced completion.
 //! - **Expiry**: a claim treats a row past `expires_at` as absent;
-//!   [`delete_expired`](PostgresStore::delete_expired) removes such rows in
+//!   [`delete_expired`](crate::store::SweepStore::delete_expired) removes such rows in
 //!   bounded batches.
 //!
 //! The files, laid out as in every engine of the crate: this one holds the

@@ -10,7 +10,7 @@ use super::codec::{self, bytes, corrupt, decode, encode_headers, hash_fields, nu
 use super::{shard_of, RedisStore, EXPIRY_GRACE_S, SCRIPTS};
 use crate::error::Error;
 use crate::record::StoredResponse;
-use crate::store::rules::{fit, lease_ended_at, Fitted};
+use crate::store::rules::{fit, lease_ended_at};
 use crate::store::{
     no_transactions, Checkpoint, CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest,
     Completion, Lease, Store,
@@ -130,21 +130,17 @@ impl RedisStore {
         response: &StoredResponse,
         expires_at_s: u64,
     ) -> Completion {
-        let Fitted {
-            response: stored,
-            body,
-            gzip,
-            completion,
-        } = fit(response, self.max_response_bytes);
+        let fitted = fit(response, self.max_response_bytes);
+        let stored = &fitted.response;
         invocation
             .arg(expires_at_s)
             .arg(stored.status)
             .arg(encode_headers(&stored.headers))
             .arg(stored.body.kind())
-            .arg(body.as_ref())
-            .arg(if gzip { "gzip" } else { "" })
+            .arg(fitted.body.as_ref())
+            .arg(if fitted.gzip { "gzip" } else { "" })
             .arg(expires_at_s.saturating_add(EXPIRY_GRACE_S));
-        completion
+        fitted.completion
     }
 
     fn checkpoint_of(&self, record_id: &str, value: &Value) -> Result<Option<Checkpoint>, Error> {
