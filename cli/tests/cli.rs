@@ -13,11 +13,10 @@ use common::{
     now_ms, record_ids, stderr, stdout, stuck_lines, succeeded,
 };
 use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
-use lambda_idempotency::store::{CheckpointRequest, SweepStore};
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
-    store::{Checkpoint, Lease, Status, StuckRecord},
+    store::{Checkpoint, CheckpointRequest, Lease, Status, StuckRecord, SweepStore},
     sweep::{SweepPolicy, Sweeper},
     DynamoStore, IdempotencyLayer, Store,
 };

@@ -3,10 +3,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lambda_idempotency::store::CompleteRequest;
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{ClaimOutcome, ClaimRequest, Lease, StoredBody, StoredResponse},
+    store::{ClaimOutcome, ClaimRequest, CompleteRequest, Lease, StoredBody, StoredResponse},
     ErrorKind, IdempotencyLayer, Store,
 };
 use serde_json::Value;

@@ -11,7 +11,7 @@ use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
-    store::{ClaimOutcome, ClaimRequest, StoredBody, StoredResponse},
+    store::{ClaimOutcome, ClaimRequest, CompleteRequest, StoredBody, StoredResponse},
     DynamoStore, ErrorKind, IdempotencyContext, IdempotencyLayer, MemoryStore, Store,
 };
 use serde_json::json;
@@ -21,7 +21,6 @@ use crate::fixture::{
     claim_request, dynamo_order_state, json, now_ms, on_both_stores, post, post_order, Fixture,
     Handler, Runs,
 };
-use lambda_idempotency::store::CompleteRequest;
 
 on_both_stores!(
     crash_after_a_checkpoint_resumes_there_without_repeating_the_call,

@@ -10,7 +10,7 @@ use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
     store::dynamodb::schema,
-    store::{ClaimOutcome, ClaimRequest},
+    store::{CheckpointRequest, ClaimOutcome, ClaimRequest, SweepStore},
     DynamoStore, IdempotencyLayer, Store,
 };
 use tower::Layer;
@@ -18,7 +18,6 @@ use tower::Layer;
 use crate::fixture::{
     call, claim_request, counting_handler, json, now_ms, post, start_first, Runs,
 };
-use lambda_idempotency::store::{CheckpointRequest, SweepStore};
 
 #[tokio::test]
 async fn unreachable_store_is_503_and_the_handler_never_runs() {

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use lambda_idempotency::{
     event::EventError,
-    store::{StoredBody, StoredResponse},
+    store::{CompleteRequest, StoredBody, StoredResponse},
     DynamoStore, ErrorKind, IdempotentFunction, Store,
 };
 use serde_json::{json, Value};
 
 use crate::fixture::{claim_lease, now_ms};
-use lambda_idempotency::store::CompleteRequest;
 
 /// A DynamoStore on a fresh idempotency table whose calls are recorded as
 /// `feature`'s.

@@ -13,7 +13,10 @@ use lambda_idempotency::{
     http::REPLAYED_HEADER,
     scope::RecordScope,
     store::dynamodb::{schema, KeyValue, TableLayout},
-    store::{Checkpoint, ClaimOutcome, Status, StoredBody, StoredResponse},
+    store::{
+        Checkpoint, CheckpointRequest, ClaimOutcome, Status, StoredBody, StoredResponse,
+        StuckRequest, SweepStore,
+    },
     sweep::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentEventLayer,
     IdempotentFunction, Store,
@@ -26,7 +29,6 @@ use crate::fixture::{
     call, claim_lease, claim_request, counting_handler, json, now_ms, post, post_order,
     start_first, Handler, Runs,
 };
-use lambda_idempotency::store::{CheckpointRequest, StuckRequest, SweepStore};
 
 type Item = HashMap<String, AttributeValue>;
 

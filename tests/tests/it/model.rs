@@ -8,16 +8,17 @@
 
 use std::sync::Arc;
 
-use lambda_idempotency::store::{CheckpointRequest, StuckRecord};
 use lambda_idempotency::{
-    store::{ClaimOutcome, ClaimRequest, Lease, Resolution, Status, StoredBody, StoredResponse},
+    store::{
+        CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Lease, Resolution, Status,
+        StoredBody, StoredResponse, StuckRecord,
+    },
     sweep::Sweeper,
     MemoryStore, Store,
 };
 use proptest::prelude::*;
 
 use crate::fuzz::Tally;
-use lambda_idempotency::store::CompleteRequest;
 
 const ACTORS: usize = 3;
 const RECORD_TTL_MS: u64 = 5_000;

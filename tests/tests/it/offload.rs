@@ -14,7 +14,7 @@ use lambda_idempotency::{
     event::EventError,
     http::REPLAYED_HEADER,
     store::offload::S3Offload,
-    store::{Record, Status, StoredBody, StoredResponse},
+    store::{CompleteRequest, Record, Status, StoredBody, StoredResponse, SweepStore},
     ErrorKind, IdempotencyLayer, IdempotentFunction, Store,
 };
 use serde_json::json;
@@ -23,7 +23,6 @@ use tower::Layer;
 use crate::fixture::{
     call, claim_lease, claim_request, claimed, on_both_stores, post, Fixture, Handler, Runs,
 };
-use lambda_idempotency::store::{CompleteRequest, SweepStore};
 
 /// The endpoint of the harness's S3 server; a missing server fails the
 /// tests (it must not skip them).

@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::store::CheckpointRequest;
 use lambda_idempotency::{
     scope::RecordScope,
     store::postgres::{PgType, PgWrite},
-    store::{Checkpoint, DeferredWrites, Status},
+    store::{Checkpoint, CheckpointRequest, DeferredWrites, Status},
     ErrorKind, IdempotencyContext, IdempotencyLayer, MemoryStore, PostgresStore, Store,
 };
 use tower::{Layer, ServiceExt};

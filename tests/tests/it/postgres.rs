@@ -13,8 +13,8 @@ use lambda_idempotency::{
     problem,
     store::postgres::{PgType, PgWrite},
     store::{
-        ClaimOutcome, Completion, DeferredWrites, Lease, Resolution, Status, StoredBody,
-        StoredResponse,
+        CheckpointRequest, ClaimOutcome, CompleteRequest, Completion, DeferredWrites, Lease,
+        Resolution, Status, StoredBody, StoredResponse, StuckRequest, SweepStore,
     },
     sweep::{SweepPolicy, Sweeper},
     ErrorKind, IdempotencyContext, IdempotencyLayer, PostgresStore, Store,
@@ -25,7 +25,6 @@ use crate::fixture::{
     assert_failed_key_replays_abandoned, call, claim_lease, claim_request, claimed,
     counting_handler, json, now_ms, one_phase_handler, post, post_order, Runs,
 };
-use lambda_idempotency::store::{CheckpointRequest, CompleteRequest, StuckRequest, SweepStore};
 
 /// A fresh store and an `orders` table of the application's beside it.
 async fn store_with_orders() -> PostgresStore {

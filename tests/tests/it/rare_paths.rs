@@ -9,7 +9,7 @@ use std::time::Duration;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{Lease, Resolution, Status, StoredBody, StoredResponse},
+    store::{CompleteRequest, Lease, Resolution, Status, StoredBody, StoredResponse},
     sweep::SweepPolicy,
     ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentFunction, Store,
 };
@@ -19,7 +19,6 @@ use crate::fixture::{
     claim_lease, force_resolution, now_ms, on_both_stores, one_phase_handler, post, post_order,
     Fixture, Runs,
 };
-use lambda_idempotency::store::CompleteRequest;
 
 on_both_stores!(
     a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resumes,

@@ -10,7 +10,10 @@ use std::time::Duration;
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
-    store::{ClaimOutcome, Completion, Status, StoredBody, StoredResponse},
+    store::{
+        ClaimOutcome, CompleteRequest, Completion, Status, StoredBody, StoredResponse,
+        StuckRequest, SweepStore,
+    },
     sweep::Sweeper,
     ErrorKind, IdempotencyLayer, RedisStore, Store,
 };
@@ -22,7 +25,6 @@ use crate::fixture::{
     assert_sweep_keeps_its_deadline, call, claim_lease, claim_request, claimed, counting_handler,
     json, now_ms, post, silent_server, start_first, Runs,
 };
-use lambda_idempotency::store::{CompleteRequest, StuckRequest, SweepStore};
 
 /// `host:port` of the harness's server.
 fn server() -> String {

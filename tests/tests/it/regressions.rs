@@ -8,12 +8,14 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::SharedInterceptor;
 use integration_tests::{client_with, create_table, LoseResponses};
 use lambda_idempotency::{
-    store::{ClaimRequest, Completion, Lease, StoredBody, StoredResponse},
+    store::{
+        CheckpointRequest, ClaimRequest, CompleteRequest, Completion, Lease, StoredBody,
+        StoredResponse,
+    },
     DynamoStore, ErrorKind, Store,
 };
 
 use crate::fixture::{claim_request as request, claimed, now_ms};
-use lambda_idempotency::store::{CheckpointRequest, CompleteRequest};
 
 /// A DynamoDB store whose next responses can be lost after DynamoDB applied
 /// the request (the SDK then retries it).

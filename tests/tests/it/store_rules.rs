@@ -2,12 +2,11 @@
 
 use lambda_idempotency::{
     conformance,
-    store::{StoredBody, StoredResponse},
+    store::{CompleteRequest, StoredBody, StoredResponse, SweepStore},
     Store,
 };
 
 use crate::fixture::{claim_request, claimed, now_ms, on_both_stores, Fixture};
-use lambda_idempotency::store::{CompleteRequest, SweepStore};
 
 on_both_stores!(
     first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress,

@@ -97,6 +97,13 @@ async fn deliver_kinesis(
         .unwrap()
 }
 
+/// Deliver `records` to `batch` with a handler that fails none of them, and
+/// check that the batch reports no failure.
+async fn deliver_kinesis_ok(batch: &KinesisBatch, records: Vec<KinesisEventRecord>, seen: &Seen) {
+    let response = deliver_kinesis(batch, records, seen, &Arc::default()).await;
+    assert!(response.batch_item_failures.is_empty());
+}
+
 /// A handler that records each run's sequence number and fails the ones in
 /// `failing` (while `failing` holds them).
 fn kinesis_handler(
@@ -241,7 +248,6 @@ async fn kinesis_data_pointer_keeps_types_apart_and_numbers_exact(f: Fixture) {
 
 async fn kinesis_partition_key_and_a_closure_are_key_sources(f: Fixture) {
     let seen = Seen::default();
-    let none = Arc::default();
     let by_partition_key =
         KinesisBatch::new(IdempotentFunction::new(f.store.clone(), "by-partition-key"))
             .key_partition_key();
@@ -250,7 +256,7 @@ async fn kinesis_partition_key_and_a_closure_are_key_sources(f: Fixture) {
         record.kinesis.partition_key = pk.into();
         record
     };
-    let response = deliver_kinesis(
+    deliver_kinesis_ok(
         &by_partition_key,
         vec![
             with_partition_key("1", "evt-1"),
@@ -258,16 +264,14 @@ async fn kinesis_partition_key_and_a_closure_are_key_sources(f: Fixture) {
             with_partition_key("3", "evt-2"),
         ],
         &seen,
-        &none,
     )
     .await;
-    assert!(response.batch_item_failures.is_empty());
     assert_eq!(seen.all(), ["1", "3"], "evt-1 once, evt-2 once");
 
     // A closure over the record: here the data's length.
     let by_closure = KinesisBatch::new(IdempotentFunction::new(f.store.clone(), "by-closure"))
         .key_fn(|r: &KinesisEventRecord| Some(r.kinesis.data.len().to_string()));
-    let response = deliver_kinesis(
+    deliver_kinesis_ok(
         &by_closure,
         vec![
             kinesis_record("4", "abc"),
@@ -275,10 +279,8 @@ async fn kinesis_partition_key_and_a_closure_are_key_sources(f: Fixture) {
             kinesis_record("6", "abcd"),
         ],
         &seen,
-        &none,
     )
     .await;
-    assert!(response.batch_item_failures.is_empty());
     assert_eq!(
         seen.all(),
         ["1", "3", "4", "6"],

@@ -15,13 +15,12 @@ use integration_tests::streams_proxy::{latest_sequence, StreamsProxy};
 use lambda_idempotency::{
     scope::RecordScope,
     store::dynamodb::schema,
-    store::{Status, StoredResponse},
+    store::{CompleteRequest, Status, StoredResponse, StuckRequest, SweepStore},
     sweep::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, Store,
 };
 
 use crate::fixture::{claim_lease, claim_request, claimed, now_ms};
-use lambda_idempotency::store::{CompleteRequest, StuckRequest, SweepStore};
 
 /// A fresh table, a store reading its stream through a new proxy, and the
 /// proxy.

@@ -9,13 +9,12 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
-    store::{ClaimRequest, Status},
+    store::{ClaimRequest, Status, StuckRequest, SweepStore},
     sweep::Sweeper,
     Store,
 };
 
 use crate::fixture::{claim_lease, claimed, now_ms, Fixture};
-use lambda_idempotency::store::{StuckRequest, SweepStore};
 
 // Each test once per store that lists its own records in progress.
 crate::fixture::test_cases!(

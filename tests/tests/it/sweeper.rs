@@ -9,7 +9,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::{
     store::dynamodb::schema,
     store::{
-        Checkpoint, ClaimOutcome, Lease, Record, Resolution, Status, StoredBody, StoredResponse,
+        Checkpoint, CheckpointRequest, ClaimOutcome, CompleteRequest, Lease, Record, Resolution,
+        Status, StoredBody, StoredResponse, StuckRequest,
     },
     sweep::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, IdempotencyLayer, Store,
@@ -20,7 +21,6 @@ use crate::fixture::{
     assert_failed_key_replays_abandoned, assert_sweep_keeps_its_deadline, claim_request, claimed,
     counting_handler, json, now_ms, post, post_order, silent_server, Handler, Runs,
 };
-use lambda_idempotency::store::{CheckpointRequest, CompleteRequest, StuckRequest};
 
 /// Where stuck records are and how the sweeper finds them: the DynamoDB
 /// table's stream (the product's way), its opt-in sparse index, or a Redis

@@ -23,9 +23,11 @@ use integration_tests::capacity_proxy::{CapacityProxy, Units};
 use integration_tests::functions;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use lambda_http::Request;
-use lambda_idempotency::store::CompleteRequest;
 use lambda_idempotency::{
-    scope::RecordScope, store::ClaimRequest, sweep::Sweeper, DynamoStore, IdempotencyLayer, Store,
+    scope::RecordScope,
+    store::{ClaimRequest, CompleteRequest},
+    sweep::Sweeper,
+    DynamoStore, IdempotencyLayer, Store,
 };
 use serde_json::{json, Value};
 use tokio::sync::Notify;

@@ -7,15 +7,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_http::{Body, Request, Response};
-use lambda_idempotency::store::{ClaimOutcome, ClaimRequest, Status, StoredResponse};
-use lambda_idempotency::{DynamoStore, Store};
+use lambda_idempotency::{
+    store::{ClaimOutcome, ClaimRequest, CompleteRequest, Status, StoredResponse},
+    DynamoStore, Store,
+};
 use tower::Service;
 
 use crate::handler::{is_replayed, request, timed_call, Fresh};
 use crate::stats::Samples;
 use crate::tables::Target;
 use crate::Result;
-use lambda_idempotency::store::CompleteRequest;
 
 /// What the samples of one table are called.
 pub(crate) struct Names {
