@@ -84,7 +84,7 @@ CALLERS = {
 FEATURES = [
     ("claim / complete / release (`IdempotentFunction`, the HTTP layer)", "feature-claim-complete-release"),
     ("`wait_for` (a duplicate waits for the first delivery)", "feature-wait-for"),
-    ("transactional completion (`complete_with_writes`)", "feature-transactional-completion"),
+    ("transactional completion (`complete` with deferred writes)", "feature-transactional-completion"),
     ("S3 offload (`S3Offload`)", "feature-s3-offload"),
     ("cut-over from Powertools (`PowertoolsRecords`, on its table)", "feature-powertools-cutover"),
     ("sweeper, stream discovery (the default)", "sweeper"),
