@@ -661,4 +661,52 @@ mod tests {
             StoredResponse::new(200, vec![], StoredBody::Binary(vec![7; MAX_BODY_BYTES + 1]));
         assert!(!store.offloads(&huge));
     }
+
+    /// Remembers the listing it was asked for; nothing else is called.
+    #[derive(Debug, Default)]
+    struct ListingSpy(std::sync::Mutex<Option<StuckRequest>>);
+
+    #[async_trait::async_trait]
+    impl Store for ListingSpy {
+        async fn claim(&self, _: &ClaimRequest) -> Result<ClaimOutcome, Error> {
+            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
+        }
+        async fn complete(&self, _: CompleteRequest<'_>) -> Result<Completion, Error> {
+            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
+        }
+        async fn checkpoint(&self, _: CheckpointRequest<'_>) -> Result<(), Error> {
+            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
+        }
+        async fn release(&self, _: &Lease) -> Result<(), Error> {
+            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl SweepStore for ListingSpy {
+        async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
+            *self.0.lock().expect("not poisoned") = Some(request);
+            Ok(StuckPage::default())
+        }
+        async fn resolve_stuck(&self, _: ResolveRequest<'_>) -> Result<Resolution, Error> {
+            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
+        }
+        async fn get(&self, _: &str) -> Result<Option<StoredRecord>, Error> {
+            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
+        }
+        async fn scan(&self, _: Option<SweepCursor>, _: usize) -> Result<RecordPage, Error> {
+            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
+        }
+    }
+
+    /// A sweep's deadline reaches the store under the offload: a stream
+    /// listing stops there instead of reading past the sweep's end. (Before
+    /// the deadline was a field of the listing, the offload dropped it.)
+    #[tokio::test]
+    async fn a_listing_keeps_its_deadline_through_the_offload() {
+        let offload = S3Offload::new(ListingSpy::default(), client(), "bucket");
+        let request = StuckRequest::new(1_000, 10).by(5_000);
+        offload.stuck(request.clone()).await.unwrap();
+        assert_eq!(offload.inner.0.lock().unwrap().as_ref(), Some(&request));
+    }
 }
