@@ -14,14 +14,16 @@ use lambda_idempotency::{
     event::EventError,
     http::REPLAYED_HEADER,
     store::offload::S3Offload,
-    store::{CompleteRequest, Record, Status, StoredBody, StoredResponse, SweepStore},
+    store::{
+        CompleteRequest, Record, Status, StoredBody, StoredResponse, StuckRequest, SweepStore,
+    },
     ErrorKind, IdempotencyLayer, IdempotentFunction, Store,
 };
 use serde_json::json;
 use tower::Layer;
 
 use crate::fixture::{
-    call, claim_lease, claim_request, claimed, on_both_stores, post, Fixture, Handler, Runs,
+    call, claim_lease, claim_request, claimed, now_ms, on_both_stores, post, Fixture, Handler, Runs,
 };
 
 /// The endpoint of the harness's S3 server; a missing server fails the
@@ -618,4 +620,29 @@ async fn a_refused_transactional_completion_deletes_its_object_on_the_memory_sto
     assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     assert_eq!(bucket.keys().await, Vec::<String>::new());
     assert!(bucket.requests.get() >= 2, "written, then deleted");
+}
+
+/// A sweep's deadline reaches the DynamoDB stream listing under the offload:
+/// a listing whose deadline has come reads nothing and says so (`unread`),
+/// where the same listing without one finds the stuck record. (The offload
+/// once dropped the deadline, so a listing under it read past the sweep's
+/// end.)
+#[tokio::test]
+async fn a_stream_listing_under_the_offload_keeps_the_sweeps_deadline() {
+    let bucket = Bucket::new().await;
+    let (dynamo, _) = integration_tests::dynamo_store().await;
+    let dynamo = dynamo.with_stream(integration_tests::streams_client().await);
+    let store = bucket.offload(Arc::new(dynamo));
+    let id = "stuck-under-the-offload";
+    claimed(store.claim(&claim_request(id, "a", 1)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let cutoff = now_ms();
+    let late = StuckRequest::new(cutoff, 10).by(cutoff - 1);
+    let page = store.stuck(late).await.unwrap();
+    assert!(page.unread && page.records.is_empty(), "{page:?}");
+
+    let page = store.stuck(StuckRequest::new(cutoff, 10)).await.unwrap();
+    let ids: Vec<&str> = page.records.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, [id], "{page:?}");
 }
