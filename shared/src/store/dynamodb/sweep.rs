@@ -35,7 +35,6 @@ impl SweepStore for DynamoStore {
                 .await;
         }
         // The index is read a page at a time: no deadline to keep here.
-        let _ = request.deadline_ms;
         if !self.sweep_index {
             return Err(Error::new(
                 ErrorKind::InvalidConfig,
