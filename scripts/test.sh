@@ -6,6 +6,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# No incremental compilation: a run from a clean clone (CI) gains nothing
+# from it, and its caches took gigabytes of a disk that once ran out during
+# this command. The workspace's own crates also build with line tables only
+# (Cargo.toml's [profile.dev]).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# The disk this run has, and what it used at the end (or where it stopped).
+disk() { df -h --output=avail,size "$1" | tail -1 | awk '{print $1 " free of " $2}'; }
+echo "make test: $(disk .) at the start"
+stopped() {
+  local status=$?
+  [ "$status" -eq 0 ] || echo "make test: stopped (exit $status) with $(disk .)" >&2
+}
+trap stopped EXIT
+
 # shellcheck source=scripts/python-tools.sh
 source scripts/python-tools.sh
 # Powertools for AWS Lambda (Python), pinned in scripts/bench/requirements.txt:
@@ -87,4 +101,4 @@ RELIABILITY_SIZE=ci RELIABILITY_OUT="$target_dir/RELIABILITY-ci.md" scripts/reli
 # The README demo, end to end through cargo lambda watch; it fails on any
 # answer that breaks the contract.
 scripts/demo.sh
-echo "make test: all green"
+echo "make test: all green; $(du -sh "$target_dir" | cut -f1) in $target_dir, $(disk "$target_dir")"
