@@ -13,10 +13,12 @@ cd "$(dirname "$0")/.."
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # The disk this run has, and what it used at the end (or where it stopped).
 disk() { df -h --output=avail,size "$1" | tail -1 | awk '{print $1 " free of " $2}'; }
-echo "make test: $(disk .) at the start"
+# Each step's start: seconds since this command began, and the disk left.
+step() { echo "make test: [$SECONDS s, $(disk .)] $*" >&2; }
+step "start"
 stopped() {
   local status=$?
-  [ "$status" -eq 0 ] || echo "make test: stopped (exit $status) with $(disk .)" >&2
+  [ "$status" -eq 0 ] || echo "make test: stopped (exit $status) after $SECONDS s with $(disk .)" >&2
 }
 trap stopped EXIT
 
@@ -28,6 +30,7 @@ source scripts/python-tools.sh
 source scripts/bench-venv.sh
 export IDEMPOTENCY_TEST_POWERTOOLS_PYTHON="$bench_python"
 
+step "function binaries"
 # Function binaries the tests run as real processes (built alone, as Lambda
 # tooling builds them).
 cargo build -p orders-api --bin orders-api -p order-events --bin order-events -p sweeper --bin sweeper
@@ -46,10 +49,13 @@ for package in json.load(sys.stdin)["packages"]:
         if "test" in target["kind"] and target["name"] != "it":
             print("--test", target["name"])
 ')
+step "every test target but the integration suite"
 # shellcheck disable=SC2086 # `--test NAME` pairs
 scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
   cargo test --workspace --lib --bins --examples --benches $other_tests
+step "the integration suite"
 scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh scripts/it-shards.sh
+step "doc tests, lints, docs, package"
 cargo test --workspace --doc
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --workspace --all-targets --all-features -- -D warnings
@@ -70,11 +76,13 @@ else
   [[ $msrv == *.*.* ]] || msrv="$msrv.0"
   cargo "+$msrv" check -p lambda-idempotency --all-features
 fi
+step "templates, IAM"
 # The SAM template, offline (cfn-lint rules included).
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint
 # The second templates: the Valkey and PostgreSQL engines (deploy/README.md).
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/valkey.yaml
 AWS_DEFAULT_REGION=us-east-1 sam validate --lint --template deploy/postgres.yaml
+step "the new-project template"
 # The new-project template: a project generated with cargo generate (and the
 # same with sam init), built here, its own make test and sam validate --lint.
 scripts/template-check.sh
@@ -87,18 +95,22 @@ AWS_DEFAULT_REGION=us-east-1 python scripts/check-iam.py
 # three templates, the artifacts checked, `sam package` / `sam deploy` against
 # a local moto server, every resource read back (deploy/README.md, "Deploy
 # rehearsal").
+step "deploy rehearsal"
 scripts/deploy-check.sh
 # Every sample event through `sam local invoke` and the HTTP API through
 # `sam local start-api` + curl, offline (Docker daemon in a private network
 # namespace). Where the machine cannot run it (no root), it fails and says why,
 # unless SAM_LOCAL_ALLOW_SKIP=1.
+step "sam local"
 scripts/sam-local.sh
 # Storm, crash and store-fault injection at the reduced size (the full run,
 # `make reliability`, writes RELIABILITY.md).
 # shellcheck source=scripts/target-dir.sh
 source scripts/target-dir.sh
+step "reliability"
 RELIABILITY_SIZE=ci RELIABILITY_OUT="$target_dir/RELIABILITY-ci.md" scripts/reliability.sh
 # The README demo, end to end through cargo lambda watch; it fails on any
 # answer that breaks the contract.
+step "demo"
 scripts/demo.sh
-echo "make test: all green; $(du -sh "$target_dir" | cut -f1) in $target_dir, $(disk "$target_dir")"
+echo "make test: all green in $SECONDS s; $(du -sh "$target_dir" | cut -f1) in $target_dir, $(disk "$target_dir")"
