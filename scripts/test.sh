@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # this command. The workspace's own crates also build with line tables only
 # (Cargo.toml's [profile.dev]).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
-# The disk this run has, and what it used at the end (or where it stopped).
+# The free disk and its size, for the lines below.
 disk() { df -h --output=avail,size "$1" | tail -1 | awk '{print $1 " free of " $2}'; }
 # Each step's start: seconds since this command began, and the disk left.
 step() { echo "make test: [$SECONDS s, $(disk .)] $*" >&2; }
@@ -91,26 +91,26 @@ AWS_DEFAULT_REGION=us-east-1 python scripts/check-template.py
 # Every AWS call the tests recorded, evaluated against its caller's role in
 # the transformed templates (deploy/README.md, "IAM: what each grant is for").
 AWS_DEFAULT_REGION=us-east-1 python scripts/check-iam.py
+step "deploy rehearsal"
 # Build, package and deploy as users do: `sam build` (release, arm64) of the
 # three templates, the artifacts checked, `sam package` / `sam deploy` against
 # a local moto server, every resource read back (deploy/README.md, "Deploy
 # rehearsal").
-step "deploy rehearsal"
 scripts/deploy-check.sh
+step "sam local"
 # Every sample event through `sam local invoke` and the HTTP API through
 # `sam local start-api` + curl, offline (Docker daemon in a private network
 # namespace). Where the machine cannot run it (no root), it fails and says why,
 # unless SAM_LOCAL_ALLOW_SKIP=1.
-step "sam local"
 scripts/sam-local.sh
+step "reliability"
 # Storm, crash and store-fault injection at the reduced size (the full run,
 # `make reliability`, writes RELIABILITY.md).
 # shellcheck source=scripts/target-dir.sh
 source scripts/target-dir.sh
-step "reliability"
 RELIABILITY_SIZE=ci RELIABILITY_OUT="$target_dir/RELIABILITY-ci.md" scripts/reliability.sh
+step "demo"
 # The README demo, end to end through cargo lambda watch; it fails on any
 # answer that breaks the contract.
-step "demo"
 scripts/demo.sh
 echo "make test: all green in $SECONDS s; $(du -sh "$target_dir" | cut -f1) in $target_dir, $(disk "$target_dir")"
