@@ -22,9 +22,12 @@
 #
 #   scripts/deploy-check.sh            # what `make deploy-check` runs
 #   DEPLOY_CHECK_KEEP=1 scripts/deploy-check.sh   # keep the work directory
+#   DEPLOY_CHECK_BOOTSTRAPS=DIR scripts/deploy-check.sh
+#       # also copy template.yaml's checked bootstraps to DIR/<Function>/
+#       # (replacing DIR): `make test` hands them to scripts/sam-local.sh,
+#       # which then runs what `sam build` made instead of building again
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd -P)
 started=$(date +%s)
 
 say() { echo "deploy-check: $*" >&2; }
@@ -126,6 +129,16 @@ done
 # The same function is the same binary in every template.
 dups=$(cut -f2,5 "$artifacts" | sort -u | cut -f1 | uniq -d)
 [ -z "$dups" ] || die "a function's bootstrap differs between templates: $dups"
+if [ -n "${DEPLOY_CHECK_BOOTSTRAPS:-}" ]; then
+  # Only checked artifacts of this run: the directory is replaced whole.
+  rm -rf "$DEPLOY_CHECK_BOOTSTRAPS" && mkdir -p "$DEPLOY_CHECK_BOOTSTRAPS"
+  while IFS= read -r bootstrap; do
+    fn=$(basename "$(dirname "$bootstrap")")
+    mkdir -p "$DEPLOY_CHECK_BOOTSTRAPS/$fn"
+    cp "$bootstrap" "$DEPLOY_CHECK_BOOTSTRAPS/$fn/bootstrap"
+  done < <(find "$work/build/template" -mindepth 2 -maxdepth 2 -name bootstrap)
+  say "template.yaml's bootstraps copied to $DEPLOY_CHECK_BOOTSTRAPS"
+fi
 
 # --- 3. deploy against the emulator ----------------------------------------------
 t0=$(date +%s)

@@ -13,8 +13,10 @@
 #     the rustup target, SAM CLI (scripts/python-tools.sh) and DynamoDB Local;
 #  3. builds the three functions for the template's architecture (arm64) as
 #     debug builds into CARGO_TARGET_DIR (or target/) and copies each to its
-#     own folder as `bootstrap`; checks that none needs more than GLIBC_2.34
-#     (provided.al2023's glibc);
+#     own folder as `bootstrap` (or, with SAM_LOCAL_BOOTSTRAPS=DIR, takes
+#     DIR/<Function>/bootstrap as built: `make test` passes what the deploy
+#     rehearsal's `sam build` just made and checked); checks that none needs
+#     more than GLIBC_2.34 (provided.al2023's glibc);
 #  4. builds the base image offline from Debian packages (no registry can be
 #     reached: tests/sam-local/base_image.py);
 #  5. in a private network + mount + PID namespace (`unshare`): starts dockerd
@@ -45,6 +47,7 @@
 #
 #   scripts/sam-local.sh              # what `make sam-local` runs
 #   SAM_LOCAL_ARCH=x86_64 scripts/sam-local.sh
+#   SAM_LOCAL_BOOTSTRAPS=DIR scripts/sam-local.sh  # DIR/OrdersApiFunction/bootstrap, ...
 #   SAM_LOCAL_ALLOW_SKIP=1 make test  # on a machine that cannot run dockerd
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -247,6 +250,14 @@ case "$arch" in
   x86_64) triple=x86_64-unknown-linux-gnu deb_arch=amd64 ;;
 esac
 
+# Prebuilt bootstraps (SAM_LOCAL_BOOTSTRAPS) are the template's architecture;
+# an x86_64 fallback builds its own.
+prebuilt=${SAM_LOCAL_BOOTSTRAPS:-}
+if [ -n "$prebuilt" ] && [ "$arch" != "$template_arch" ]; then
+  say "NOTE: SAM_LOCAL_BOOTSTRAPS holds $template_arch bootstraps, this run is $arch: building instead"
+  prebuilt=""
+fi
+
 # --- installs ----------------------------------------------------------------
 if ! command -v dockerd >/dev/null || ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then
   say "installing docker.io (apt); its services are kept from starting"
@@ -276,7 +287,8 @@ command -v curl >/dev/null || missing+=(curl)
 command -v readelf >/dev/null || missing+=(binutils)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 if [ -n "$emulated" ]; then
-  command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+  # The cross linker only for a build of our own.
+  [ -n "$prebuilt" ] || command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
   [ -x /usr/bin/qemu-aarch64-static ] || missing+=(qemu-user-static)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
@@ -295,31 +307,49 @@ target_dir=${CARGO_TARGET_DIR:-$root/target}
 if [ -n "$emulated" ]; then
   export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 fi
+# shellcheck source=scripts/bootstrap-check.sh
+source scripts/bootstrap-check.sh
 build_started=$(date +%s)
-packages=()
-for f in "${functions[@]}"; do packages+=(-p "${f#*:}"); done
-say "building ${packages[*]//-p /} for $triple (debug) into $target_dir"
-cargo build --quiet --target "$triple" "${packages[@]}"
+rm -rf "$state/build" && mkdir -p "$state/build"
+if [ -n "$prebuilt" ]; then
+  case "$arch" in arm64) machine=AArch64 ;; x86_64) machine="Advanced Micro Devices X86-64" ;; esac
+  for f in "${functions[@]}"; do
+    name=${f%%:*}
+    [ -f "$prebuilt/$name/bootstrap" ] ||
+      die "SAM_LOCAL_BOOTSTRAPS=$prebuilt has no $name/bootstrap (scripts/deploy-check.sh with DEPLOY_CHECK_BOOTSTRAPS=$prebuilt writes one per function; or unset it to build here)"
+    [ "$(bootstrap_machine "$prebuilt/$name/bootstrap")" = "$machine" ] ||
+      die "$prebuilt/$name/bootstrap is not an $machine ELF ($arch): rebuild it, or unset SAM_LOCAL_BOOTSTRAPS"
+    mkdir -p "$state/build/$name"
+    cp "$prebuilt/$name/bootstrap" "$state/build/$name/bootstrap"
+  done
+  say "functions: $arch bootstraps from $prebuilt (SAM_LOCAL_BOOTSTRAPS), not built here"
+else
+  packages=()
+  for f in "${functions[@]}"; do packages+=(-p "${f#*:}"); done
+  say "building ${packages[*]//-p /} for $triple (debug) into $target_dir"
+  cargo build --quiet --target "$triple" "${packages[@]}"
+  for f in "${functions[@]}"; do
+    name=${f%%:*} bin=${f#*:}
+    mkdir -p "$state/build/$name"
+    cp "$target_dir/$triple/debug/$bin" "$state/build/$name/bootstrap"
+    # A shared CARGO_TARGET_DIR may hold another work tree's build of the same
+    # binary; its debug info names the work tree it was built in.
+    grep -a -z -q -x -F "$root" "$state/build/$name/bootstrap" ||
+      die "$target_dir/$triple/debug/$bin was not built from $root (another work tree shares CARGO_TARGET_DIR?): run again"
+  done
+fi
 functions_built=$(date +%s)
 # The table-creating helper (make test has built it by now).
 cargo build --quiet -p tools --bin demo
-rm -rf "$state/build" && mkdir -p "$state/build"
-for f in "${functions[@]}"; do
-  name=${f%%:*} bin=${f#*:}
-  mkdir -p "$state/build/$name"
-  cp "$target_dir/$triple/debug/$bin" "$state/build/$name/bootstrap"
-  # A shared CARGO_TARGET_DIR may hold another work tree's build of the same
-  # binary; its debug info names the work tree it was built in.
-  grep -a -z -q -x -F "$root" "$state/build/$name/bootstrap" ||
-    die "$target_dir/$triple/debug/$bin was not built from $root (another work tree shares CARGO_TARGET_DIR?): run again"
-done
 cp "$target_dir/debug/demo" "$state/build/demo"
 grep -a -z -q -x -F "$root" "$state/build/demo" ||
   die "$target_dir/debug/demo was not built from $root (another work tree shares CARGO_TARGET_DIR?): run again"
-say "built: functions in $((functions_built - build_started)) s, the table helper in $(($(date +%s) - functions_built)) s"
+if [ -n "$prebuilt" ]; then
+  say "built: the table helper in $(($(date +%s) - functions_built)) s"
+else
+  say "built: functions in $((functions_built - build_started)) s, the table helper in $(($(date +%s) - functions_built)) s"
+fi
 
-# shellcheck source=scripts/bootstrap-check.sh
-source scripts/bootstrap-check.sh
 for f in "${functions[@]}"; do
   name=${f%%:*}
   needs=$(bootstrap_glibc "$state/build/$name/bootstrap")

@@ -95,14 +95,16 @@ step "deploy rehearsal"
 # Build, package and deploy as users do: `sam build` (release, arm64) of the
 # three templates, the artifacts checked, `sam package` / `sam deploy` against
 # a local moto server, every resource read back (deploy/README.md, "Deploy
-# rehearsal").
-scripts/deploy-check.sh
+# rehearsal"). template.yaml's checked bootstraps are kept for `sam local`.
+bootstraps="$target_dir/sam-build-bootstraps"
+DEPLOY_CHECK_BOOTSTRAPS="$bootstraps" scripts/deploy-check.sh
 step "sam local"
 # Every sample event through `sam local invoke` and the HTTP API through
 # `sam local start-api` + curl, offline (Docker daemon in a private network
-# namespace). Where the machine cannot run it (no root), it fails and says why,
-# unless SAM_LOCAL_ALLOW_SKIP=1.
-scripts/sam-local.sh
+# namespace), running the bootstraps `sam build` just made (arm64, release)
+# rather than building the functions again. Where the machine cannot run it
+# (no root), it fails and says why, unless SAM_LOCAL_ALLOW_SKIP=1.
+SAM_LOCAL_BOOTSTRAPS="$bootstraps" scripts/sam-local.sh
 step "reliability"
 # Storm, crash and store-fault injection at the reduced size (the full run,
 # `make reliability`, writes RELIABILITY.md).
