@@ -108,8 +108,6 @@ SAM_LOCAL_BOOTSTRAPS="$bootstraps" scripts/sam-local.sh
 step "reliability"
 # Storm, crash and store-fault injection at the reduced size (the full run,
 # `make reliability`, writes RELIABILITY.md).
-# shellcheck source=scripts/target-dir.sh
-source scripts/target-dir.sh
 RELIABILITY_SIZE=ci RELIABILITY_OUT="$target_dir/RELIABILITY-ci.md" scripts/reliability.sh
 step "demo"
 # The README demo, end to end through cargo lambda watch; it fails on any
