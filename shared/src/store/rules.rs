@@ -114,6 +114,16 @@ pub(crate) fn claim_contended(record_id: &str) -> Error {
     )
 }
 
+/// What [`corrupt`] says of a record whose attempt count has no successor
+/// its engine can store: no takeover can fence it. Only a damaged record, or
+/// another tool's, counts that far; `lambda-idempotency release` removes it.
+#[cfg_attr(
+    not(any(feature = "dynamodb", feature = "redis", feature = "postgres")),
+    allow(dead_code)
+)]
+pub(crate) const ATTEMPT_EXHAUSTED: &str =
+    "its attempt count is too large to hand out the next fencing token";
+
 /// A record its engine cannot read back: `what` is wrong with record
 /// `record_id`'s stored form, which the engine calls `stored_as` (a DynamoDB
 /// "item", a Redis "key", a PostgreSQL "row"). The stores write nothing this

@@ -371,3 +371,34 @@ async fn a_compressible_kilobyte_response_completes_in_one_write_unit() {
     let found = store.get("r").await.unwrap().unwrap();
     assert_eq!(found.record.response, Some(response));
 }
+
+/// An item whose attempt count is at u64's largest (damaged, or written by
+/// another tool): a takeover cannot hand out the next fencing token, so the
+/// claim fails as a corrupt record instead of overflowing (a panic in debug
+/// builds, a token back at 0 in release ones) and the item is left as it is.
+#[tokio::test]
+async fn a_takeover_of_an_attempt_count_at_its_largest_is_a_corrupt_record() {
+    let (store, _) = integration_tests::dynamo_store().await;
+    crate::fixture::claim_lease(&store, "max", "a", 20).await;
+    store
+        .client()
+        .update_item()
+        .table_name(store.table())
+        .key(schema::ID, AttributeValue::S("max".into()))
+        .update_expression("SET #attempt = :max")
+        .expression_attribute_names("#attempt", schema::ATTEMPT)
+        .expression_attribute_values(":max", AttributeValue::N(u64::MAX.to_string()))
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let err = match store.claim(&claim_request("max", "b", 60_000)).await {
+        Err(err) => err,
+        Ok(outcome) => panic!("claimed past the largest attempt: {outcome:?}"),
+    };
+    assert_eq!(err.kind(), lambda_idempotency::ErrorKind::CorruptRecord);
+    assert!(err.to_string().contains("attempt"), "{err}");
+    let found = store.get("max").await.unwrap().expect("the item is kept");
+    assert_eq!(found.record.attempt, u64::MAX);
+    assert_eq!(found.record.owner, "a");
+}

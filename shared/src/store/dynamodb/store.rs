@@ -19,7 +19,8 @@ use super::{condition_failure_item, DynamoStore, WriteParts};
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, Status, StoredResponse};
 use crate::store::rules::{
-    claim_contended, claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim, Fitted,
+    claim_contended, claimable, completed_by, fit, lease_ended_at, may_take_over, own_claim,
+    Fitted, ATTEMPT_EXHAUSTED,
 };
 use crate::store::{
     Checkpoint, CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion,
@@ -480,6 +481,10 @@ impl DynamoStore {
         } else {
             ""
         };
+        let next = seen
+            .attempt
+            .checked_add(1)
+            .ok_or_else(|| corrupt(&request.record_id, ATTEMPT_EXHAUSTED))?;
         let result = self
             .claim_update(request)
             .condition_expression(
@@ -491,7 +496,7 @@ impl DynamoStore {
                  #attempt = :next{index_key}"
             ))
             .expression_attribute_values(":seen", n(seen.attempt))
-            .expression_attribute_values(":next", n(seen.attempt + 1))
+            .expression_attribute_values(":next", n(next))
             .expression_attribute_values(":now_ms", n(request.now_ms))
             // The recovery point as of the takeover itself: a checkpoint the
             // stale attempt committed after `seen` was read is inherited too.

@@ -329,6 +329,22 @@ impl PostgresStore {
         if err.code() == Some(&SqlState::UNDEFINED_TABLE) {
             return self.missing_table();
         }
+        if err.code() == Some(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE) {
+            // The statements' only arithmetic is the claim's `attempt + 1`:
+            // a row no retry can ever claim, not a server to wait for.
+            return Error::with_source(
+                ErrorKind::CorruptRecord,
+                format!(
+                    "PostgreSQL {op} on {}: the record's {} ({}); was the row written by \
+                     something other than lambda-idempotency? `lambda-idempotency release` \
+                     removes it",
+                    self.table,
+                    crate::store::rules::ATTEMPT_EXHAUSTED,
+                    err.as_db_error().map_or("", |db| db.message()),
+                ),
+                err,
+            );
+        }
         let detail = match err.as_db_error() {
             Some(db) if db.code() == &SqlState::LOCK_NOT_AVAILABLE => format!(
                 "the record's row stayed locked by another transaction for longer than \

@@ -19,6 +19,12 @@ if status then
     or (status == 'IN_PROGRESS' and tonumber(lease) == nil) then
     return {3, 'attempt, expires or lease is missing or not a number'}
   end
+  -- Lua's numbers are doubles, exact up to 2^53: past it the next attempt
+  -- would be rounded, and a fencing token must never repeat. Only a damaged
+  -- record, or another tool's, counts that far (rules::ATTEMPT_EXHAUSTED).
+  if tonumber(attempt) >= 9007199254740992 then
+    return {3, 'its attempt count is too large to hand out the next fencing token'}
+  end
   local expired = tonumber(expires) < now_s
   local take_over = status == 'IN_PROGRESS' and tonumber(lease) < now_ms
     and old_fingerprint == fingerprint and not expired
