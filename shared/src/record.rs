@@ -163,6 +163,14 @@ impl StoredBody {
     }
 }
 
+/// The most header fields a replay rebuilds. A handler's response cannot
+/// hold more names than `http`'s map (24,576), and no front door of Lambda
+/// delivers a response with anywhere near this many; a stored response with
+/// more came from a foreign writer or damage. The rest are dropped, which
+/// leaves room for `Idempotent-Replayed` (`http` panics past its limit).
+#[cfg(feature = "http")]
+const MAX_REPLAYED_HEADERS: usize = 10_000;
+
 impl StoredResponse {
     /// Build a stored response.
     pub fn new(status: u16, headers: Vec<(String, Vec<u8>)>, body: StoredBody) -> Self {
@@ -210,8 +218,8 @@ impl StoredResponse {
     }
 
     /// Rebuild the HTTP response. Headers that are no longer valid (they were
-    /// valid when stored, so only a foreign writer produces them) are skipped;
-    /// an invalid status becomes 500.
+    /// valid when stored, so only a foreign writer produces them) are skipped,
+    /// and so are any past the first 10,000; an invalid status becomes 500.
     #[cfg(feature = "http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
     pub fn to_http(&self) -> http::Response<Body> {
@@ -222,8 +230,15 @@ impl StoredResponse {
         });
         *response.status_mut() = http::StatusCode::from_u16(self.status)
             .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        if self.headers.len() > MAX_REPLAYED_HEADERS {
+            tracing::warn!(
+                stored = self.headers.len(),
+                kept = MAX_REPLAYED_HEADERS,
+                "a stored response has more header fields than a replay carries; the rest are dropped"
+            );
+        }
         let headers = response.headers_mut();
-        for (name, value) in &self.headers {
+        for (name, value) in self.headers.iter().take(MAX_REPLAYED_HEADERS) {
             if let (Ok(name), Ok(value)) = (
                 http::HeaderName::from_bytes(name.as_bytes()),
                 http::HeaderValue::from_bytes(value),
@@ -374,6 +389,29 @@ mod tests {
         assert_eq!(replayed.headers()["x-raw"].as_bytes(), b"\xe9t\xe9");
         assert!(matches!(replayed.body(), Body::Binary(b) if b == &[0, 159, 146, 150, 255]));
         assert_eq!(StoredResponse::from_http(&replayed), stored);
+    }
+
+    /// No handler's response holds more header names than `http`'s map
+    /// (24,576), but a stored record may (a foreign writer, damage): its
+    /// replay is rebuilt without panicking and keeps room for the replay's
+    /// own header.
+    #[test]
+    #[cfg(feature = "http")]
+    fn a_stored_response_with_more_headers_than_a_response_holds_still_replays() {
+        let headers = (0..30_000)
+            .map(|i| (format!("x-h{i}"), b"v".to_vec()))
+            .collect();
+        let stored = StoredResponse::new(200, headers, StoredBody::Text("ok".into()));
+        let mut replayed = stored.to_http();
+        assert_eq!(replayed.headers().len(), MAX_REPLAYED_HEADERS);
+        assert_eq!(replayed.headers()["x-h0"], "v");
+        assert!(!replayed.headers().contains_key("x-h29999"));
+        assert!(matches!(replayed.body(), Body::Text(t) if t == "ok"));
+        replayed.headers_mut().insert(
+            crate::http::REPLAYED_HEADER,
+            http::HeaderValue::from_static("true"),
+        );
+        assert_eq!(replayed.headers()[crate::http::REPLAYED_HEADER], "true");
     }
 
     #[test]
