@@ -14,9 +14,20 @@ use comfy_table::{Cell, Color, ContentArrangement, Table};
 use lambda_idempotency::store::{Record, Status, StoredBody, StoredRecord};
 use serde_json::{json, Value};
 
-/// An instant, epoch milliseconds, as RFC 3339 UTC to the second.
+/// The last second RFC 3339 can write (its years have four digits).
+const LAST_RFC3339_SECOND: &str = "9999-12-31T23:59:59Z";
+
+/// An instant, epoch milliseconds, as RFC 3339 UTC to the second. Instants
+/// past the year 9999 (a saturated lease, a foreign record) are shown as its
+/// last second: humantime refuses them, and one such record must not stop a
+/// listing.
 pub(crate) fn rfc3339_ms(ms: u64) -> String {
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+    let mut text = String::new();
+    let at = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms));
+    match std::fmt::Write::write_fmt(&mut text, format_args!("{at}")) {
+        Ok(()) => text,
+        Err(_) => LAST_RFC3339_SECOND.to_owned(),
+    }
 }
 
 /// A signed span from now, for people: `in 42s`, `3m 5s ago`.

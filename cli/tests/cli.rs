@@ -267,6 +267,43 @@ async fn list_and_stats_show_stuck_live_and_recovery_points() {
     );
 }
 
+/// A record whose lease and expiry are past the year 9999, RFC 3339's last
+/// (a lease cap of `Duration::MAX` with no deadline saturates the lease near
+/// `u64::MAX` ms; a foreign writer may store anything): every view of it
+/// prints, its times at RFC 3339's last second, instead of the whole listing
+/// failing on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_past_the_year_9999_show_as_its_last_second() {
+    let env = Env::new().await;
+    let now = now_ms();
+    let forever = lambda_idempotency::store::ClaimRequest {
+        record_id: id("forever"),
+        fingerprint: "fp".into(),
+        owner: "owner-f".into(),
+        now_ms: now,
+        lease_expires_at_ms: u64::MAX - 1,
+        expires_at_s: u64::MAX,
+    };
+    env.store.claim(&forever).await.unwrap();
+    env.claim("live", "owner-l", 600_000).await;
+    let last = "9999-12-31T23:59:59Z";
+
+    let listed = succeeded(env.cli().args(["--json", "list"]));
+    let lines = json_lines(&listed);
+    assert_eq!(lines.len(), 2, "{lines:?} {}", stderr(&listed));
+    let line = lines
+        .iter()
+        .find(|l| l["record_id"] == id("forever"))
+        .expect("listed");
+    assert_eq!(line["lease_expires_at"], last);
+    assert_eq!(line["expires_at"], last);
+
+    let inspected = succeeded(env.cli().args(["--json", "inspect", &id("forever")]));
+    assert_eq!(json_lines(&inspected)[0]["expires_at"], last);
+    let table = succeeded(env.cli().args(["inspect", &id("forever")]));
+    assert!(stdout(&table).contains(last), "{}", stdout(&table));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_refuses_a_live_lease_and_force_still_fences() {
     let env = Env::new().await;
