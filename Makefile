@@ -1,6 +1,12 @@
 .PHONY: test
-# Every test against DynamoDB Local and a local S3 server (installed and started
-# for the run), clippy, fmt.
+# scripts/test.sh, in order: every test (unit, the integration suite in shards,
+# doc) against DynamoDB Local, a local S3 server, Redis (a server and a
+# cluster) and PostgreSQL (with PgBouncer), all installed and started for the
+# run; clippy (default, all features, the library without HTTP); fmt; cargo
+# doc with warnings denied; cargo package; the minimum Rust version; sam
+# validate --lint of the three templates; the new-project template; the SAM
+# transform and IAM checks; the deploy rehearsal (deploy-check); sam-local;
+# the reliability run at a reduced size; the demo (docs/testing.md).
 test:
 	scripts/test.sh
 

@@ -54,16 +54,30 @@
 //! | [`event`] | async functions and typed events ([`IdempotentFunction`], [`IdempotentEventLayer`]), SQS, Kinesis and DynamoDB Streams batches |
 //! | [`store`] | the [`Store`] trait, the record and its states ([`store::Record`], [`store::StoredResponse`], [`store::Checkpoint`]), stores opened from a URL; one module per engine: [`store::memory`], `store::dynamodb`, `store::redis`, `store::postgres`, and `store::offload` (responses over the item limit in S3) |
 //! | `sweep` | the sweeper of records stuck in progress |
+//! | `conformance` | the store conformance suite (feature `test-util`) |
 //! | [`config`] | [`IdempotencyConfig`], the options both paths share, and the off switch |
 //! | [`context`] | [`IdempotencyContext`], what the handler sees |
 //! | [`scope`] | [`scope::RecordScope`]: which record a key maps to |
 //! | [`fingerprint`] | [`Fingerprinter`]: what makes two requests the same |
 //! | [`metrics`], [`problem`] | CloudWatch EMF metrics, the problem documents |
 //!
-//! Items behind a feature say so in these docs. The features: `dynamodb`
-//! (default), `sqs`, `kinesis`, `dynamodb-stream-events`, `sweeper`,
-//! `streams` (stuck records found in a DynamoDB table's stream), `postgres`,
-//! `redis` and `s3-offload`; `shared/Cargo.toml` says what each turns on.
+//! Items behind a feature say so in these docs. The features
+//! (`shared/Cargo.toml`), `http` and `dynamodb` on by default:
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `http` (default) | the HTTP middleware (`IdempotencyLayer`, `TenantSource`, module `http`) over `lambda_http`; an event-only function leaves it out (`default-features = false`) and compiles no HTTP stack |
+//! | `dynamodb` (default) | the DynamoDB store (`DynamoStore`, `store::dynamodb::schema`) and transactional completion |
+//! | `sqs` | SQS batches with partial batch responses (`event::SqsBatch`) |
+//! | `kinesis` | Kinesis Data Streams batches with partial batch responses (`event::KinesisBatch`) |
+//! | `dynamodb-stream-events` | DynamoDB Streams batches with partial batch responses (`event::DynamoDbStreamBatch`) |
+//! | `sweeper` | the sweeper of records stuck in progress (module `sweep`) |
+//! | `streams` | stuck records found in a DynamoDB table's stream (`DynamoStore::with_stream`); turns on `dynamodb` |
+//! | `s3-offload` | responses over the store's item limit kept in S3 (`store::offload::S3Offload`), around any store |
+//! | `redis` | the Redis / Valkey store (`RedisStore`), TLS (`rediss://`) through rustls |
+//! | `postgres` | the PostgreSQL store (`PostgresStore`, `store::postgres::POSTGRES_SCHEMA`) |
+//! | `powertools` | a cut-over from Powertools for AWS Lambda (Python) on DynamoDB (`store::dynamodb::PowertoolsRecords`); turns on `dynamodb` |
+//! | `test-util` | for tests: the store conformance suite (module `conformance`), the cases every engine of this crate passes, for a `Store` of your own |
 //!
 //! # Testing your handler
 //!

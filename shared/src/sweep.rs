@@ -49,7 +49,10 @@ pub struct SweepSummary {
     pub fenced: u64,
     /// Records left for their next retry to resume.
     pub resumable: u64,
-    /// Index pages read.
+    /// Reads of the store's listing that succeeded: on DynamoDB with the
+    /// stream, `GetRecords` calls and the catch-up scan's pages; with the
+    /// sparse index, its `Query` pages; on the other stores, their listing
+    /// reads.
     pub pages: u64,
     /// Reads or writes that failed (throttling, network); each was logged,
     /// the sweep went on, and the next sweep retries what they left.

@@ -189,8 +189,10 @@ fn now_ms() -> u64 {
 ///
 /// The summary and its EMF line are written even when some requests failed
 /// (`errors`, also a metric to alarm on). The invocation fails only when no
-/// index page could be read at all (a wrong table name, missing permissions,
-/// DynamoDB down), so that misconfiguration shows up as a failed invocation.
+/// read of the listing succeeded and at least one failed (`pages` 0,
+/// `errors` above 0): the stream, the sparse index or the engine could not
+/// be read at all (a wrong table name, missing permissions, the store down),
+/// so that misconfiguration shows up as a failed invocation.
 pub async fn handle(
     sweeper: &Sweeper,
     event: LambdaEvent<serde_json::Value>,

@@ -446,7 +446,8 @@ pub fn no_transactions(
 }
 
 /// The sweeper's and operators' side of a [`Store`]: find records stuck in
-/// progress and resolve them (the sweeper, `idempotency-cli`), read records
+/// progress and resolve them (the sweeper, the `lambda-idempotency` command
+/// of package `lambda-idempotency-cli`), read records
 /// back (`get`, `scan`), and the engine's housekeeping.
 #[async_trait::async_trait]
 pub trait SweepStore: Send + Sync {
