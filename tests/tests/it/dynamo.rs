@@ -373,32 +373,69 @@ async fn a_compressible_kilobyte_response_completes_in_one_write_unit() {
 }
 
 /// An item whose attempt count is at u64's largest (damaged, or written by
-/// another tool): a takeover cannot hand out the next fencing token, so the
-/// claim fails as a corrupt record instead of overflowing (a panic in debug
-/// builds, a token back at 0 in release ones) and the item is left as it is.
+/// another tool): neither a takeover of its abandoned attempt nor a new life
+/// after it expired can hand out the next fencing token, so the claim fails
+/// as a corrupt record instead of overflowing (a panic in debug builds, a
+/// token back at 0 in release ones) or storing a count no reader can parse,
+/// and the item is left as it is.
 #[tokio::test]
-async fn a_takeover_of_an_attempt_count_at_its_largest_is_a_corrupt_record() {
+async fn a_claim_past_the_largest_attempt_count_is_a_corrupt_record() {
     let (store, _) = integration_tests::dynamo_store().await;
-    crate::fixture::claim_lease(&store, "max", "a", 20).await;
+    // A lease that ended (a takeover), and a record that expired (a new life).
+    for (id, expires_in_s) in [("max", 3600), ("expired-max", -5)] {
+        store
+            .claim(&ClaimRequest {
+                expires_at_s: (now_ms() / 1000).saturating_add_signed(expires_in_s),
+                ..claim_request(id, "a", 20)
+            })
+            .await
+            .unwrap();
+        store
+            .client()
+            .update_item()
+            .table_name(store.table())
+            .key(schema::ID, AttributeValue::S(id.into()))
+            .update_expression("SET #attempt = :max")
+            .expression_attribute_names("#attempt", schema::ATTEMPT)
+            .expression_attribute_values(":max", AttributeValue::N(u64::MAX.to_string()))
+            .send()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let err = match store.claim(&claim_request(id, "b", 60_000)).await {
+            Err(err) => err,
+            Ok(outcome) => panic!("{id}: claimed past the largest attempt: {outcome:?}"),
+        };
+        assert_eq!(
+            err.kind(),
+            lambda_idempotency::ErrorKind::CorruptRecord,
+            "{id}"
+        );
+        assert!(err.to_string().contains("attempt"), "{err}");
+        let item = scan_item(&store, id).await;
+        assert_eq!(
+            item[schema::ATTEMPT],
+            AttributeValue::N(u64::MAX.to_string()),
+            "{id}"
+        );
+        assert_eq!(item[schema::OWNER], AttributeValue::S("a".into()), "{id}");
+    }
+}
+
+/// The item `id` as stored, read without decoding it.
+async fn scan_item(
+    store: &DynamoStore,
+    id: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
     store
         .client()
-        .update_item()
+        .get_item()
         .table_name(store.table())
-        .key(schema::ID, AttributeValue::S("max".into()))
-        .update_expression("SET #attempt = :max")
-        .expression_attribute_names("#attempt", schema::ATTEMPT)
-        .expression_attribute_values(":max", AttributeValue::N(u64::MAX.to_string()))
+        .key(schema::ID, AttributeValue::S(id.into()))
+        .consistent_read(true)
         .send()
         .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(40)).await;
-    let err = match store.claim(&claim_request("max", "b", 60_000)).await {
-        Err(err) => err,
-        Ok(outcome) => panic!("claimed past the largest attempt: {outcome:?}"),
-    };
-    assert_eq!(err.kind(), lambda_idempotency::ErrorKind::CorruptRecord);
-    assert!(err.to_string().contains("attempt"), "{err}");
-    let found = store.get("max").await.unwrap().expect("the item is kept");
-    assert_eq!(found.record.attempt, u64::MAX);
-    assert_eq!(found.record.owner, "a");
+        .unwrap()
+        .item
+        .expect("the item is kept")
 }

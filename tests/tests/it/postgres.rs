@@ -494,32 +494,47 @@ async fn a_new_life_drops_the_old_recovery_point_and_a_takeover_keeps_it() {
 }
 
 /// A row whose attempt count is at the bigint column's largest (damaged, or
-/// written by another tool): a takeover cannot hand out the next fencing
-/// token, so the claim fails as a corrupt record (not as an unavailable
-/// store, which would invite retries that can never succeed) and the row is
-/// left as it is.
+/// written by another tool): neither a takeover of its abandoned attempt nor
+/// a new life after it expired can hand out the next fencing token, so the
+/// claim fails as a corrupt record (not as an unavailable store, which would
+/// invite retries that can never succeed) and the row is left as it is.
 #[tokio::test]
-async fn a_takeover_of_an_attempt_count_at_its_largest_is_a_corrupt_record() {
+async fn a_claim_past_the_largest_attempt_count_is_a_corrupt_record() {
     let store = integration_tests::postgres_store().await;
-    claim_lease(&store, "max", "a", 20).await;
     let client = store.pool().get().await.unwrap();
-    client
-        .execute(
-            &format!("UPDATE {} SET attempt = $1 WHERE id = 'max'", store.table()),
-            &[&i64::MAX],
-        )
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(40)).await;
-    let err = match store.claim(&claim_request("max", "b", 60_000)).await {
-        Err(err) => err,
-        Ok(outcome) => panic!("claimed past the largest attempt: {outcome:?}"),
-    };
-    assert_eq!(err.kind(), ErrorKind::CorruptRecord, "{err}");
-    assert!(err.to_string().contains("attempt"), "{err}");
-    let found = store.get("max").await.unwrap().expect("the row is kept");
-    assert_eq!(found.record.attempt, i64::MAX as u64);
-    assert_eq!(found.record.owner, "a");
+    // A lease that ended (a takeover), and a record that expired (a new life).
+    for (id, expires_in_s) in [("max", 3600), ("expired-max", -5)] {
+        store
+            .claim(&lambda_idempotency::store::ClaimRequest {
+                expires_at_s: (now_ms() / 1000).saturating_add_signed(expires_in_s),
+                ..claim_request(id, "a", 20)
+            })
+            .await
+            .unwrap();
+        client
+            .execute(
+                &format!("UPDATE {} SET attempt = $1 WHERE id = $2", store.table()),
+                &[&i64::MAX, &id],
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let err = match store.claim(&claim_request(id, "b", 60_000)).await {
+            Err(err) => err,
+            Ok(outcome) => panic!("{id}: claimed past the largest attempt: {outcome:?}"),
+        };
+        assert_eq!(err.kind(), ErrorKind::CorruptRecord, "{id}: {err}");
+        assert!(err.to_string().contains("attempt"), "{err}");
+        let row = client
+            .query_one(
+                &format!("SELECT attempt, owner FROM {} WHERE id = $1", store.table()),
+                &[&id],
+            )
+            .await
+            .unwrap();
+        assert_eq!(row.get::<_, i64>(0), i64::MAX, "{id}");
+        assert_eq!(row.get::<_, String>(1), "a", "{id}");
+    }
 }
 
 // The sweeper on PostgreSQL: stuck records come from the partial index on

@@ -400,38 +400,52 @@ async fn scan_pages_through_every_record_and_skips_foreign_keys() {
 
 /// A record whose attempt count is past what the claim script counts exactly
 /// (Lua's numbers are doubles: exact to 2^53), damaged or written by another
-/// tool: a takeover cannot hand out the next fencing token, so the claim
-/// fails as a corrupt record instead of storing a rounded token, and the
-/// hash is left as it is.
+/// tool: neither a takeover of its abandoned attempt nor a new life after it
+/// expired can hand out the next fencing token, so the claim fails as a
+/// corrupt record instead of storing a rounded token, and the hash is left
+/// as it is.
 #[tokio::test]
-async fn a_takeover_of_an_attempt_count_past_exact_numbers_is_a_corrupt_record() {
+async fn a_claim_past_exact_attempt_counts_is_a_corrupt_record() {
     let store = integration_tests::redis_store().await;
-    claim_lease(&store, "a-max", "a", 20).await;
-    let key = format!("{}{{a}}r:a-max", store.key_prefix());
     let mut con = raw(0).await;
     let largest = u64::MAX.to_string();
-    let _: () = redis::cmd("HSET")
-        .arg(&key)
-        .arg("attempt")
-        .arg(&largest)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(40)).await;
-    let err = match store.claim(&claim_request("a-max", "b", 60_000)).await {
-        Err(err) => err,
-        Ok(outcome) => panic!("claimed past the largest attempt: {outcome:?}"),
-    };
-    assert_eq!(err.kind(), ErrorKind::CorruptRecord);
-    assert!(err.to_string().contains("attempt"), "{err}");
-    let (attempt, owner): (String, String) = redis::cmd("HMGET")
-        .arg(&key)
-        .arg("attempt")
-        .arg("owner")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!((attempt.as_str(), owner.as_str()), (largest.as_str(), "a"));
+    // A lease that ended (a takeover), and a record that expired (a new life).
+    for (id, expires_in_s) in [("a-max", 3600), ("a-expired-max", -5)] {
+        store
+            .claim(&lambda_idempotency::store::ClaimRequest {
+                expires_at_s: (now_ms() / 1000).saturating_add_signed(expires_in_s),
+                ..claim_request(id, "a", 20)
+            })
+            .await
+            .unwrap();
+        let key = format!("{}{{a}}r:{id}", store.key_prefix());
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg("attempt")
+            .arg(&largest)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let err = match store.claim(&claim_request(id, "b", 60_000)).await {
+            Err(err) => err,
+            Ok(outcome) => panic!("{id}: claimed past the largest attempt: {outcome:?}"),
+        };
+        assert_eq!(err.kind(), ErrorKind::CorruptRecord, "{id}");
+        assert!(err.to_string().contains("attempt"), "{err}");
+        let (attempt, owner): (String, String) = redis::cmd("HMGET")
+            .arg(&key)
+            .arg("attempt")
+            .arg("owner")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(
+            (attempt.as_str(), owner.as_str()),
+            (largest.as_str(), "a"),
+            "{id}"
+        );
+    }
 }
 
 /// A TCP proxy to the harness's server that loses the answer to the next

@@ -412,7 +412,12 @@ impl DynamoStore {
         };
         let mut update = self
             .claim_update(request)
-            .condition_expression("attribute_not_exists(#id) OR #expires_at < :now_s")
+            // DynamoDB's numbers go past u64: a new life after the largest
+            // attempt count would store one no reader can parse.
+            .condition_expression(
+                "(attribute_not_exists(#id) OR #expires_at < :now_s) \
+                 AND (attribute_not_exists(#attempt) OR #attempt < :largest)",
+            )
             .update_expression(format!(
                 "SET #status = :in_progress, #fingerprint = :fingerprint, #owner = :owner, \
                  #lease = :lease, #expires_at = :expires_at, \
@@ -428,6 +433,7 @@ impl DynamoStore {
             .expression_attribute_names("#checkpoint", &self.layout.checkpoint)
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":largest", n(u64::MAX))
             // Only the new attempt comes back: an expired record's old
             // response is never read, let alone decompressed.
             .return_values(ReturnValue::UpdatedNew);
@@ -459,7 +465,14 @@ impl DynamoStore {
                 }))
             }
             Err(err) => match condition_failure_item(&err) {
-                Some(item) => Ok(Err(decode(&self.layout, &request.record_id, &item)?)),
+                Some(item) => {
+                    let existing = decode(&self.layout, &request.record_id, &item)?;
+                    // Expired, so only the attempt clause can have failed.
+                    if existing.expires_at_s < request.now_ms / 1000 {
+                        return Err(corrupt(&request.record_id, ATTEMPT_EXHAUSTED));
+                    }
+                    Ok(Err(existing))
+                }
                 None => Err(self.unavailable("UpdateItem (claim)", err)),
             },
         }
