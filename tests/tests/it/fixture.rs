@@ -177,6 +177,38 @@ pub async fn claim_lease(
     )
 }
 
+/// Claim `id` for owner `a` with a 20 ms lease, the record expiring
+/// `expires_in_s` seconds from now (negative: already expired): the start of
+/// a takeover (the lease ends, the record lives) or of a new life (the
+/// record expired) once [`assert_no_next_attempt`] claims it again.
+pub async fn claim_expiring(store: &(impl Store + ?Sized), id: &str, expires_in_s: i64) -> Lease {
+    claimed(
+        store
+            .claim(&ClaimRequest {
+                expires_at_s: (now_ms() / 1000).saturating_add_signed(expires_in_s),
+                ..claim_request(id, "a", 20)
+            })
+            .await
+            .expect("the store answers"),
+    )
+}
+
+/// Once the lease of [`claim_expiring`] has ended, a claim of `id` (owner
+/// `b`) fails as a corrupt record: its attempt count has no next value.
+pub async fn assert_no_next_attempt(store: &(impl Store + ?Sized), id: &str) {
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let err = match store.claim(&claim_request(id, "b", 60_000)).await {
+        Err(err) => err,
+        Ok(outcome) => panic!("{id}: claimed past the largest attempt: {outcome:?}"),
+    };
+    assert_eq!(
+        err.kind(),
+        lambda_idempotency::ErrorKind::CorruptRecord,
+        "{id}: {err}"
+    );
+    assert!(err.to_string().contains("attempt count"), "{id}: {err}");
+}
+
 /// What the counting handler saw on each run.
 #[derive(Debug, Clone, Default)]
 pub struct Runs(Arc<AtomicU64>);

@@ -411,13 +411,7 @@ async fn a_claim_past_exact_attempt_counts_is_a_corrupt_record() {
     let largest = u64::MAX.to_string();
     // A lease that ended (a takeover), and a record that expired (a new life).
     for (id, expires_in_s) in [("a-max", 3600), ("a-expired-max", -5)] {
-        store
-            .claim(&lambda_idempotency::store::ClaimRequest {
-                expires_at_s: (now_ms() / 1000).saturating_add_signed(expires_in_s),
-                ..claim_request(id, "a", 20)
-            })
-            .await
-            .unwrap();
+        crate::fixture::claim_expiring(&store, id, expires_in_s).await;
         let key = format!("{}{{a}}r:{id}", store.key_prefix());
         let _: () = redis::cmd("HSET")
             .arg(&key)
@@ -426,13 +420,7 @@ async fn a_claim_past_exact_attempt_counts_is_a_corrupt_record() {
             .query_async(&mut con)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(40)).await;
-        let err = match store.claim(&claim_request(id, "b", 60_000)).await {
-            Err(err) => err,
-            Ok(outcome) => panic!("{id}: claimed past the largest attempt: {outcome:?}"),
-        };
-        assert_eq!(err.kind(), ErrorKind::CorruptRecord, "{id}");
-        assert!(err.to_string().contains("attempt"), "{err}");
+        crate::fixture::assert_no_next_attempt(&store, id).await;
         let (attempt, owner): (String, String) = redis::cmd("HMGET")
             .arg(&key)
             .arg("attempt")
