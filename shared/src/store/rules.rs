@@ -115,8 +115,10 @@ pub(crate) fn claim_contended(record_id: &str) -> Error {
 }
 
 /// What [`corrupt`] says of a record whose attempt count has no successor
-/// its engine can store: no takeover can fence it. Only a damaged record, or
-/// another tool's, counts that far; `lambda-idempotency release` removes it.
+/// its engine can store: no takeover or new life can fence it (a completed
+/// record still replays). Only a damaged record, or another tool's, counts
+/// that far; `lambda-idempotency release`, or the record's expiry, removes
+/// it.
 #[cfg_attr(
     not(any(feature = "dynamodb", feature = "redis", feature = "postgres")),
     allow(dead_code)

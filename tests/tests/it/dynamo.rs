@@ -377,24 +377,14 @@ async fn a_compressible_kilobyte_response_completes_in_one_write_unit() {
 /// after it expired can hand out the next fencing token, so the claim fails
 /// as a corrupt record instead of overflowing (a panic in debug builds, a
 /// token back at 0 in release ones) or storing a count no reader can parse,
-/// and the item is left as it is.
+/// and the item is left as it is. A completed one still replays.
 #[tokio::test]
 async fn a_claim_past_the_largest_attempt_count_is_a_corrupt_record() {
     let (store, _) = integration_tests::dynamo_store().await;
     // A lease that ended (a takeover), and a record that expired (a new life).
     for (id, expires_in_s) in [("max", 3600), ("expired-max", -5)] {
         crate::fixture::claim_expiring(&store, id, expires_in_s).await;
-        store
-            .client()
-            .update_item()
-            .table_name(store.table())
-            .key(schema::ID, AttributeValue::S(id.into()))
-            .update_expression("SET #attempt = :max")
-            .expression_attribute_names("#attempt", schema::ATTEMPT)
-            .expression_attribute_values(":max", AttributeValue::N(u64::MAX.to_string()))
-            .send()
-            .await
-            .unwrap();
+        set_largest_attempt(&store, id).await;
         crate::fixture::assert_no_next_attempt(&store, id).await;
         let item = scan_item(&store, id).await;
         assert_eq!(
@@ -404,6 +394,31 @@ async fn a_claim_past_the_largest_attempt_count_is_a_corrupt_record() {
         );
         assert_eq!(item[schema::OWNER], AttributeValue::S("a".into()), "{id}");
     }
+    let lease = crate::fixture::claim_expiring(&store, "done-max", 3600).await;
+    let response = lambda_idempotency::store::StoredResponse::new(
+        200,
+        vec![],
+        lambda_idempotency::store::StoredBody::Text("done".into()),
+    );
+    crate::fixture::complete(&store, &lease, &response)
+        .await
+        .unwrap();
+    set_largest_attempt(&store, "done-max").await;
+    crate::fixture::assert_found_at_largest_attempt(&store, "done-max", u64::MAX).await;
+}
+
+async fn set_largest_attempt(store: &DynamoStore, id: &str) {
+    store
+        .client()
+        .update_item()
+        .table_name(store.table())
+        .key(schema::ID, AttributeValue::S(id.into()))
+        .update_expression("SET #attempt = :max")
+        .expression_attribute_names("#attempt", schema::ATTEMPT)
+        .expression_attribute_values(":max", AttributeValue::N(u64::MAX.to_string()))
+        .send()
+        .await
+        .unwrap();
 }
 
 /// The item `id` as stored, read without decoding it.

@@ -209,6 +209,27 @@ pub async fn assert_no_next_attempt(store: &(impl Store + ?Sized), id: &str) {
     assert!(err.to_string().contains("attempt count"), "{id}: {err}");
 }
 
+/// A completed record whose attempt count has no next value still answers
+/// a claim of `id` with itself (a replay): only a new attempt needs the next
+/// fencing token.
+pub async fn assert_found_at_largest_attempt(
+    store: &(impl Store + ?Sized),
+    id: &str,
+    largest: u64,
+) {
+    match store.claim(&claim_request(id, "b", 60_000)).await {
+        Ok(ClaimOutcome::Exists(record)) => {
+            assert_eq!(
+                record.status,
+                lambda_idempotency::store::Status::Completed,
+                "{id}"
+            );
+            assert_eq!(record.attempt, largest, "{id}");
+        }
+        other => panic!("{id}: a completed record must be found as it is: {other:?}"),
+    }
+}
+
 /// What the counting handler saw on each run.
 #[derive(Debug, Clone, Default)]
 pub struct Runs(Arc<AtomicU64>);

@@ -497,21 +497,21 @@ async fn a_new_life_drops_the_old_recovery_point_and_a_takeover_keeps_it() {
 /// written by another tool): neither a takeover of its abandoned attempt nor
 /// a new life after it expired can hand out the next fencing token, so the
 /// claim fails as a corrupt record (not as an unavailable store, which would
-/// invite retries that can never succeed) and the row is left as it is.
+/// invite retries that can never succeed) and the row is left as it is. A
+/// completed one still replays.
 #[tokio::test]
 async fn a_claim_past_the_largest_attempt_count_is_a_corrupt_record() {
     let store = integration_tests::postgres_store().await;
     let client = store.pool().get().await.unwrap();
+    let set_largest_attempt = |id: &'static str| {
+        let sql = format!("UPDATE {} SET attempt = $1 WHERE id = $2", store.table());
+        let client = &client;
+        async move { client.execute(&sql, &[&i64::MAX, &id]).await.unwrap() }
+    };
     // A lease that ended (a takeover), and a record that expired (a new life).
     for (id, expires_in_s) in [("max", 3600), ("expired-max", -5)] {
         crate::fixture::claim_expiring(&store, id, expires_in_s).await;
-        client
-            .execute(
-                &format!("UPDATE {} SET attempt = $1 WHERE id = $2", store.table()),
-                &[&i64::MAX, &id],
-            )
-            .await
-            .unwrap();
+        set_largest_attempt(id).await;
         crate::fixture::assert_no_next_attempt(&store, id).await;
         let row = client
             .query_one(
@@ -523,6 +523,13 @@ async fn a_claim_past_the_largest_attempt_count_is_a_corrupt_record() {
         assert_eq!(row.get::<_, i64>(0), i64::MAX, "{id}");
         assert_eq!(row.get::<_, String>(1), "a", "{id}");
     }
+    let lease = crate::fixture::claim_expiring(&store, "done-max", 3600).await;
+    let response = StoredResponse::new(200, vec![], StoredBody::Text("done".into()));
+    crate::fixture::complete(&store, &lease, &response)
+        .await
+        .unwrap();
+    set_largest_attempt("done-max").await;
+    crate::fixture::assert_found_at_largest_attempt(&store, "done-max", i64::MAX as u64).await;
 }
 
 // The sweeper on PostgreSQL: stuck records come from the partial index on

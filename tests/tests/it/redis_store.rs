@@ -403,37 +403,46 @@ async fn scan_pages_through_every_record_and_skips_foreign_keys() {
 /// tool: neither a takeover of its abandoned attempt nor a new life after it
 /// expired can hand out the next fencing token, so the claim fails as a
 /// corrupt record instead of storing a rounded token, and the hash is left
-/// as it is.
+/// as it is. A completed one still replays.
 #[tokio::test]
 async fn a_claim_past_exact_attempt_counts_is_a_corrupt_record() {
     let store = integration_tests::redis_store().await;
     let mut con = raw(0).await;
-    let largest = u64::MAX.to_string();
     // A lease that ended (a takeover), and a record that expired (a new life).
     for (id, expires_in_s) in [("a-max", 3600), ("a-expired-max", -5)] {
         crate::fixture::claim_expiring(&store, id, expires_in_s).await;
-        let key = format!("{}{{a}}r:{id}", store.key_prefix());
-        let _: () = redis::cmd("HSET")
-            .arg(&key)
-            .arg("attempt")
-            .arg(&largest)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        set_largest_attempt(&store, &mut con, id).await;
         crate::fixture::assert_no_next_attempt(&store, id).await;
-        let (attempt, owner): (String, String) = redis::cmd("HMGET")
-            .arg(&key)
+        let (attempt, owner): (u64, String) = redis::cmd("HMGET")
+            .arg(format!("{}{{a}}r:{id}", store.key_prefix()))
             .arg("attempt")
             .arg("owner")
             .query_async(&mut con)
             .await
             .unwrap();
-        assert_eq!(
-            (attempt.as_str(), owner.as_str()),
-            (largest.as_str(), "a"),
-            "{id}"
-        );
+        assert_eq!((attempt, owner.as_str()), (u64::MAX, "a"), "{id}");
     }
+    let lease = crate::fixture::claim_expiring(&store, "a-done-max", 3600).await;
+    crate::fixture::complete(&store, &lease, &response())
+        .await
+        .unwrap();
+    set_largest_attempt(&store, &mut con, "a-done-max").await;
+    crate::fixture::assert_found_at_largest_attempt(&store, "a-done-max", u64::MAX).await;
+}
+
+/// Set the attempt count of record `id` (in slot `{a}`) to u64's largest.
+async fn set_largest_attempt(
+    store: &RedisStore,
+    con: &mut redis::aio::MultiplexedConnection,
+    id: &str,
+) {
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{}{{a}}r:{id}", store.key_prefix()))
+        .arg("attempt")
+        .arg(u64::MAX.to_string())
+        .query_async(con)
+        .await
+        .unwrap();
 }
 
 /// A TCP proxy to the harness's server that loses the answer to the next

@@ -7,6 +7,11 @@
 -- {0, HGETALL} with the record as it is otherwise, {3, why} when the hash is
 -- not a record.
 local record, index = KEYS[1], KEYS[2]
+-- Lua's numbers are doubles, exact up to 2^53: past it a next attempt would
+-- be rounded, and a fencing token must never repeat. Only a damaged record,
+-- or another tool's, counts that far (rules::ATTEMPT_EXHAUSTED).
+local exhausted = {3, 'its attempt count is too large to hand out the next fencing token'}
+local exact = 9007199254740992
 local id, fingerprint, owner = ARGV[1], ARGV[2], ARGV[3]
 local now_ms = tonumber(ARGV[4])
 local now_s = math.floor(now_ms / 1000)
@@ -19,18 +24,15 @@ if status then
     or (status == 'IN_PROGRESS' and tonumber(lease) == nil) then
     return {3, 'attempt, expires or lease is missing or not a number'}
   end
-  -- Lua's numbers are doubles, exact up to 2^53: past it the next attempt
-  -- would be rounded, and a fencing token must never repeat. Only a damaged
-  -- record, or another tool's, counts that far (rules::ATTEMPT_EXHAUSTED).
-  if tonumber(attempt) >= 9007199254740992 then
-    return {3, 'its attempt count is too large to hand out the next fencing token'}
-  end
   local expired = tonumber(expires) < now_s
   local take_over = status == 'IN_PROGRESS' and tonumber(lease) < now_ms
     and old_fingerprint == fingerprint and not expired
   if take_over then
     -- An abandoned attempt of the same request in the same life: the next
     -- attempt inherits its recovery point.
+    if tonumber(attempt) >= exact then
+      return exhausted
+    end
     local next_attempt = tonumber(attempt) + 1
     redis.call('HSET', record, 'attempt', next_attempt, 'owner', owner, 'lease', ARGV[5], 'expires', ARGV[6])
     redis.call('EXPIREAT', record, ARGV[7])
@@ -47,6 +49,9 @@ end
 
 -- A new life: nothing of an earlier one (response, recovery point) is kept
 -- but its attempt count, so fencing tokens keep growing.
+if (tonumber(attempt) or 0) >= exact then
+  return exhausted
+end
 local next_attempt = (tonumber(attempt) or 0) + 1
 redis.call('DEL', record)
 redis.call('HSET', record, 'status', 'IN_PROGRESS', 'fingerprint', fingerprint, 'attempt', next_attempt,
