@@ -9,8 +9,10 @@
 //! same event sent by direct invoke all send once; a duplicate whose `order_id`
 //! differs is a payload mismatch.
 //!
-//! Environment: `IDEMPOTENCY_TABLE`, `ORDERS_TABLE`, and optionally
-//! `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (how long an event's record lives,
+//! Environment: `ORDERS_TABLE`; `IDEMPOTENCY_TABLE`, or
+//! `IDEMPOTENCY_STORE_URL` and its companions for the records in Redis,
+//! Valkey or PostgreSQL (crate `idempotency-engine`, docs/engines.md); and
+//! optionally `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (how long an event's record lives,
 //! default 86400): it must cover how long a message can be delivered again,
 //! the queue's and the dead-letter queue's retention (the template sets all
 //! three from `OrderEventsRetentionSeconds`). With `IDEMPOTENCY_OFFLOAD_BUCKET`

@@ -1,5 +1,5 @@
 //! Event-driven idempotency: typed `LambdaEvent` handlers, async functions and
-//! SQS batches, on both stores; the example consumer on DynamoDB Local.
+//! SQS batches, on every store; the example consumer on DynamoDB Local.
 
 use std::sync::Arc;
 use std::time::Duration;

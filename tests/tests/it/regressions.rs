@@ -578,7 +578,7 @@ async fn an_sqs_record_without_a_message_id_that_fails_fails_the_whole_batch(
     assert!(response.batch_item_failures.is_empty());
 }
 
-// HTTP contract items on both stores.
+// HTTP contract items on every store.
 
 /// An HTTP API v2 event with this route key, raw path and authorizer.
 fn v2_request(

@@ -1,5 +1,5 @@
 //! Kinesis and DynamoDB Streams batches (`KinesisBatch`,
-//! `DynamoDbStreamBatch`) on both stores: each record once, in shard order,
+//! `DynamoDbStreamBatch`) on every store: each record once, in shard order,
 //! the first failure the only one reported and the last one run.
 
 use std::sync::{Arc, Mutex};
