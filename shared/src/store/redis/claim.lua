@@ -49,10 +49,11 @@ end
 
 -- A new life: nothing of an earlier one (response, recovery point) is kept
 -- but its attempt count, so fencing tokens keep growing.
-if (tonumber(attempt) or 0) >= exact then
+local previous = tonumber(attempt) or 0
+if previous >= exact then
   return exhausted
 end
-local next_attempt = (tonumber(attempt) or 0) + 1
+local next_attempt = previous + 1
 redis.call('DEL', record)
 redis.call('HSET', record, 'status', 'IN_PROGRESS', 'fingerprint', fingerprint, 'attempt', next_attempt,
   'owner', owner, 'lease', ARGV[5], 'expires', ARGV[6])
