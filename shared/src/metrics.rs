@@ -15,14 +15,56 @@
 //! assert_eq!(v["SweepFound"], 3);
 //! assert_eq!(v["_aws"]["CloudWatchMetrics"][0]["Namespace"], "LambdaIdempotency");
 //! ```
+//!
+//! **One deployment's metrics.** Two deployments of the same functions in
+//! one account and Region (staging and production, or two templates side
+//! by side) print the same namespace, metric names and dimensions, so each
+//! would raise the other's alarms. Set [`STACK_ENV`]
+//! (`IDEMPOTENCY_METRICS_STACK`; the SAM templates set it to the stack's
+//! name) and every line also carries the dimension [`STACK_DIMENSION`]
+//! (`Stack`) with that value, in the same dimension set as the others:
+//! alarms and dashboards then name it to watch one deployment. Unset or
+//! empty, the lines are what they always were.
 
-/// One EMF line: the given count metrics under `namespace`, with `dimensions`.
+/// The environment variable whose value, when set and not empty, every EMF
+/// line this crate writes carries as the dimension [`STACK_DIMENSION`]
+/// (read at each line, so it applies to [`Metrics`], to [`emf_line`] and to
+/// the sweeper's summary alike). A line whose dimensions already name
+/// [`STACK_DIMENSION`] keeps its own value.
+pub const STACK_ENV: &str = "IDEMPOTENCY_METRICS_STACK";
+
+/// The dimension that names the deployment a line comes from: see
+/// [`STACK_ENV`].
+pub const STACK_DIMENSION: &str = "Stack";
+
+/// One EMF line: the given count metrics under `namespace`, with
+/// `dimensions`, and with [`STACK_DIMENSION`] when [`STACK_ENV`] is set.
 pub fn emf_line(
     namespace: &str,
     dimensions: &[(&str, &str)],
     counts: &[(&str, u64)],
     timestamp_ms: u64,
 ) -> String {
+    let stack = std::env::var(STACK_ENV).ok();
+    let stack = stack.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    emf_line_of(namespace, dimensions, stack, counts, timestamp_ms)
+}
+
+/// [`emf_line`] with the deployment's name given (`None`: no
+/// [`STACK_DIMENSION`]) instead of read from [`STACK_ENV`].
+fn emf_line_of(
+    namespace: &str,
+    dimensions: &[(&str, &str)],
+    stack: Option<&str>,
+    counts: &[(&str, u64)],
+    timestamp_ms: u64,
+) -> String {
+    let mut dimensions = dimensions.to_vec();
+    if let Some(stack) = stack {
+        if !dimensions.iter().any(|(k, _)| *k == STACK_DIMENSION) {
+            dimensions.push((STACK_DIMENSION, stack));
+        }
+    }
     let mut root = serde_json::Map::new();
     let names: Vec<&str> = dimensions.iter().map(|(k, _)| *k).collect();
     let metrics: Vec<serde_json::Value> = counts
@@ -36,7 +78,7 @@ pub fn emf_line(
             "CloudWatchMetrics": [{"Namespace": namespace, "Dimensions": [names], "Metrics": metrics}],
         }),
     );
-    for (k, v) in dimensions {
+    for (k, v) in &dimensions {
         root.insert((*k).into(), serde_json::Value::from(*v));
     }
     for (k, v) in counts {
@@ -299,6 +341,52 @@ mod tests {
             .iter()
             .map(|m| m["Name"].as_str().expect("a name"))
             .collect()
+    }
+
+    #[test]
+    fn a_stack_joins_the_dimension_set_and_its_absence_changes_nothing() {
+        let dims = [("Service", "orders-api")];
+        let plain: serde_json::Value =
+            serde_json::from_str(&emf_line_of("N", &dims, None, &[("Claimed", 1)], 7)).unwrap();
+        assert_eq!(
+            plain,
+            serde_json::json!({
+                "_aws": {"Timestamp": 7, "CloudWatchMetrics": [{"Namespace": "N",
+                    "Dimensions": [["Service"]], "Metrics": [{"Name": "Claimed", "Unit": "Count"}]}]},
+                "Service": "orders-api", "Claimed": 1,
+            }),
+            "without a stack, the line as it always was"
+        );
+        let scoped: serde_json::Value = serde_json::from_str(&emf_line_of(
+            "N",
+            &dims,
+            Some("orders-prod"),
+            &[("Claimed", 1)],
+            7,
+        ))
+        .unwrap();
+        assert_eq!(
+            scoped["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            serde_json::json!([["Service", "Stack"]])
+        );
+        assert_eq!(scoped["Stack"], "orders-prod");
+        assert_eq!(scoped["Service"], "orders-api");
+        let own: serde_json::Value = serde_json::from_str(&emf_line_of(
+            "N",
+            &[("Stack", "mine")],
+            Some("orders-prod"),
+            &[("Claimed", 1)],
+            7,
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                &own["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+                &own["Stack"]
+            ),
+            (&serde_json::json!([["Stack"]]), &serde_json::json!("mine")),
+            "a dimension named Stack by the caller is kept, not doubled"
+        );
     }
 
     #[test]

@@ -14,6 +14,14 @@
 //!
 //! Because the order id and charge key are derived from the record, a re-run
 //! after a crash writes the same order and is deduplicated by the provider.
+//!
+//! Coming from Powertools for AWS Lambda (Python):
+//! `IDEMPOTENCY_POWERTOOLS_TABLE`, `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX` and
+//! `IDEMPOTENCY_POWERTOOLS_UNTIL` turn on the cut-over ([`PowertoolsCutover`]):
+//! until then, a key Powertools completed replays its stored response
+//! instead of running again. The Redis replica wait
+//! (`IDEMPOTENCY_REDIS_WAIT_REPLICAS`) is the store's
+//! ([`idempotency_engine`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +32,8 @@ use http::{header, StatusCode};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
-    http::Idempotency, store::offload::S3Offload, DynamoStore, IdempotencyContext,
-    IdempotencyLayer, Store, TenantSource,
+    http::Idempotency, store::dynamodb::PowertoolsRecords, store::offload::S3Offload, DynamoStore,
+    IdempotencyContext, IdempotencyLayer, Store, TenantSource,
 };
 use serde::Deserialize;
 use tower::Layer;
@@ -64,6 +72,179 @@ pub struct Config {
     /// this S3 bucket and replay them from there ([`app_with_s3`]). Unset:
     /// such a response completes with the `response-too-large` problem.
     pub offload: Option<Offload>,
+    /// `IDEMPOTENCY_POWERTOOLS_TABLE`, `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX`
+    /// and `IDEMPOTENCY_POWERTOOLS_UNTIL`: the cut-over from Powertools;
+    /// `None` (the table unset or empty) when there is none.
+    pub powertools: Option<PowertoolsCutover>,
+}
+
+/// The variable naming the DynamoDB table Powertools kept its records in.
+pub const POWERTOOLS_TABLE_ENV: &str = "IDEMPOTENCY_POWERTOOLS_TABLE";
+/// The variable of the part before `#` of Powertools' record ids.
+pub const POWERTOOLS_KEY_PREFIX_ENV: &str = "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX";
+/// The variable of when the cut-over ends (RFC 3339).
+pub const POWERTOOLS_UNTIL_ENV: &str = "IDEMPOTENCY_POWERTOOLS_UNTIL";
+
+/// A cut-over from Powertools for AWS Lambda (Python) without running a
+/// key twice (docs/powertools.md, "Cutting over"): until `until`, a key
+/// this API has no record of is looked up in Powertools' table (one
+/// `GetItem`); a key Powertools completed replays its stored response, one
+/// it still runs answers `409`. Powertools' default layout: partition key
+/// `id`, MD5 of the `Idempotency-Key` header's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PowertoolsCutover {
+    /// `IDEMPOTENCY_POWERTOOLS_TABLE`: the DynamoDB table (it may be the
+    /// idempotency table itself).
+    pub table: String,
+    /// `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX`: the part before `#` of the ids
+    /// Powertools wrote (`<function name>.<module>.<handler>`, or its
+    /// decorator's `key_prefix`).
+    pub key_prefix: String,
+    /// `IDEMPOTENCY_POWERTOOLS_UNTIL`: when the lookups stop; the switch
+    /// plus Powertools' `expires_after_seconds` is enough.
+    pub until: std::time::SystemTime,
+}
+
+impl PowertoolsCutover {
+    /// The cut-over the three variables describe through `lookup`: `None`
+    /// when the table is unset or empty (then the other two must be too);
+    /// otherwise all three are needed, each checked, and a bad one is
+    /// refused in one line naming it.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<PowertoolsCutover>, String> {
+        let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let Some(table) = set(POWERTOOLS_TABLE_ENV) else {
+            for name in [POWERTOOLS_KEY_PREFIX_ENV, POWERTOOLS_UNTIL_ENV] {
+                if set(name).is_some() {
+                    return Err(format!(
+                        "{name} is set but {POWERTOOLS_TABLE_ENV} is not: it only applies to a \
+                         cut-over from Powertools; set the table Powertools kept its records \
+                         in, or unset {name}"
+                    ));
+                }
+            }
+            return Ok(None);
+        };
+        let table = table.trim().to_owned();
+        let valid_table = (3..=255).contains(&table.len())
+            && table
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !valid_table {
+            return Err(format!(
+                "{POWERTOOLS_TABLE_ENV}={table:?} is not a DynamoDB table name (3 to 255 \
+                 letters, digits, `_`, `-` and `.`): the name of the table Powertools kept its \
+                 records in"
+            ));
+        }
+        let key_prefix = set(POWERTOOLS_KEY_PREFIX_ENV).ok_or_else(|| {
+            format!(
+                "{POWERTOOLS_KEY_PREFIX_ENV} is not set but {POWERTOOLS_TABLE_ENV} is: give it \
+                 the part before `#` of the ids in Powertools' table, such as \
+                 orders-api.app.lambda_handler"
+            )
+        })?;
+        let key_prefix = key_prefix.trim().to_owned();
+        if key_prefix.contains('#') {
+            return Err(format!(
+                "{POWERTOOLS_KEY_PREFIX_ENV}={key_prefix:?} holds a `#`: give only the part \
+                 before `#` of the ids in Powertools' table, such as orders-api.app.lambda_handler"
+            ));
+        }
+        let until_text = set(POWERTOOLS_UNTIL_ENV).ok_or_else(|| {
+            format!(
+                "{POWERTOOLS_UNTIL_ENV} is not set but {POWERTOOLS_TABLE_ENV} is: give it when \
+                 the cut-over ends, an RFC 3339 time such as 2026-12-01T00:00:00Z (the switch \
+                 plus Powertools' expires_after_seconds)"
+            )
+        })?;
+        let until = rfc3339(until_text.trim()).ok_or_else(|| {
+            format!(
+                "{POWERTOOLS_UNTIL_ENV}={until_text:?} is not an RFC 3339 time such as \
+                 2026-12-01T00:00:00Z: when the cut-over ends (the switch plus Powertools' \
+                 expires_after_seconds)"
+            )
+        })?;
+        Ok(Some(PowertoolsCutover {
+            table,
+            key_prefix,
+            until,
+        }))
+    }
+
+    /// The records this cut-over reads, through `client`.
+    pub fn records(&self, client: Client) -> PowertoolsRecords {
+        PowertoolsRecords::new(client, &self.table, &self.key_prefix, self.until)
+    }
+}
+
+/// An RFC 3339 time (`2026-12-01T00:00:00Z`, `2026-12-01T01:00:00+01:00`,
+/// with or without a fraction of a second, which is dropped), as a
+/// `SystemTime`; `None` for anything else or a time before 1970.
+fn rfc3339(text: &str) -> Option<std::time::SystemTime> {
+    let bytes = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = bytes.get(range)?;
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(part).ok()?.parse().ok()
+    };
+    let at = |i: usize, c: u8| bytes.get(i).is_some_and(|b| b.eq_ignore_ascii_case(&c));
+    if !(at(4, b'-') && at(7, b'-') && at(10, b'T') && at(13, b':') && at(16, b':')) {
+        return None;
+    }
+    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    let mut rest = 19;
+    if at(rest, b'.') {
+        let fraction = bytes[rest + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if fraction == 0 {
+            return None;
+        }
+        rest += 1 + fraction;
+    }
+    let offset_s = if at(rest, b'Z') && rest + 1 == bytes.len() {
+        0
+    } else {
+        let sign = match bytes.get(rest) {
+            Some(b'+') => 1,
+            Some(b'-') => -1,
+            _ => return None,
+        };
+        if !at(rest + 3, b':') || rest + 6 != bytes.len() {
+            return None;
+        }
+        let (oh, om) = (digits(rest + 1..rest + 3)?, digits(rest + 4..rest + 6)?);
+        if oh > 23 || om > 59 {
+            return None;
+        }
+        sign * (oh * 3600 + om * 60)
+    };
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let valid = (1..=12).contains(&month)
+        && (1..=month_days[usize::try_from(month - 1).ok()?]).contains(&day)
+        && hour <= 23
+        && minute <= 59
+        && second <= 60;
+    if !valid {
+        return None;
+    }
+    // Days from 1970-01-01 to the date (the proleptic Gregorian calendar).
+    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * m + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let epoch_s = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
+    let epoch_s = u64::try_from(epoch_s).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(epoch_s))
 }
 
 /// Where responses too large for the idempotency table go.
@@ -134,11 +315,14 @@ impl Config {
                         .filter(|p| !p.is_empty())
                         .unwrap_or_else(|| "orders-api/".to_owned()),
                 }),
+            powertools: PowertoolsCutover::from_lookup(&lookup)?,
         })
     }
 }
 
-/// The idempotency settings of this API, for callers that build their own store.
+/// The idempotency settings of this API, for callers that build their own
+/// store (without the cut-over from Powertools, which needs a DynamoDB
+/// client: [`with_cutover`]).
 pub fn idempotency_layer(store: impl Store + 'static, config: &Config) -> IdempotencyLayer {
     // `from_env`: LAMBDA_IDEMPOTENCY_DISABLED=true switches it off for local tests.
     let layer = IdempotencyLayer::from_env(store)
@@ -150,6 +334,15 @@ pub fn idempotency_layer(store: impl Store + 'static, config: &Config) -> Idempo
         Some(namespace) => {
             layer.metrics(Metrics::new(namespace).dimension("Service", "orders-api"))
         }
+        None => layer,
+    }
+}
+
+/// `layer` with the cut-over from Powertools of `config` (if any), whose
+/// records `client` reads.
+pub fn with_cutover(layer: IdempotencyLayer, client: &Client, config: &Config) -> IdempotencyLayer {
+    match &config.powertools {
+        Some(cutover) => layer.powertools_records(cutover.records(client.clone())),
         None => layer,
     }
 }
@@ -169,7 +362,8 @@ fn tenant_source(config: &Config) -> TenantSource {
 /// client: [`app_with_s3`]).
 pub fn app(client: Client, config: &Config) -> Idempotency<Orders> {
     let store = DynamoStore::new(client.clone(), config.idempotency_table.clone());
-    idempotency_layer(store, config).layer(Orders::new(client, config))
+    with_cutover(idempotency_layer(store, config), &client, config)
+        .layer(Orders::new(client, config))
 }
 
 /// The whole function as deployed: [`app`], with responses too large for the
@@ -195,7 +389,7 @@ pub fn app_with_store(
         ),
         None => idempotency_layer(store, config),
     };
-    layer.layer(Orders::new(client, config))
+    with_cutover(layer, &client, config).layer(Orders::new(client, config))
 }
 
 /// The router and handlers.
@@ -764,6 +958,172 @@ mod tests {
             let err = parse_order(body).unwrap_err();
             assert!(err.contains(needle), "{err}");
         }
+    }
+
+    /// `pairs` with the two tables orders-api always needs.
+    fn with_tables(pairs: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut all = vec![("IDEMPOTENCY_TABLE", "i"), ("ORDERS_TABLE", "o")];
+        all.extend_from_slice(pairs);
+        all
+    }
+
+    #[test]
+    fn the_cut_over_is_off_unless_its_table_is_named_and_read_when_it_is() {
+        let lookup = idempotency_engine::lookup_in;
+        let off = Config::from_lookup(lookup(&with_tables(&[]))).unwrap();
+        assert_eq!(off.powertools, None);
+        let empty = Config::from_lookup(lookup(&with_tables(&[
+            ("IDEMPOTENCY_POWERTOOLS_TABLE", ""),
+            ("IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", ""),
+            ("IDEMPOTENCY_POWERTOOLS_UNTIL", ""),
+        ])))
+        .unwrap();
+        assert_eq!(
+            empty.powertools, None,
+            "empty is off: the template parameters' default"
+        );
+        for (until, epoch_s) in [
+            ("2026-12-01T00:00:00Z", 1_796_083_200),
+            ("2026-12-01T01:00:00+01:00", 1_796_083_200),
+            ("2026-12-01T00:00:00.500Z", 1_796_083_200),
+            ("2026-11-30t19:00:00-05:00", 1_796_083_200),
+            ("2000-02-29T12:00:00Z", 951_825_600),
+            ("1970-01-01T00:00:00Z", 0),
+        ] {
+            let on = Config::from_lookup(lookup(&with_tables(&[
+                ("IDEMPOTENCY_POWERTOOLS_TABLE", "IdempotencyTable"),
+                (
+                    "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX",
+                    "orders-api.app.lambda_handler",
+                ),
+                ("IDEMPOTENCY_POWERTOOLS_UNTIL", until),
+            ])))
+            .unwrap();
+            let cutover = on.powertools.expect("the cut-over is on");
+            assert_eq!(cutover.table, "IdempotencyTable");
+            assert_eq!(cutover.key_prefix, "orders-api.app.lambda_handler");
+            assert_eq!(
+                cutover
+                    .until
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs(),
+                epoch_s,
+                "{until}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_bad_cut_over_setting_is_refused_in_one_line_naming_its_variable() {
+        let table = ("IDEMPOTENCY_POWERTOOLS_TABLE", "pt-table");
+        let prefix = (
+            "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX",
+            "orders-api.app.lambda_handler",
+        );
+        let until = ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01T00:00:00Z");
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[prefix, until],
+                "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX is set but IDEMPOTENCY_POWERTOOLS_TABLE is not",
+            ),
+            (
+                &[until],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL is set but IDEMPOTENCY_POWERTOOLS_TABLE is not",
+            ),
+            (
+                &[("IDEMPOTENCY_POWERTOOLS_TABLE", "a b"), prefix, until],
+                "IDEMPOTENCY_POWERTOOLS_TABLE=\"a b\" is not a DynamoDB table name",
+            ),
+            (
+                &[table, until],
+                "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX is not set but IDEMPOTENCY_POWERTOOLS_TABLE is",
+            ),
+            (
+                &[
+                    table,
+                    ("IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", "orders-api.app.h#abc"),
+                    until,
+                ],
+                "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX=\"orders-api.app.h#abc\" holds a `#`",
+            ),
+            (
+                &[table, prefix],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL is not set but IDEMPOTENCY_POWERTOOLS_TABLE is",
+            ),
+            (
+                &[table, prefix, ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01")],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-12-01\" is not an RFC 3339 time",
+            ),
+            (
+                &[table, prefix, ("IDEMPOTENCY_POWERTOOLS_UNTIL", "1796083200")],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"1796083200\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-13-01T00:00:00Z"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-13-01T00:00:00Z\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-02-29T00:00:00Z"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-02-29T00:00:00Z\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01T00:00:00"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-12-01T00:00:00\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "1969-12-31T23:59:59Z"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"1969-12-31T23:59:59Z\" is not an RFC 3339 time",
+            ),
+        ];
+        for (pairs, start) in cases {
+            let err =
+                Config::from_lookup(idempotency_engine::lookup_in(&with_tables(pairs))).unwrap_err();
+            assert!(err.starts_with(start), "{pairs:?}: {err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    #[test]
+    fn the_replica_wait_is_read_for_the_store() {
+        let config = Config::from_lookup(idempotency_engine::lookup_in(&with_tables(&[
+            ("IDEMPOTENCY_STORE_URL", "redis://primary:6379"),
+            ("IDEMPOTENCY_REDIS_WAIT_REPLICAS", "1"),
+            ("IDEMPOTENCY_REDIS_WAIT_TIMEOUT_MS", "250"),
+        ])))
+        .unwrap();
+        assert_eq!(
+            config.engine.redis_wait,
+            Some(idempotency_engine::RedisWait {
+                replicas: 1,
+                timeout: Duration::from_millis(250)
+            })
+        );
+        let err = Config::from_lookup(idempotency_engine::lookup_in(&with_tables(&[
+            ("IDEMPOTENCY_STORE_URL", "redis://primary:6379"),
+            ("IDEMPOTENCY_REDIS_WAIT_REPLICAS", "-1"),
+        ])))
+        .unwrap_err();
+        assert!(
+            err.starts_with("IDEMPOTENCY_REDIS_WAIT_REPLICAS=\"-1\""),
+            "{err}"
+        );
     }
 
     #[test]
