@@ -247,6 +247,14 @@ class Stack:
         statements = []
         for policy in role.get("Policies", []):
             statements += self.statements(policy["PolicyDocument"])
+        # Policies of their own attached to the role (the cut-over's GetItem),
+        # when their condition holds with the stack's parameters.
+        for other in self.resources.values():
+            if other["Type"] != "AWS::IAM::Policy" or {"Ref": role_logical} not in other["Properties"].get("Roles", []):
+                continue
+            if "Condition" in other and not self.condition(other["Condition"]):
+                continue
+            statements += self.statements(other["Properties"]["PolicyDocument"])
         aws_managed = []
         for arn in self.resolve(role.get("ManagedPolicyArns", [])):
             if ":iam::aws:policy/" in arn:

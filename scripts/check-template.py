@@ -68,6 +68,7 @@ def conditions_for(params):
     return {
         "HasJwtAuthorizer": bool(params.get("JwtIssuer")),
         "HasDynamoDbEndpoint": bool(params.get("DynamoDbEndpoint")),
+        "HasPowertoolsCutover": bool(params.get("PowertoolsTableName")),
     }
 
 
@@ -272,7 +273,8 @@ def check_bounds(template, check):
 # The second templates (deploy/README.md): the same functions with their
 # idempotency records in another engine, chosen by IDEMPOTENCY_STORE_URL.
 ENGINE_TEMPLATES = {
-    "deploy/valkey.yaml": {"scheme": "rediss://", "extra_env": {"IDEMPOTENCY_STORE_URL"}},
+    # ElastiCache Serverless is cluster mode only: the cluster client.
+    "deploy/valkey.yaml": {"scheme": "rediss://", "extra_env": {"IDEMPOTENCY_STORE_URL", "IDEMPOTENCY_REDIS_CLUSTER"}},
     "deploy/postgres.yaml": {
         "scheme": "postgres://",
         "extra_env": {"IDEMPOTENCY_STORE_URL", "IDEMPOTENCY_STORE_SECRET_ARN", "IDEMPOTENCY_CREATE_SCHEMA"},
@@ -446,6 +448,81 @@ def check_retained_tables(check):
             )
 
 
+def check_retained_state(check):
+    """What holds records besides the tables outlives a stack delete and a
+    replacing update too: the offload bucket (a non-empty bucket would also
+    fail the delete), the Valkey cache; the Aurora cluster leaves a
+    snapshot."""
+    expected = {
+        "template.yaml": {"OffloadBucket": "Retain"},
+        "deploy/valkey.yaml": {"OffloadBucket": "Retain", "Cache": "Retain"},
+        "deploy/postgres.yaml": {"OffloadBucket": "Retain", "DatabaseCluster": "Snapshot"},
+    }
+    for path, resources in expected.items():
+        template = yaml_parse((ROOT / path).read_text())
+        for name, policy in resources.items():
+            resource = template["Resources"][name]
+            check(
+                resource.get("DeletionPolicy") == policy and resource.get("UpdateReplacePolicy") == policy,
+                f"{path}: {name} has DeletionPolicy and UpdateReplacePolicy {policy}",
+            )
+
+
+def role_statements(resources, function, params):
+    """The statements of `function`'s role as CloudFormation would make it
+    with `params`: its own policies, and those of the AWS::IAM::Policy
+    resources attached to it whose condition holds."""
+    conditions = conditions_for(params)
+    role_name = f"{function}Role"
+    documents = [p["PolicyDocument"] for p in resources[role_name]["Properties"].get("Policies", [])]
+    for resource in resources.values():
+        if resource["Type"] != "AWS::IAM::Policy":
+            continue
+        if {"Ref": role_name} not in resource["Properties"].get("Roles", []):
+            continue
+        if "Condition" in resource and not conditions[resource["Condition"]]:
+            continue
+        documents.append(resource["Properties"]["PolicyDocument"])
+    return [st for document in documents for st in resolve(document["Statement"], conditions, params)]
+
+
+def check_cutover(check):
+    """orders-api reads Powertools' records only when a cut-over is set: its
+    three variables and GetItem on that table, and nothing without."""
+    cutover = {
+        "PowertoolsTableName": "powertools-records",
+        "PowertoolsKeyPrefix": "orders-api.app.lambda_handler",
+        "PowertoolsUntil": "2026-12-01T00:00:00Z",
+    }
+    names = ("IDEMPOTENCY_POWERTOOLS_TABLE", "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", "IDEMPOTENCY_POWERTOOLS_UNTIL")
+    # The ARN of the table PowertoolsTableName names (CloudFormation
+    # substitutes the parameter).
+    table_arn = {"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${PowertoolsTableName}"}
+    for path in ("template.yaml", "deploy/valkey.yaml", "deploy/postgres.yaml"):
+        for params in ({}, cutover):
+            resources = transformed(params, path)["Resources"]
+            function = resources["OrdersApiFunction"]["Properties"]
+            env = resolve(function["Environment"]["Variables"], conditions_for(params), params)
+            got = {n: env.get(n) for n in names}
+            want = dict(zip(names, cutover.values())) if params else dict.fromkeys(names)
+            label = "with PowertoolsTableName" if params else "by default"
+            check(got == want, f"{path}: OrdersApiFunction's cut-over variables {label} ({got})")
+            statements = role_statements(resources, "OrdersApiFunction", params)
+            reads = [
+                st for st in statements
+                if "dynamodb:GetItem" in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+            ]
+            others = [st for st in reads if st["Resource"] != {"Fn::GetAtt": ["OrdersTable", "Arn"]}]
+            if params:
+                scoped = [st for st in others if st["Resource"] == table_arn and st["Action"] in ("dynamodb:GetItem", ["dynamodb:GetItem"])]
+                check(
+                    len(others) == 1 and len(scoped) == 1,
+                    f"{path}: with PowertoolsTableName, OrdersApiFunction may GetItem on that table, and on no other but the orders ({others})",
+                )
+            else:
+                check(not others, f"{path}: by default, OrdersApiFunction may GetItem on the orders table only ({others or 'yes'})")
+
+
 def operations(body):
     return [(path, method, op) for path, ops in body["paths"].items() for method, op in ops.items()]
 
@@ -516,6 +593,8 @@ def main():
     check_sweeper_writes(template, check)
     check_engine_templates(check)
     check_retained_tables(check)
+    check_retained_state(check)
+    check_cutover(check)
 
     if failures:
         sys.exit(f"template check: {len(failures)} failure(s)")
