@@ -373,7 +373,10 @@ mod tests {
             " ",
         )])))
         .unwrap();
-        assert_eq!(blank.redis_wait, None, "empty is off, as a template parameter's default");
+        assert_eq!(
+            blank.redis_wait, None,
+            "empty is off, as a template parameter's default"
+        );
         let one = Engine::from_lookup(lookup_in(&redis(&[(
             "IDEMPOTENCY_REDIS_WAIT_REPLICAS",
             "1",

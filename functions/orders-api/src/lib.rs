@@ -226,7 +226,20 @@ fn rfc3339(text: &str) -> Option<std::time::SystemTime> {
         sign * (oh * 3600 + om * 60)
     };
     let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     let valid = (1..=12).contains(&month)
         && (1..=month_days[usize::try_from(month - 1).ok()?]).contains(&day)
         && hour <= 23
@@ -236,7 +249,11 @@ fn rfc3339(text: &str) -> Option<std::time::SystemTime> {
         return None;
     }
     // Days from 1970-01-01 to the date (the proleptic Gregorian calendar).
-    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let (y, m) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
     let era = y.div_euclid(400);
     let year_of_era = y - era * 400;
     let day_of_year = (153 * m + 2) / 5 + day - 1;
@@ -1052,11 +1069,19 @@ mod tests {
                 "IDEMPOTENCY_POWERTOOLS_UNTIL is not set but IDEMPOTENCY_POWERTOOLS_TABLE is",
             ),
             (
-                &[table, prefix, ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01")],
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01"),
+                ],
                 "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-12-01\" is not an RFC 3339 time",
             ),
             (
-                &[table, prefix, ("IDEMPOTENCY_POWERTOOLS_UNTIL", "1796083200")],
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "1796083200"),
+                ],
                 "IDEMPOTENCY_POWERTOOLS_UNTIL=\"1796083200\" is not an RFC 3339 time",
             ),
             (
@@ -1093,8 +1118,8 @@ mod tests {
             ),
         ];
         for (pairs, start) in cases {
-            let err =
-                Config::from_lookup(idempotency_engine::lookup_in(&with_tables(pairs))).unwrap_err();
+            let err = Config::from_lookup(idempotency_engine::lookup_in(&with_tables(pairs)))
+                .unwrap_err();
             assert!(err.starts_with(start), "{pairs:?}: {err}");
             assert!(!err.contains('\n'), "one line: {err}");
         }

@@ -7,6 +7,10 @@
 //! printed, with the same dimensions (names and values) and unit. Metrics of
 //! AWS's own namespaces must be ones those services publish, with their
 //! dimension pointing at a resource of the right type in the same template.
+//! Every function runs with the stack's name as the template gives it
+//! (`IDEMPOTENCY_METRICS_STACK: !Ref AWS::StackName`), and an alarm or a
+//! widget must name that `Stack` dimension too: one that does not would
+//! watch every deployment in the account and Region, and is refused.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -42,6 +46,14 @@ struct Printed {
 /// The namespace the functions print their metrics in: what the template
 /// sets for `IDEMPOTENCY_METRICS_NAMESPACE` (the sweeper's is fixed).
 const NAMESPACE: &str = "LambdaIdempotency";
+
+/// The stack name the functions run with here: what `!Ref AWS::StackName`
+/// is in an alarm's or a widget's dimension.
+const STACK: &str = "alarms-test-stack";
+
+/// The variable through which the templates give the functions their
+/// stack's name.
+const STACK_ENV: &str = lambda_idempotency::metrics::STACK_ENV;
 
 /// Metrics AWS services publish themselves, each with the dimension it is
 /// published under and the resource type that dimension must name.
@@ -393,10 +405,19 @@ fn printed(line: &str) -> Vec<Printed> {
 /// does not publish it.
 fn check(w: &Watched, printed: &[Printed], types: &BTreeMap<String, String>) -> Option<String> {
     if w.namespace == NAMESPACE {
+        // The stack's name, as the stack resolves it.
+        let dimensions: Vec<(String, String)> = w
+            .dimensions
+            .iter()
+            .map(|(name, value)| match value.as_str() {
+                "!Ref AWS::StackName" => (name.clone(), STACK.to_owned()),
+                _ => (name.clone(), value.clone()),
+            })
+            .collect();
         let hit = printed.iter().any(|p| {
             p.namespace == w.namespace
                 && p.metric == w.metric
-                && p.dimensions == w.dimensions
+                && p.dimensions == dimensions
                 && w.unit.as_ref().is_none_or(|u| *u == p.unit)
         });
         if hit {
@@ -463,6 +484,35 @@ fn template_env(function: &str, variable: &str) -> String {
     .unwrap_or_else(|| panic!("template.yaml sets no literal {variable} for {function}"))
 }
 
+/// The value `template` gives `variable` in `function`'s environment: a
+/// literal, or `!Ref X` / `!GetAtt X.Y` as [`dimension_value`] writes them.
+fn template_env_of(template: &str, function: &str, variable: &str) -> Option<String> {
+    let doc = load(template);
+    let value = doc
+        .get("Resources")?
+        .get(function)?
+        .get("Properties")?
+        .get("Environment")?
+        .get("Variables")?
+        .get(variable)?
+        .clone();
+    dimension_value(&value).ok()
+}
+
+/// `function`'s stack variable as every template sets it (the stack's own
+/// name), with the value the functions run with here.
+fn stack_env(function: &str) -> (&'static str, &'static str) {
+    for template in TEMPLATES {
+        assert_eq!(
+            template_env_of(template, function, STACK_ENV).as_deref(),
+            Some("!Ref AWS::StackName"),
+            "{template}: {function} must set {STACK_ENV} to its stack's name, so its metrics \
+             are told from another deployment's"
+        );
+    }
+    (STACK_ENV, STACK)
+}
+
 /// Start `bin` with `env`, collecting the lines it prints.
 fn start(
     bin: &str,
@@ -518,6 +568,7 @@ async fn orders_api_lines() -> Vec<String> {
         &tables,
         &[
             ("IDEMPOTENCY_METRICS_NAMESPACE", namespace.as_str()),
+            stack_env("OrdersApiFunction"),
             // Long enough for the duplicate to find the first in progress.
             ("SIMULATED_PROVIDER_LATENCY_MS", "1500"),
         ],
@@ -554,7 +605,10 @@ async fn orders_api_lines() -> Vec<String> {
     let mut broken = functions::orders_env(
         &broken_api,
         &tables,
-        &[("IDEMPOTENCY_METRICS_NAMESPACE", namespace.as_str())],
+        &[
+            ("IDEMPOTENCY_METRICS_NAMESPACE", namespace.as_str()),
+            stack_env("OrdersApiFunction"),
+        ],
     );
     broken.push(("AWS_ENDPOINT_URL_DYNAMODB".into(), NO_STORE.into()));
     let broken_process = start(bin, &broken);
@@ -583,6 +637,7 @@ async fn order_events_lines() -> Vec<String> {
             ("IDEMPOTENCY_TABLE", tables.0.as_str()),
             ("ORDERS_TABLE", tables.1.as_str()),
             ("IDEMPOTENCY_METRICS_NAMESPACE", namespace.as_str()),
+            stack_env("OrderEventsFunction"),
             ("RUST_LOG", "error"),
         ] {
             env.push((k.into(), v.into()));
@@ -625,7 +680,9 @@ async fn order_events_lines() -> Vec<String> {
 async fn sweeper_lines() -> Vec<String> {
     let bin = crate::process::function_bin("sweeper");
     let bin = bin.to_str().expect("a UTF-8 path");
-    let (api, env) = crate::process::sweeper_of_one_stuck_record('6').await;
+    let (api, mut env) = crate::process::sweeper_of_one_stuck_record('6').await;
+    let (name, value) = stack_env("SweeperFunction");
+    env.push((name.to_owned(), value.to_owned()));
     let process = start(bin, &env);
     let event = std::fs::read_to_string(root().join("events/scheduled-sweep.json")).unwrap();
     let summary = response(api.invoke(event, Duration::from_secs(30)).await);
@@ -650,10 +707,23 @@ async fn every_alarm_and_widget_watches_a_metric_the_functions_print() {
     ] {
         assert!(
             printed.iter().any(|p| p.metric == metric
-                && p.dimensions == [("Service".to_owned(), service.to_owned())]),
+                && p.dimensions
+                    == [
+                        ("Service".to_owned(), service.to_owned()),
+                        ("Stack".to_owned(), STACK.to_owned())
+                    ]),
             "{service} printed no {metric}: {orders:?} {events:?}"
         );
     }
+    assert!(
+        printed.iter().any(|p| p.metric == "SweepReleased"
+            && p.dimensions
+                == [
+                    ("Function".to_owned(), "sweeper".to_owned()),
+                    ("Stack".to_owned(), STACK.to_owned())
+                ]),
+        "the sweeper printed no SweepReleased of its stack: {sweeper:?}"
+    );
     let mut problems = Vec::new();
     for template in TEMPLATES {
         let (watched, types, errors) = watched(template);
@@ -720,6 +790,47 @@ fn a_watched_metric_must_match_a_printed_line_in_name_dimensions_and_unit() {
         watched_emf("SweepFound", ("Service", "sweeper"), Some("Count")),
         watched_emf("SweepFound", ("Function", "orders-api"), Some("Count")),
         watched_emf("SweepFound", ("Function", "sweeper"), Some("Seconds")),
+    ] {
+        assert!(
+            check(&wrong, &printed, &types).is_some(),
+            "{wrong:?} passed"
+        );
+    }
+}
+
+#[test]
+fn a_watched_metric_of_the_functions_must_name_the_stack_its_lines_carry() {
+    let line = lambda_idempotency::metrics::emf_line(
+        NAMESPACE,
+        &[("Function", "sweeper"), ("Stack", STACK)],
+        &[("SweepReleased", 1)],
+        0,
+    );
+    let printed = printed(&line);
+    let types = BTreeMap::new();
+    let watched = |dimensions: &[(&str, &str)]| Watched {
+        place: "t".into(),
+        namespace: NAMESPACE.into(),
+        metric: "SweepReleased".into(),
+        dimensions: dimensions
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        unit: Some("Count".into()),
+    };
+    assert_eq!(
+        check(
+            &watched(&[("Function", "sweeper"), ("Stack", "!Ref AWS::StackName")]),
+            &printed,
+            &types
+        ),
+        None
+    );
+    for wrong in [
+        // Every deployment's sweeper: refused.
+        watched(&[("Function", "sweeper")]),
+        // Another stack's.
+        watched(&[("Function", "sweeper"), ("Stack", "production")]),
     ] {
         assert!(
             check(&wrong, &printed, &types).is_some(),
@@ -833,6 +944,7 @@ async fn orders_api_as_deployed_writes_one_line_per_invocation() {
         &tables,
         &[
             ("IDEMPOTENCY_METRICS_NAMESPACE", namespace.as_str()),
+            stack_env("OrdersApiFunction"),
             ("RUST_LOG", level.as_str()),
         ],
     );

@@ -40,6 +40,7 @@ impl App {
             // fail-closed default has its own test.
             allow_anonymous: true,
             offload: None,
+            powertools: None,
         };
         let function = integration_tests::iam_record::dynamodb_client("orders-api").await;
         App {
@@ -493,4 +494,168 @@ async fn with_the_middleware_switched_off_orders_still_run_with_fresh_ids() {
         .await
         .unwrap();
     assert_eq!(records.count(), 0, "nothing was claimed");
+}
+
+/// The Powertools table written by Powertools for AWS Lambda (Python)
+/// itself (tests/powertools/write_records.py, with the Python of
+/// `IDEMPOTENCY_TEST_POWERTOOLS_PYTHON`), and the prefix of its HTTP
+/// records' ids: `done-1` to `done-3` completed, `running-1` in progress.
+async fn powertools_http_records() -> (String, String) {
+    let python = std::env::var("IDEMPOTENCY_TEST_POWERTOOLS_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "IDEMPOTENCY_TEST_POWERTOOLS_PYTHON is not set: this test reads records written by \
+             Powertools for AWS Lambda (Python). Run it with `make test`, or set it to the \
+             Python of .tools/bench-venv (scripts/bench-venv.sh installs it)."
+        )
+    });
+    let http_table = integration_tests::unique_name("pt-http");
+    let event_table = integration_tests::unique_name("pt-event");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/powertools/write_records.py");
+    let out = tokio::process::Command::new(&python)
+        .arg(script)
+        .arg(&http_table)
+        .arg(&event_table)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {python} {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "Powertools did not write its records: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("the script prints JSON");
+    let prefix = printed["http"].as_str().expect("a prefix").to_owned();
+    (http_table, prefix)
+}
+
+/// `payload` through the `orders-api` process polling `api`: its answer.
+async fn invoke_orders_api(
+    api: &integration_tests::runtime_api::RuntimeApi,
+    payload: String,
+) -> serde_json::Value {
+    match api.invoke(payload, Duration::from_secs(20)).await {
+        integration_tests::runtime_api::Outcome::Response(bytes) => {
+            serde_json::from_slice(&bytes).expect("a JSON answer")
+        }
+        other => panic!("orders-api did not answer: {other:?}"),
+    }
+}
+
+/// `orders-api` as deployed with the cut-over's variables set (the
+/// template's PowertoolsTableName, PowertoolsKeyPrefix, PowertoolsUntil),
+/// black-box: a key real Powertools completed replays Powertools' stored
+/// response and no order is made; a key Powertools never saw runs; with
+/// the window over, a completed Powertools key runs as a new order.
+#[tokio::test]
+async fn with_the_cut_over_variables_a_key_powertools_completed_replays_its_response() {
+    use integration_tests::functions::{orders_env, post_order_event, spawn, tables};
+    use integration_tests::runtime_api::RuntimeApi;
+
+    let (powertools_table, prefix) = powertools_http_records().await;
+    let tables = tables().await.unwrap();
+    let bin = crate::process::function_bin("orders-api");
+    let body = r#"{"customer_id":"cus_1","amount":2500,"currency":"EUR"}"#;
+    let orders = || async {
+        integration_tests::functions::scan(&tables.1)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| !i["order_id"].as_s().unwrap().starts_with("charge#"))
+            .count()
+    };
+
+    let open = RuntimeApi::start().await.unwrap();
+    let env = orders_env(
+        &open,
+        &tables,
+        &[
+            ("IDEMPOTENCY_POWERTOOLS_TABLE", powertools_table.as_str()),
+            ("IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", prefix.as_str()),
+            ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2099-01-01T00:00:00Z"),
+        ],
+    );
+    let _open_process = spawn(bin.to_str().expect("a UTF-8 path"), &env).unwrap();
+    let replay = invoke_orders_api(&open, post_order_event("done-1", body)).await;
+    assert_eq!(replay["statusCode"], 201, "{replay}");
+    assert_eq!(replay["headers"]["idempotent-replayed"], "true", "{replay}");
+    assert_eq!(replay["headers"]["location"], "/orders/1", "{replay}");
+    let stored: serde_json::Value =
+        serde_json::from_str(replay["body"].as_str().expect("a text body")).unwrap();
+    assert_eq!(
+        stored,
+        serde_json::json!({"order": {"amount": 2500}, "by": "powertools"}),
+        "Powertools' own response, not a new order"
+    );
+    assert_eq!(orders().await, 0, "nothing ran: no order was made");
+
+    let fresh = invoke_orders_api(&open, post_order_event("never-seen-1", body)).await;
+    assert_eq!(fresh["statusCode"], 201, "{fresh}");
+    assert!(
+        fresh["headers"].get("idempotent-replayed").is_none(),
+        "{fresh}"
+    );
+    let made: serde_json::Value = serde_json::from_str(fresh["body"].as_str().unwrap()).unwrap();
+    assert_eq!(made["executions"], 1, "{made}");
+    assert_eq!(orders().await, 1);
+
+    // The window over: Powertools' records are no longer read.
+    let closed = RuntimeApi::start().await.unwrap();
+    let env = orders_env(
+        &closed,
+        &tables,
+        &[
+            ("IDEMPOTENCY_POWERTOOLS_TABLE", powertools_table.as_str()),
+            ("IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", prefix.as_str()),
+            ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2000-01-01T00:00:00Z"),
+        ],
+    );
+    let _closed_process = spawn(bin.to_str().expect("a UTF-8 path"), &env).unwrap();
+    let after = invoke_orders_api(&closed, post_order_event("done-2", body)).await;
+    assert_eq!(after["statusCode"], 201, "{after}");
+    assert!(
+        after["headers"].get("idempotent-replayed").is_none(),
+        "{after}"
+    );
+    assert_eq!(
+        orders().await,
+        2,
+        "after the window, done-2 ran as a new order"
+    );
+}
+
+/// A bad cut-over setting stops `orders-api` at start, in one line naming
+/// the variable, before it asks for any invocation.
+#[tokio::test]
+async fn a_bad_cut_over_setting_stops_orders_api_at_start_naming_it() {
+    use integration_tests::runtime_api::RuntimeApi;
+    let tables = integration_tests::functions::tables().await.unwrap();
+    let api = RuntimeApi::start().await.unwrap();
+    let env = integration_tests::functions::orders_env(
+        &api,
+        &tables,
+        &[
+            ("IDEMPOTENCY_POWERTOOLS_TABLE", "powertools"),
+            (
+                "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX",
+                "orders-api.app.lambda_handler",
+            ),
+            ("IDEMPOTENCY_POWERTOOLS_UNTIL", "next tuesday"),
+        ],
+    );
+    let bin = crate::process::function_bin("orders-api");
+    let out = tokio::process::Command::new(&bin)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .await
+        .expect("run orders-api");
+    assert!(!out.status.success(), "it must not start");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(
+        lines[0].contains("orders-api cannot start: IDEMPOTENCY_POWERTOOLS_UNTIL=\\\"next tuesday\\\" is not an RFC 3339 time"),
+        "{stderr}"
+    );
+    assert_eq!(api.first_poll(), None, "no invocation was asked for");
 }
