@@ -231,8 +231,8 @@ impl SweeperConfig {
 
 /// One scheduled sweep, until done or near `deadline_ms` (the invocation's
 /// deadline). Prints the counts as one EMF line (namespace
-/// `LambdaIdempotency`, dimension `Function=sweeper`: the template's alarms
-/// read it) and fails the invocation only when nothing could be listed at
+/// `LambdaIdempotency`, dimensions `Function=sweeper` and `Stack=<the
+/// stack>` from `IDEMPOTENCY_METRICS_STACK`: the template's alarms read it) and fails the invocation only when nothing could be listed at
 /// all (a wrong table, a missing permission), so that shows as an error.
 pub async fn sweep(sweeper: &Sweeper, deadline_ms: u64) -> Result<SweepSummary, Error> {
     let summary = sweeper.sweep(Some(deadline_ms)).await;
