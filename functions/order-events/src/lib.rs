@@ -22,7 +22,9 @@
 //! With `IDEMPOTENCY_METRICS_NAMESPACE` set, the idempotency metrics (claims,
 //! replays, conflicts, mismatches, store errors) are printed as CloudWatch
 //! EMF lines in that namespace with the dimension `Service=order-events`, as
-//! `orders-api` prints its own with `Service=orders-api`.
+//! `orders-api` prints its own with `Service=orders-api`; with
+//! `IDEMPOTENCY_METRICS_STACK` set (the templates set the stack's name),
+//! each line also carries `Stack=<value>`.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};

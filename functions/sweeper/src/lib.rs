@@ -13,7 +13,10 @@
 //! store (`IDEMPOTENCY_TABLE` is then not needed); on PostgreSQL each run
 //! also deletes expired rows in bounded batches. Input:
 //! any event (the schedule's); output: the [`SweepSummary`] as JSON. One EMF
-//! metric line with the counts goes to stdout. The cold start
+//! metric line with the counts goes to stdout (dimension `Function=sweeper`,
+//! and `Stack=<value>` when `IDEMPOTENCY_METRICS_STACK` is set, as the
+//! templates set it to the stack's name:
+//! `lambda_idempotency::metrics::STACK_ENV`). The cold start
 //! ([`Config::start`]) checks the table's stream: one without new images
 //! (`KEYS_ONLY`, `OLD_IMAGE`) fails it, in one line naming `StreamViewType`.
 
