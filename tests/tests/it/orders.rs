@@ -659,3 +659,57 @@ async fn a_bad_cut_over_setting_stops_orders_api_at_start_naming_it() {
     );
     assert_eq!(api.first_poll(), None, "no invocation was asked for");
 }
+
+/// `orders-api` on Redis with `IDEMPOTENCY_REDIS_WAIT_REPLICAS` set, on a
+/// server with no replica to hold its writes: the claim cannot be made
+/// durable, so the request fails closed (`503`) and no order is made;
+/// without the variable the same request runs. The variable reaches the
+/// store the function opens.
+#[tokio::test]
+async fn with_the_replica_wait_and_no_replica_orders_api_fails_closed() {
+    use integration_tests::functions::{orders_env, post_order_event, spawn, tables};
+    use integration_tests::runtime_api::RuntimeApi;
+
+    let tables = tables().await.unwrap();
+    let redis = integration_tests::redis_url();
+    let bin = crate::process::function_bin("orders-api");
+    let body = r#"{"customer_id":"cus_1","amount":700,"currency":"EUR"}"#;
+    let orders = || async {
+        integration_tests::functions::scan(&tables.1)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| !i["order_id"].as_s().unwrap().starts_with("charge#"))
+            .count()
+    };
+
+    let waiting = RuntimeApi::start().await.unwrap();
+    let env = orders_env(
+        &waiting,
+        &tables,
+        &[
+            ("IDEMPOTENCY_STORE_URL", redis.as_str()),
+            ("IDEMPOTENCY_REDIS_WAIT_REPLICAS", "1"),
+            ("IDEMPOTENCY_REDIS_WAIT_TIMEOUT_MS", "100"),
+        ],
+    );
+    let _waiting_process = spawn(bin.to_str().expect("a UTF-8 path"), &env).unwrap();
+    let key = integration_tests::unique_name("wait");
+    let refused = invoke_orders_api(&waiting, post_order_event(&key, body)).await;
+    assert_eq!(refused["statusCode"], 503, "{refused}");
+    assert_eq!(orders().await, 0, "the handler did not run");
+
+    let plain = RuntimeApi::start().await.unwrap();
+    let env = orders_env(
+        &plain,
+        &tables,
+        &[("IDEMPOTENCY_STORE_URL", redis.as_str())],
+    );
+    let _plain_process = spawn(bin.to_str().expect("a UTF-8 path"), &env).unwrap();
+    let ran = invoke_orders_api(&plain, post_order_event(&key, body)).await;
+    assert_eq!(
+        ran["statusCode"], 201,
+        "the refused claim was given back: {ran}"
+    );
+    assert_eq!(orders().await, 1);
+}
