@@ -243,7 +243,13 @@ impl Engine {
         if let Some(wait) = self.redis_wait {
             // `open_url` knows no replica wait: the Redis store is built
             // here, its errors named by the URL's variable as open_url does.
-            let store = RedisStore::builder(url.as_str())
+            let mut builder = RedisStore::builder(url.as_str());
+            if self.redis_cluster {
+                // Refused by the store (no wait on a cluster), as
+                // `from_lookup` refuses the two together.
+                builder = builder.cluster();
+            }
+            let store = builder
                 .wait_for_replicas(wait.replicas, wait.timeout)
                 .connect()
                 .await
