@@ -11,7 +11,7 @@ mod pointer;
 #[cfg(feature = "powertools")]
 mod python;
 
-pub(crate) use self::canonical::canonical_json;
+pub(crate) use self::canonical::{canonical_json, nesting_depth, MAX_DEPTH};
 pub(crate) use self::pointer::{check_pointer, select};
 #[cfg(feature = "powertools")]
 pub(crate) use self::python::dumps as python_dumps;
