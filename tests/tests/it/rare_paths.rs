@@ -364,6 +364,7 @@ crate::fixture::test_cases!(4, [
 ], [
     a_transactional_completion_after_a_forced_release_says_the_record_is_gone,
     a_request_whose_record_is_released_before_its_writes_commit_is_told_nothing_was_written,
+    an_atomic_phase_after_a_forced_release_says_the_record_is_gone,
 ]);
 
 /// A store with transactions (DynamoDB Local; PostgreSQL direct and
@@ -564,4 +565,30 @@ async fn a_request_whose_record_is_released_before_its_writes_commit_is_told_not
     let replay = post_order(&svc, "k1").await;
     assert_eq!(replay.status(), 201);
     assert_eq!(runs.count(), 2, "then it replays");
+}
+
+/// An atomic phase (a recovery point with the handler's writes, one shared
+/// transactional path per engine) of a record released while its attempt
+/// ran: `RecordGone` as for the completion, and none of its writes
+/// committed.
+async fn an_atomic_phase_after_a_forced_release_says_the_record_is_gone(t: Transactional) {
+    let lease = claim_lease(&t.store, "r", "a", 600_000).await;
+    let forced = force_resolution(&t.store, "r", lease.attempt, SweepPolicy::Release).await;
+    assert_eq!(forced, Resolution::Released);
+    let point = lambda_idempotency::store::Checkpoint {
+        name: "charged".into(),
+        data: serde_json::json!({ "charge_id": "ch_1" }),
+        attempt: lease.attempt,
+    };
+    let err = t
+        .store
+        .checkpoint(
+            lambda_idempotency::store::CheckpointRequest::new(&lease, &point)
+                .with_writes(t.order("o-phase")),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RecordGone, "{err}");
+    assert!(!t.has_order("o-phase").await, "nothing of it committed");
+    assert!(t.store.get("r").await.unwrap().is_none());
 }
