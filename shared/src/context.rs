@@ -219,6 +219,9 @@ impl IdempotencyContext {
     ///
     /// - [`ErrorKind::Fenced`]: a newer attempt took the record over; it
     ///   owns the record now;
+    /// - [`ErrorKind::RecordGone`]: the record is gone (released by an
+    ///   operator, or expired) while the handler ran; a retry runs again
+    ///   under a new claim;
     /// - [`ErrorKind::TransactionCancelled`]: a write broke a condition (a
     ///   unique key, a `require_rows`, a DynamoDB condition expression) or
     ///   the transaction lost a race;

@@ -84,6 +84,29 @@ pub(crate) fn parse(value: &str) -> Result<IdempotencyKey, Error> {
     validate(key)
 }
 
+/// The key at `pointer` of a JSON request body
+/// ([`key_from_body`](crate::http::IdempotencyLayer::key_from_body)):
+/// `None` when the body is not JSON or holds nothing there. A body that
+/// nests deeper than JSON is read ([`crate::json::MAX_DEPTH`] levels) is
+/// refused as such, not taken for a body without a key: its key cannot be
+/// told, and running it unprotected (or asking for a key it may hold) would
+/// not be true to the request.
+pub(crate) fn from_body(body: &[u8], pointer: &str) -> Result<Option<IdempotencyKey>, Error> {
+    let Ok(document) = serde_json::from_slice::<serde_json::Value>(body) else {
+        let depth = crate::json::nesting_depth(body);
+        if depth > crate::json::MAX_DEPTH {
+            return Err(invalid(format!(
+                "the request body nests {depth} levels of arrays and objects; the idempotency \
+                 key at `{pointer}` is read only from a JSON body nested at most {} levels \
+                 deep: send the body less deeply nested",
+                crate::json::MAX_DEPTH
+            )));
+        }
+        return Ok(None);
+    };
+    document.pointer(pointer).map(from_json).transpose()
+}
+
 /// A key read from a JSON body: a string as it is, an integer as its
 /// decimal text, validated as a header's key is; any other value is refused.
 pub(crate) fn from_json(value: &serde_json::Value) -> Result<IdempotencyKey, Error> {
@@ -159,6 +182,35 @@ mod tests {
         assert!(parse(&"x".repeat(MAX_KEY_LEN)).is_ok());
         assert!(parse(&"x".repeat(MAX_KEY_LEN + 1)).is_err());
         assert!(parse_bytes(b"\xff\xfe").is_err());
+    }
+
+    #[test]
+    fn a_body_nested_past_the_limit_is_refused_naming_the_depth_not_taken_for_no_key() {
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"id":"k1","deep":{}1{}}}"#,
+                "[".repeat(depth - 1),
+                "]".repeat(depth - 1)
+            )
+        };
+        let limit = crate::json::MAX_DEPTH;
+        let at_limit = from_body(nested(limit).as_bytes(), "/id").unwrap();
+        assert_eq!(at_limit.unwrap().as_str(), "k1");
+        let err = from_body(nested(limit + 1).as_bytes(), "/id").unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidKey);
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("nests {} levels", limit + 1)),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!("at most {limit} levels")),
+            "{message}"
+        );
+        assert!(message.contains("`/id`"), "{message}");
+        // Not JSON, or JSON without the key: no key, as before.
+        assert_eq!(from_body(b"id=k1", "/id").unwrap(), None);
+        assert_eq!(from_body(b"{\"ID\":\"k1\"}", "/id").unwrap(), None);
     }
 
     #[test]

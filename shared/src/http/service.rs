@@ -475,7 +475,8 @@ async fn release(config: &Config, lease: &Lease, why: &str) {
 
 /// The request's key, from its header or, with
 /// [`key_from_body`](super::IdempotencyLayer::key_from_body), from its JSON
-/// body; `None` when it has none.
+/// body; `None` when it has none (a body nested too deep to read is an
+/// error, not "none").
 fn read_key(config: &Config, req: &Request) -> Result<Option<key::IdempotencyKey>, Error> {
     match &config.body_key {
         None => req
@@ -483,12 +484,7 @@ fn read_key(config: &Config, req: &Request) -> Result<Option<key::IdempotencyKey
             .get(&config.header)
             .map(|value| key::parse_bytes(value.as_bytes()))
             .transpose(),
-        Some(pointer) => {
-            let Ok(body) = serde_json::from_slice::<serde_json::Value>(req.body().as_ref()) else {
-                return Ok(None);
-            };
-            body.pointer(pointer).map(key::from_json).transpose()
-        }
+        Some(pointer) => key::from_body(req.body().as_ref(), pointer),
     }
 }
 

@@ -49,7 +49,39 @@ const STRING_STOP: [u8; 256] = {
 
 /// Containers may nest this deep (serde_json's limit: it refuses the 128th
 /// level).
-const MAX_DEPTH: usize = 127;
+pub(crate) const MAX_DEPTH: usize = 127;
+
+/// How deep containers (arrays and objects) nest in `text`, read as JSON
+/// as far as its brackets go (brackets inside strings do not count; the
+/// text need not be valid JSON). It tells a body refused for its depth
+/// from one that is not JSON at all: both are refused by serde_json and
+/// [`canonical_json`] alike, and only the first deserves an answer that
+/// names the limit.
+#[cfg_attr(not(feature = "http"), allow(dead_code))]
+pub(crate) fn nesting_depth(text: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
 
 /// The state of [`canonical_json`]. An object's values are written to `out`
 /// as they are parsed and their keys and spans pushed on `entries`; when the
@@ -686,7 +718,20 @@ mod tests {
                     parsed,
                     "depth {depth} {open}"
                 );
+                assert_eq!(nesting_depth(text.as_bytes()), depth);
+                assert_eq!(parsed, depth <= MAX_DEPTH, "depth {depth} {open}");
             }
         }
+    }
+
+    #[test]
+    fn nesting_depth_counts_containers_not_brackets_in_strings() {
+        assert_eq!(nesting_depth(b"1"), 0);
+        assert_eq!(nesting_depth(b"not json"), 0);
+        assert_eq!(nesting_depth(br#"{"a":[1,{"b":[]}],"c":{}}"#), 4);
+        assert_eq!(nesting_depth(br#"{"a":"[[[{{{","b":"\"[[","c":"\\"}"#), 1);
+        // Unclosed or over-closed text is measured as far as it goes.
+        assert_eq!(nesting_depth(b"[[[["), 4);
+        assert_eq!(nesting_depth(b"]]][["), 2);
     }
 }

@@ -61,9 +61,13 @@ const MAX_OBJECT_BYTES: u64 = MAX_BODY_BYTES as u64 + 1024 * 1024;
 ///   a newer one), then the record completes with a pointer, fenced as usual.
 ///   If the S3 write fails the completion fails with
 ///   [`ErrorKind::StoreUnavailable`] and the record is not completed. If the
-///   completion is fenced or refused (nothing written), the object is
-///   deleted; if its outcome is unknown (the store timed out) the object is
-///   kept, as the record may point to it.
+///   completion finds the record gone ([`ErrorKind::RecordGone`]) or is
+///   refused (nothing written), the object is deleted; if it is fenced, the
+///   object is deleted once the record is read and does not point to it (a
+///   transaction retried after a lost answer comes back fenced with its
+///   pointer written); if its outcome is unknown (the store timed out) the
+///   object is kept, as the record may point to it. A failed delete is
+///   logged, and the completion's answer stays what the store said.
 /// - **claim** and **get**: a completed record's pointer is followed; the
 ///   object must have the size and SHA-256 the pointer recorded, or the read
 ///   fails ([`ErrorKind::CorruptRecord`] for a missing or altered object,
@@ -244,6 +248,14 @@ impl<S: Store> S3Offload<S> {
                 self.delete(&key, "the store refused even its pointer")
                     .await
             }
+            // A fence says another attempt holds the record, but a
+            // transaction retried after its answer was lost comes back
+            // fenced too (DynamoDB's does not recognise its own
+            // completion), with this very pointer written: the object goes
+            // only once the record is seen not to point to it.
+            Err(e) if e.kind() == ErrorKind::Fenced => {
+                self.delete_unless_pointed_to(lease, &key).await
+            }
             Err(e) if nothing_written(e.kind()) => {
                 self.delete(&key, "its completion wrote nothing").await
             }
@@ -252,6 +264,38 @@ impl<S: Store> S3Offload<S> {
             Err(_) => {}
         }
         completed
+    }
+
+    /// Delete `key`, the object of `lease`'s fenced completion, unless its
+    /// record points to it; kept (and logged) when the record cannot be
+    /// read or its pointer cannot be told.
+    async fn delete_unless_pointed_to(&self, lease: &Lease, key: &str) {
+        let pointed_to = match self.inner.get(&lease.record_id).await {
+            Ok(None) => Ok(false),
+            Ok(Some(found)) => match found.record.response.as_ref() {
+                None => Ok(false),
+                Some(response) => Pointer::of(response, &lease.record_id)
+                    .map(|pointer| pointer.is_some_and(|p| p.key == key)),
+            },
+            Err(err) => Err(err),
+        };
+        match pointed_to {
+            Ok(false) => self.delete(key, "its completion was fenced").await,
+            Ok(true) => tracing::warn!(
+                record_id = %lease.record_id,
+                attempt = lease.attempt,
+                key,
+                "completion reported fenced, yet the record points to its offloaded response \
+                 (its own write came back, as a retried transaction's does); the object is kept"
+            ),
+            Err(err) => tracing::warn!(
+                record_id = %lease.record_id,
+                key,
+                error = %err,
+                "could not tell whether the record of a fenced completion points to its \
+                 offloaded response; the object is kept (the bucket's lifecycle rule removes it)"
+            ),
+        }
     }
 
     /// Delete an object no record points to; a failure is logged (the
@@ -400,11 +444,14 @@ impl<S: Store> S3Offload<S> {
     }
 }
 
-/// Errors after which the store wrote nothing.
+/// Errors after which the store wrote nothing and the record certainly
+/// does not point to the object: gone (`RecordGone`: no record at all), or
+/// refused before or with its writes. (`Fenced` is told apart by reading the
+/// record: see `delete_unless_pointed_to`.)
 fn nothing_written(kind: ErrorKind) -> bool {
     matches!(
         kind,
-        ErrorKind::Fenced
+        ErrorKind::RecordGone
             | ErrorKind::TransactionCancelled
             | ErrorKind::TransactionRejected
             | ErrorKind::InvalidConfig

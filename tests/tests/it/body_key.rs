@@ -19,6 +19,7 @@ on_both_stores!(
     a_missing_body_key_is_400_when_required_and_passes_through_otherwise,
     malformed_body_keys_are_400_and_never_run_the_handler,
     a_body_key_is_scoped_like_a_header_key,
+    a_body_nested_too_deep_to_read_is_400_naming_the_depth,
 );
 
 /// Webhook senders put the event id in the body, here at `/data/id`.
@@ -166,4 +167,53 @@ async fn a_body_key_is_scoped_like_a_header_key(f: Fixture) {
     let same = call(&mut by_header, req).await;
     assert_eq!(same.headers()[REPLAYED_HEADER], "true");
     assert_eq!(runs.count(), 2);
+}
+
+/// A body nested deeper than JSON is read (127 levels of arrays and
+/// objects) is not a body without a key: without `require_key` it would
+/// run unprotected, with it the client would be told to send a key it
+/// did send. Either way it is a 400 that names the depth and the limit,
+/// and the handler never runs; one level less is read as usual.
+async fn a_body_nested_too_deep_to_read_is_400_naming_the_depth(f: Fixture) {
+    // The key is right there, beside an array nested `depth - 2` deep
+    // (the outer object and `data` are two levels).
+    let body = |depth: usize| {
+        format!(
+            r#"{{"data":{{"id":"evt_deep","items":{}1{}}}}}"#,
+            "[".repeat(depth - 2),
+            "]".repeat(depth - 2)
+        )
+    };
+    let runs = Runs::default();
+    let mut optional = service(&f, &runs, Duration::ZERO);
+    let mut required = IdempotencyLayer::new(f.store.clone())
+        .key_from_body("/data/id")
+        .require_key(true)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    for (required, res) in [
+        (
+            false,
+            call(&mut optional, webhook("/hooks", &body(200))).await,
+        ),
+        (
+            true,
+            call(&mut required, webhook("/hooks", &body(200))).await,
+        ),
+    ] {
+        assert_eq!(res.status(), 400, "require_key {required}");
+        assert_eq!(problem_type(&res), problem::KEY_INVALID.uri);
+        let detail = json(&res)["detail"].as_str().unwrap().to_owned();
+        assert!(detail.contains("nests 200 levels"), "{detail}");
+        assert!(detail.contains("at most 127 levels"), "{detail}");
+        assert!(detail.contains("/data/id"), "{detail}");
+    }
+    assert_eq!(runs.count(), 0);
+    assert_eq!(f.requests(), 0, "the store is not consulted");
+
+    // At the limit the key is read: the request runs once and replays.
+    let first = call(&mut required, webhook("/hooks", &body(127))).await;
+    assert_eq!(first.status(), 201);
+    let again = call(&mut optional, webhook("/hooks", &body(127))).await;
+    assert_eq!(again.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(runs.count(), 1);
 }

@@ -491,7 +491,123 @@ on_both_stores!(
     s3_down_fails_the_completion_and_leaves_the_key_uncompleted,
     a_tampered_object_is_refused_on_replay,
     small_responses_never_touch_s3,
+    a_completion_of_a_released_record_deletes_its_object,
+    a_fenced_completion_whose_record_points_to_its_object_keeps_it,
 );
+
+/// A record released by an operator while its attempt ran: the completion
+/// that wrote its response to S3 finds no record (`RecordGone`), so no
+/// record can point to the object, and it is deleted; the answer stays
+/// `RecordGone`.
+async fn a_completion_of_a_released_record_deletes_its_object(fixture: Fixture) {
+    let bucket = Bucket::new().await;
+    let store = bucket.offload(fixture.store.clone());
+    let lease = claim_lease(&store, "r1", "me", 600_000).await;
+    // Released (no recovery point: deleted) behind the attempt's back.
+    fixture.store.release(&lease).await.expect("released");
+    let large = StoredResponse::new(200, vec![], StoredBody::Binary(large_body(5)));
+    let err = store
+        .complete(CompleteRequest::new(&lease, &large, now_ms() / 1000 + 3600))
+        .await
+        .expect_err("the record is gone");
+    assert_eq!(err.kind(), ErrorKind::RecordGone, "{err}");
+    assert_eq!(
+        bucket.keys().await,
+        Vec::<String>::new(),
+        "no record points to the object: it is deleted"
+    );
+    assert!(fixture.store.get("r1").await.expect("get").is_none());
+}
+
+/// A store whose completion is applied but answered `Fenced`: what a
+/// transaction retried after its answer was lost reports (DynamoDB's
+/// `TransactWriteItems` does not recognise its own completed record).
+#[derive(Debug)]
+struct AppliedButFenced(Arc<dyn Store>);
+
+#[async_trait::async_trait]
+impl Store for AppliedButFenced {
+    async fn claim(
+        &self,
+        request: &lambda_idempotency::store::ClaimRequest,
+    ) -> Result<lambda_idempotency::store::ClaimOutcome, lambda_idempotency::Error> {
+        self.0.claim(request).await
+    }
+    async fn complete(
+        &self,
+        request: CompleteRequest<'_>,
+    ) -> Result<lambda_idempotency::store::Completion, lambda_idempotency::Error> {
+        let lease = request.lease.clone();
+        self.0.complete(request).await?;
+        Err(lambda_idempotency::Error::fenced(
+            &lease.record_id,
+            lease.attempt,
+        ))
+    }
+    async fn release(
+        &self,
+        lease: &lambda_idempotency::store::Lease,
+    ) -> Result<(), lambda_idempotency::Error> {
+        self.0.release(lease).await
+    }
+    async fn checkpoint(
+        &self,
+        request: lambda_idempotency::store::CheckpointRequest<'_>,
+    ) -> Result<(), lambda_idempotency::Error> {
+        self.0.checkpoint(request).await
+    }
+}
+
+#[async_trait::async_trait]
+impl SweepStore for AppliedButFenced {
+    async fn stuck(
+        &self,
+        request: StuckRequest,
+    ) -> Result<lambda_idempotency::store::StuckPage, lambda_idempotency::Error> {
+        self.0.stuck(request).await
+    }
+    async fn resolve_stuck(
+        &self,
+        request: lambda_idempotency::store::ResolveRequest<'_>,
+    ) -> Result<lambda_idempotency::store::Resolution, lambda_idempotency::Error> {
+        self.0.resolve_stuck(request).await
+    }
+    async fn get(
+        &self,
+        record_id: &str,
+    ) -> Result<Option<lambda_idempotency::store::StoredRecord>, lambda_idempotency::Error> {
+        self.0.get(record_id).await
+    }
+    async fn scan(
+        &self,
+        cursor: Option<lambda_idempotency::store::SweepCursor>,
+        limit: usize,
+    ) -> Result<lambda_idempotency::store::RecordPage, lambda_idempotency::Error> {
+        self.0.scan(cursor, limit).await
+    }
+}
+
+/// A completion answered `Fenced` although its pointer was written (see
+/// [`AppliedButFenced`]): the record points to the object, so the object
+/// is kept and the response replays; the answer stays `Fenced`.
+async fn a_fenced_completion_whose_record_points_to_its_object_keeps_it(fixture: Fixture) {
+    let bucket = Bucket::new().await;
+    let store = bucket.offload(Arc::new(AppliedButFenced(fixture.store.clone())));
+    let lease = claim_lease(&store, "r1", "me", 600_000).await;
+    let large = StoredResponse::new(200, vec![], StoredBody::Binary(large_body(6)));
+    let err = store
+        .complete(CompleteRequest::new(&lease, &large, now_ms() / 1000 + 3600))
+        .await
+        .expect_err("answered fenced");
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert_eq!(
+        bucket.keys().await,
+        [format!("it/r1/{}-me", lease.attempt)],
+        "the record points to the object: it is kept"
+    );
+    let replayed = store.get("r1").await.expect("readable").expect("present");
+    assert_eq!(replayed.record.response, Some(large));
+}
 
 /// The example consumer wraps its store in the offload when
 /// `IDEMPOTENCY_OFFLOAD_BUCKET` names a bucket: its (small) outputs still
@@ -645,4 +761,33 @@ async fn a_stream_listing_under_the_offload_keeps_the_sweeps_deadline() {
     let page = store.stuck(StuckRequest::new(cutoff, 10)).await.unwrap();
     let ids: Vec<&str> = page.records.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, [id], "{page:?}");
+}
+
+crate::fixture::test_cases!(4, [
+    dynamodb_transactions => crate::rare_paths::Transactional::dynamodb().await,
+    postgres_transactions => crate::rare_paths::Transactional::postgres(&integration_tests::postgres_url()).await,
+    postgres_pooled_transactions => crate::rare_paths::Transactional::postgres(&integration_tests::postgres_pooler_url()).await,
+], [a_transactional_completion_of_a_released_record_deletes_its_object]);
+
+/// The transactional completion of a record an operator released while
+/// its attempt ran: `RecordGone` on every engine with transactions, none of
+/// the handler's writes committed, and the object deleted.
+async fn a_transactional_completion_of_a_released_record_deletes_its_object(
+    t: crate::rare_paths::Transactional,
+) {
+    let bucket = Bucket::new().await;
+    let store = bucket.offload(t.store.clone());
+    let lease = claim_lease(&store, "r1", "me", 600_000).await;
+    t.store.release(&lease).await.expect("released");
+    let large = StoredResponse::new(201, vec![], StoredBody::Binary(large_body(12)));
+    let err = store
+        .complete(
+            CompleteRequest::new(&lease, &large, now_ms() / 1000 + 3600)
+                .with_writes(t.order("o-1")),
+        )
+        .await
+        .expect_err("the record is gone");
+    assert_eq!(err.kind(), ErrorKind::RecordGone, "{err}");
+    assert!(!t.has_order("o-1").await, "nothing of it committed");
+    assert_eq!(bucket.keys().await, Vec::<String>::new());
 }

@@ -266,6 +266,79 @@ async fn a_transactional_completion_by_a_stale_attempt_is_fenced_and_writes_noth
     );
 }
 
+/// A completion, plain or transactional, that waits for the record's row
+/// while an operator's session deletes it (`release --force`) says the
+/// record is gone once the delete commits, as it does when the row was
+/// gone before it started: not fenced (no newer attempt holds it, none will
+/// replay), and nothing of it is written. Directly and through PgBouncer.
+#[tokio::test]
+async fn a_completion_waiting_on_a_row_deleted_meanwhile_says_the_record_is_gone() {
+    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    for url in [
+        integration_tests::postgres_url(),
+        integration_tests::postgres_pooler_url(),
+    ] {
+        let store = integration_tests::postgres_store_at(&url).await;
+        create_orders(&direct, &store).await;
+        for transactional in [false, true] {
+            let id = format!("r-{transactional}");
+            let lease = claim_lease(&store, &id, "a", 600_000).await;
+            let deleter = direct.pool().get().await.unwrap();
+            deleter.batch_execute("BEGIN").await.unwrap();
+            deleter
+                .execute(
+                    &format!("DELETE FROM {} WHERE id = $1", store.table()),
+                    &[&id],
+                )
+                .await
+                .unwrap();
+            let writes = if transactional {
+                one_write(insert_order(&store, &id))
+            } else {
+                DeferredWrites::new()
+            };
+            let completion = tokio::spawn({
+                let store = store.clone();
+                async move { complete_201_with(&store, &lease, writes).await }
+            });
+            wait_for_a_lock_on(&direct, &store).await;
+            deleter.batch_execute("COMMIT").await.unwrap();
+            let err = completion.await.unwrap().unwrap_err();
+            assert_eq!(
+                err.kind(),
+                ErrorKind::RecordGone,
+                "{url}, transactional {transactional}: {err}"
+            );
+            assert_eq!(order_state(&store, &id).await, None, "nothing committed");
+            assert!(store.get(&id).await.unwrap().is_none());
+        }
+    }
+}
+
+/// Wait until a statement on `store`'s table waits for a row lock, as seen
+/// by the server (`pg_stat_activity`, read through `admin`); panics after
+/// two seconds (the store's lock timeout is three).
+async fn wait_for_a_lock_on(admin: &PostgresStore, store: &PostgresStore) {
+    let client = admin.pool().get().await.unwrap();
+    let pattern = format!("%{}%", store.table());
+    for _ in 0..200 {
+        let waiting: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no statement on {} waited for the row lock", store.table());
+}
+
 #[tokio::test]
 async fn writes_of_another_stores_kind_are_refused_before_anything_runs() {
     let store = store_with_orders().await;

@@ -19,6 +19,7 @@ use crate::fixture::{
     claim_lease, force_resolution, now_ms, on_both_stores, one_phase_handler, post, post_order,
     Fixture, Runs,
 };
+use lambda_idempotency::{problem, store::DeferredWrites, PostgresStore};
 
 on_both_stores!(
     a_release_keeps_a_recovery_point_and_ends_the_lease_so_the_retry_resumes,
@@ -354,4 +355,240 @@ async fn derived_keys_repeat_in_a_new_life_of_the_same_request(f: Fixture) {
         IdempotencyContext::from_lease(f.store.clone(), other).derived_key("charge"),
         old_key
     );
+}
+
+crate::fixture::test_cases!(4, [
+    dynamodb_transactions => crate::rare_paths::Transactional::dynamodb().await,
+    postgres_transactions => crate::rare_paths::Transactional::postgres(&integration_tests::postgres_url()).await,
+    postgres_pooled_transactions => crate::rare_paths::Transactional::postgres(&integration_tests::postgres_pooler_url()).await,
+], [
+    a_transactional_completion_after_a_forced_release_says_the_record_is_gone,
+    a_request_whose_record_is_released_before_its_writes_commit_is_told_nothing_was_written,
+    an_atomic_phase_after_a_forced_release_says_the_record_is_gone,
+]);
+
+/// A store with transactions (DynamoDB Local; PostgreSQL direct and
+/// through PgBouncer) and a table of the application's orders beside it,
+/// for the transactional completion's rare paths.
+pub(crate) struct Transactional {
+    pub(crate) store: Arc<dyn Store>,
+    orders: Orders,
+}
+
+/// Where the orders are, and how to look at them.
+enum Orders {
+    Dynamo {
+        client: aws_sdk_dynamodb::Client,
+        table: String,
+    },
+    /// `admin` is a direct connection (the store's may go through a pooler).
+    Postgres { admin: PostgresStore, table: String },
+}
+
+impl Transactional {
+    pub(crate) async fn dynamodb() -> Transactional {
+        let (store, _) = integration_tests::dynamo_store().await;
+        let client = store.client().clone();
+        let table = integration_tests::orders_table(&client).await;
+        Transactional {
+            store: Arc::new(store),
+            orders: Orders::Dynamo { client, table },
+        }
+    }
+
+    pub(crate) async fn postgres(url: &str) -> Transactional {
+        let store = integration_tests::postgres_store_at(url).await;
+        let admin = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+        let table = store.table().replace("idempotency_records", "orders");
+        admin
+            .pool()
+            .get()
+            .await
+            .unwrap()
+            .batch_execute(&format!(
+                "CREATE TABLE {table} (id text PRIMARY KEY, state text NOT NULL)"
+            ))
+            .await
+            .unwrap();
+        Transactional {
+            store: Arc::new(store),
+            orders: Orders::Postgres { admin, table },
+        }
+    }
+
+    /// The write that creates order `id`, alone.
+    pub(crate) fn order(&self, id: &str) -> DeferredWrites {
+        let mut writes = DeferredWrites::new();
+        match &self.orders {
+            Orders::Dynamo { table, .. } => {
+                writes.push(integration_tests::put_new_order(table, id));
+            }
+            Orders::Postgres { table, .. } => writes.push(postgres_order(table, id)),
+        }
+        writes
+    }
+
+    /// Defer the write that creates order `id` on `ctx`.
+    fn defer_order(
+        &self,
+        ctx: &IdempotencyContext,
+        id: &str,
+    ) -> Result<(), lambda_idempotency::Error> {
+        match &self.orders {
+            Orders::Dynamo { table, .. } => {
+                ctx.defer_write(integration_tests::put_new_order(table, id))
+            }
+            Orders::Postgres { table, .. } => ctx.defer_write(postgres_order(table, id)),
+        }
+    }
+
+    /// Does order `id` exist (read after every write before it)?
+    pub(crate) async fn has_order(&self, id: &str) -> bool {
+        match &self.orders {
+            Orders::Dynamo { client, table } => {
+                let key = [(
+                    "order_id",
+                    aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
+                )];
+                integration_tests::consistent_item(client, table, key)
+                    .await
+                    .is_some()
+            }
+            Orders::Postgres { admin, table } => admin
+                .pool()
+                .get()
+                .await
+                .unwrap()
+                .query_opt(&format!("SELECT 1 FROM {table} WHERE id = $1"), &[&id])
+                .await
+                .unwrap()
+                .is_some(),
+        }
+    }
+}
+
+fn postgres_order(table: &str, id: &str) -> lambda_idempotency::store::postgres::PgWrite {
+    use lambda_idempotency::store::postgres::{PgType, PgWrite};
+    PgWrite::new(format!(
+        "INSERT INTO {table} (id, state) VALUES ($1, 'created')"
+    ))
+    .bind(id.to_owned(), PgType::TEXT)
+}
+
+/// A record released by an operator while its attempt ran is gone: its
+/// transactional completion says so (`RecordGone`, as the plain one does),
+/// writes nothing, and is told apart from a completion fenced by a newer
+/// attempt. (PostgreSQL once answered `Fenced` for both.)
+async fn a_transactional_completion_after_a_forced_release_says_the_record_is_gone(
+    t: Transactional,
+) {
+    let lease = claim_lease(&t.store, "r", "a", 600_000).await;
+    let forced = force_resolution(&t.store, "r", lease.attempt, SweepPolicy::Release).await;
+    assert_eq!(forced, Resolution::Released);
+    let response = response();
+    let expires = now_ms() / 1000 + 3600;
+    let err = t
+        .store
+        .complete(CompleteRequest::new(&lease, &response, expires).with_writes(t.order("o-gone")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RecordGone, "{err}");
+    assert!(!t.has_order("o-gone").await, "nothing of it committed");
+    assert!(t.store.get("r").await.unwrap().is_none(), "nothing stored");
+
+    // A record taken over by a newer attempt is still a fence.
+    let stale = claim_lease(&t.store, "s", "a", 30).await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    claim_lease(&t.store, "s", "b", 600_000).await;
+    let err = t
+        .store
+        .complete(CompleteRequest::new(&stale, &response, expires).with_writes(t.order("o-stale")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    assert!(!t.has_order("o-stale").await);
+}
+
+/// Through the HTTP layer: a request whose record an operator released
+/// while its handler ran is told its writes were not committed
+/// (`409 transaction-cancelled`, retry to run again), not that a newer
+/// attempt holds it (`409 in-progress`: no attempt does, and none will
+/// replay); its retry runs again and commits once.
+async fn a_request_whose_record_is_released_before_its_writes_commit_is_told_nothing_was_written(
+    t: Transactional,
+) {
+    let t = Arc::new(t);
+    let runs = Runs::default();
+    let handler = {
+        let (t, runs) = (t.clone(), runs.clone());
+        tower::service_fn(move |req: Request| {
+            let (t, runs) = (t.clone(), runs.clone());
+            async move {
+                let first = runs.bump() == 1;
+                let ctx = IdempotencyContext::of(&req).ok_or("no context")?;
+                if first {
+                    let forced = force_resolution(
+                        &t.store,
+                        ctx.record_id(),
+                        ctx.attempt(),
+                        SweepPolicy::Release,
+                    )
+                    .await;
+                    assert_eq!(forced, Resolution::Released);
+                }
+                t.defer_order(ctx, "o-http")?;
+                Ok::<_, lambda_http::Error>(
+                    Response::builder().status(201).body(Body::from("o-http"))?,
+                )
+            }
+        })
+    };
+    let svc = IdempotencyLayer::new(t.store.clone()).layer(handler);
+    let res = post_order(&svc, "k1").await;
+    assert_eq!(res.status(), 409);
+    let problem_json = crate::fixture::json(&res);
+    assert_eq!(
+        problem_json["type"],
+        problem::TRANSACTION_CANCELLED.uri,
+        "{problem_json}"
+    );
+    assert!(!t.has_order("o-http").await, "nothing committed");
+
+    let retry = post_order(&svc, "k1").await;
+    assert_eq!(retry.status(), 201);
+    assert!(t.has_order("o-http").await);
+    assert_eq!(
+        runs.count(),
+        2,
+        "the retry ran again: nothing had been stored"
+    );
+    let replay = post_order(&svc, "k1").await;
+    assert_eq!(replay.status(), 201);
+    assert_eq!(runs.count(), 2, "then it replays");
+}
+
+/// An atomic phase (a recovery point with the handler's writes, one shared
+/// transactional path per engine) of a record released while its attempt
+/// ran: `RecordGone` as for the completion, and none of its writes
+/// committed.
+async fn an_atomic_phase_after_a_forced_release_says_the_record_is_gone(t: Transactional) {
+    let lease = claim_lease(&t.store, "r", "a", 600_000).await;
+    let forced = force_resolution(&t.store, "r", lease.attempt, SweepPolicy::Release).await;
+    assert_eq!(forced, Resolution::Released);
+    let point = lambda_idempotency::store::Checkpoint {
+        name: "charged".into(),
+        data: serde_json::json!({ "charge_id": "ch_1" }),
+        attempt: lease.attempt,
+    };
+    let err = t
+        .store
+        .checkpoint(
+            lambda_idempotency::store::CheckpointRequest::new(&lease, &point)
+                .with_writes(t.order("o-phase")),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RecordGone, "{err}");
+    assert!(!t.has_order("o-phase").await, "nothing of it committed");
+    assert!(t.store.get("r").await.unwrap().is_none());
 }

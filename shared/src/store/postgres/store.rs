@@ -101,7 +101,7 @@ impl Store for PostgresStore {
             // `ours`: this lease's own completion is already there (a retry
             // of a completion whose answer was lost); it stands.
             Ok(fitted.completion)
-        } else if !present {
+        } else if !present || self.gone_now(&fence).await {
             Err(Error::record_gone(&lease.record_id, lease.attempt))
         } else {
             Err(Error::fenced(&lease.record_id, lease.attempt))
@@ -166,6 +166,22 @@ impl Store for PostgresStore {
 }
 
 impl PostgresStore {
+    /// Is the record of `fence` gone, asked by a statement of its own after
+    /// a fenced write changed nothing? A delete that committed while the
+    /// write waited for the row's lock is not in the write's snapshot (its
+    /// `present` still says there), but it is in a later statement's. Only
+    /// on a refused write; if the question fails the answer stays
+    /// "fenced", which is as definite (nothing was written).
+    async fn gone_now(&self, fence: &Fence) -> bool {
+        self.query(
+            "complete (is the record gone?)",
+            &self.sql.present,
+            &fence.id_param(),
+        )
+        .await
+        .is_ok_and(|rows| rows.is_empty())
+    }
+
     /// `head` (the fenced completion or recovery point) and the handler's
     /// writes in one transaction. A connection found lost at `BEGIN` (nothing
     /// sent yet) starts the transaction again on a new one (see `query`).
@@ -250,12 +266,22 @@ impl PostgresStore {
             }
         };
         if !updated {
+            // Gone, or held by another attempt? Asked by a statement of its
+            // own, which also sees a delete that committed while the update
+            // waited for the row's lock (see `gone_now`). A failed question
+            // leaves the answer "fenced": nothing was written either way.
+            self.count();
+            let gone = tx
+                .query_typed(&self.sql.present, &fence.id_param())
+                .await
+                .is_ok_and(|rows| rows.is_empty());
             self.count();
             let _ = tx.rollback().await;
-            return Err(TxFailure::Failed(Error::fenced(
-                &lease.record_id,
-                lease.attempt,
-            )));
+            return Err(TxFailure::Failed(if gone {
+                Error::record_gone(&lease.record_id, lease.attempt)
+            } else {
+                Error::fenced(&lease.record_id, lease.attempt)
+            }));
         }
         let what = head.what(&lease.record_id);
         let total = writes.len();
@@ -340,6 +366,9 @@ pub(super) struct HotSql {
     complete: String,
     release: String,
     checkpoint: String,
+    /// The record's row (`$1` id), if any: is the record a fenced write
+    /// missed gone?
+    present: String,
 }
 
 impl HotSql {
@@ -349,6 +378,7 @@ impl HotSql {
             complete: Self::complete(t),
             release: Self::release(t),
             checkpoint: Self::checkpoint(t),
+            present: format!("SELECT 1 FROM {t} WHERE id = $1"),
         }
     }
 
@@ -456,6 +486,11 @@ impl Fence {
         ];
         params.extend_from_slice(rest);
         params
+    }
+
+    /// The record's id alone, `$1`.
+    fn id_param(&self) -> [(&(dyn ToSql + Sync), Type); 1] {
+        [(&self.id, Type::TEXT)]
     }
 }
 
