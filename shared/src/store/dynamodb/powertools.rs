@@ -49,12 +49,14 @@ impl PowertoolsHash {
 ///
 /// Given to [`IdempotencyConfig::powertools_records`](crate::IdempotencyConfig::powertools_records)
 /// (or the layer's and the function's method of the same name): until
-/// `until`, a claim that finds no record of its own looks up the Powertools
-/// record of the same key. A `COMPLETED` one is replayed (its stored JSON as
-/// the response or output) and copied into this library's own record, so
-/// the key's later duplicates replay without the lookup; an `INPROGRESS`
-/// one answers as in progress; none, or an expired one, lets the handler
-/// run. From `until` on nothing is looked up and nothing is spent.
+/// `until`, every claim that would run the handler (one that finds no
+/// record of its own, a takeover, a claim that resumes from a recovery
+/// point) looks up the Powertools record of the same key first. A
+/// `COMPLETED` one is replayed (its stored JSON as the response or output)
+/// and copied into this library's own record, so the key's later duplicates
+/// replay without the lookup; an `INPROGRESS` one answers as in progress;
+/// none, or an expired one, lets the handler run. From `until` on nothing is
+/// looked up and nothing is spent.
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
@@ -225,6 +227,7 @@ impl PowertoolsRecords {
     }
 
     /// Does the HTTP layer compare the body with the record's hash?
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn validates_body(&self) -> bool {
         self.validate_body
     }
