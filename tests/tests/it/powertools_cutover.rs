@@ -32,6 +32,7 @@ on_both_stores!(
     a_body_other_than_the_one_powertools_validated_is_422,
     keys_powertools_never_saw_run_and_after_the_window_nothing_is_read,
     event_outputs_powertools_stored_are_returned_without_running,
+    a_copy_that_failed_is_replayed_and_the_claim_given_back,
     a_takeover_after_a_copy_that_failed_reads_powertools_again,
     a_takeover_after_a_give_back_that_failed_reads_powertools_again,
     a_takeover_after_a_read_that_failed_reads_powertools_again,
@@ -72,9 +73,14 @@ impl BrokenCalls {
         })
     }
 
+    /// The next completion fails.
+    fn fail_next_complete(&self) {
+        self.failing_completes.store(1, Ordering::SeqCst);
+    }
+
     /// The next completion fails, and so does the next release.
     fn fail_next_complete_and_release(&self) {
-        self.failing_completes.store(1, Ordering::SeqCst);
+        self.fail_next_complete();
         self.fail_next_release();
     }
 
@@ -434,6 +440,27 @@ async fn event_outputs_powertools_stored_are_returned_without_running(f: Fixture
     let out = run(json!({"order_id": "42", "amount": 1})).await;
     assert_eq!(out.unwrap(), json!({"charged": "again"}));
     assert_eq!(runs.count(), 1);
+}
+
+async fn a_copy_that_failed_is_replayed_and_the_claim_given_back(f: Fixture) {
+    let w = powertools_wrote().await;
+    let store = BrokenCalls::new(f.store.clone());
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(store.clone())
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    store.fail_next_complete();
+    // Powertools' outcome, replayed although this library could not keep it.
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    let ours = our_records(&f).await;
+    assert!(ours.is_empty(), "the claim was given back: {ours:?}");
+    // So the next duplicate reads the record again at once (no 409 for the
+    // rest of the lease) and keeps it this time.
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    assert_eq!(runs.count(), 0, "Powertools already ran done-1");
+    let ours = our_records(&f).await;
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].record.status, Status::Completed);
 }
 
 async fn a_takeover_after_a_copy_that_failed_reads_powertools_again(f: Fixture) {
