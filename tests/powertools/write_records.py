@@ -21,7 +21,9 @@ out), then, as a function named `orders-api` would:
   `o-1` with `{"charged": 2500, "order_id": "o-1"}` and `o-2` (an integer
   key, 42) with `{"charged": 1}`, and leaves `o-3` in progress.
 
-Prints the id prefixes Powertools used, as JSON: {"http": ..., "event": ...}.
+Prints the id prefixes Powertools used and the `expiration` of `done-1`'s
+record, as JSON: {"http": ..., "event": ..., "event_partition": ...,
+"done_1_expiration": ...}.
 """
 
 import base64
@@ -123,7 +125,21 @@ def main() -> int:
     charge(order={"order_id": "o-1", "amount": 2500})
     charge(order={"order_id": 42, "amount": 1})
     event_layer.save_inprogress(data={"order_id": "o-3", "amount": 1}, remaining_time_in_millis=60_000)
-    print(json.dumps({"http": http_layer.function_name, "event": event_layer.function_name, "event_partition": event_layer.static_pk_value}))
+    done_1 = client.get_item(
+        TableName=http_table,
+        Key={"id": {"S": http_layer._get_hashed_idempotency_key(request("done-1"))}},
+        ConsistentRead=True,
+    )["Item"]
+    print(
+        json.dumps(
+            {
+                "http": http_layer.function_name,
+                "event": event_layer.function_name,
+                "event_partition": event_layer.static_pk_value,
+                "done_1_expiration": int(done_1["expiration"]["N"]),
+            }
+        )
+    )
     return 0
 
 

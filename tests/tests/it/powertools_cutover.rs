@@ -174,6 +174,8 @@ struct Written {
     http_prefix: String,
     event_prefix: String,
     event_partition: String,
+    /// The `expiration` (epoch seconds) of Powertools' record of `done-1`.
+    done_1_expiration: u64,
 }
 
 /// Run Powertools for AWS Lambda (Python) against DynamoDB Local: it makes
@@ -214,6 +216,9 @@ async fn powertools_wrote() -> Written {
         http_prefix: text("http"),
         event_prefix: text("event"),
         event_partition: text("event_partition"),
+        done_1_expiration: printed["done_1_expiration"]
+            .as_u64()
+            .expect("an expiration"),
     }
 }
 
@@ -297,6 +302,11 @@ async fn a_completed_powertools_record_is_replayed_and_becomes_ours(f: Fixture) 
         body_json(&replay),
         json!({"order": {"amount": 2500}, "by": "powertools"})
     );
+    // Kept as long as Powertools keeps its record: through its second
+    // `expiration` (Powertools' test is `int(now) > expiration`).
+    let ours = our_records(&f).await;
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].record.expires_at_s, w.done_1_expiration + 1);
     // Copied into this library's record: with the Powertools table gone,
     // the key still replays the same response.
     integration_tests::client()
