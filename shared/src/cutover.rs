@@ -1,6 +1,6 @@
-//! The cut-over from Powertools for AWS Lambda (Python): a claim that finds
-//! no record of its own, during the window the user set, asks the record
-//! Powertools left for the same key
+//! The cut-over from Powertools for AWS Lambda (Python): every claim that
+//! would run the handler during the window the user set asks the record
+//! Powertools left for the same key first
 //! ([`PowertoolsRecords`](crate::store::dynamodb::PowertoolsRecords)).
 //!
 //! A completed Powertools record becomes this library's own completed
@@ -9,6 +9,13 @@
 //! lets the handler run. A lookup that fails gives the claim back and fails
 //! the request: whether the key already ran is unknown, so running it would
 //! risk the very duplicate the window is there to prevent.
+//!
+//! Nothing of this library's record says what an earlier attempt's lookup
+//! found, except a completed record (which replays without a claim): a
+//! first attempt can end between its claim and the end of the cut-over (its
+//! copy or give-back failed, its lookup failed, it died during the lookup),
+//! so a takeover looks up again, and so does a claim that resumes from a
+//! recovery point (docs/DESIGN.md, "Cutting over from Powertools").
 
 use serde_json::Value;
 
@@ -58,7 +65,8 @@ pub(crate) async fn claim(
 }
 
 /// [`claim::claim`], with the Powertools record of `key()` looked up when
-/// the claim is fresh and the window open.
+/// the claim won (a fresh claim, a takeover, a claim that resumes from a
+/// recovery point) and the window is open.
 #[cfg(feature = "powertools")]
 pub(crate) async fn claim(
     config: &IdempotencyConfig,
@@ -73,9 +81,10 @@ pub(crate) async fn claim(
     let Found::Claimed(lease) = &found else {
         return Ok(found);
     };
-    // A record of this library's own (an earlier attempt, a recovery
-    // point) means the key was already claimed after the switch.
-    if lease.attempt > 1 || lease.recovered.is_some() || !records.open(request.now_ms) {
+    // Every claim that would run the handler looks up, a takeover and a
+    // resumed claim included: an earlier attempt may have ended before its
+    // lookup decided anything, and this record would not say so.
+    if !records.open(request.now_ms) {
         return Ok(found);
     }
     let Some(key) = key() else {
@@ -139,24 +148,115 @@ pub(crate) async fn claim(
                 }
             };
             // Copied, so the key's later duplicates replay from this
-            // library's record. If that fails the Powertools record still
-            // answers them until the claim's lease ends, then a new claim
-            // looks it up again.
+            // library's record, kept as long as Powertools keeps its own:
+            // through the second `expiration` (it expires only once the
+            // clock's second is past it), so until `expiration + 1`.
+            let copy_expires_at_s = expires_at_s.saturating_add(1);
             if let Err(err) = config
                 .store
-                .complete(CompleteRequest::new(lease, &stored, expires_at_s))
+                .complete(CompleteRequest::new(lease, &stored, copy_expires_at_s))
                 .await
             {
-                tracing::warn!(record_id = %lease.record_id, error = %err, "the Powertools outcome could not be copied into this record; it is replayed all the same");
+                // It is Powertools' outcome, so it is replayed all the same.
+                // The claim is given back so the next duplicate looks the
+                // record up again at once; if that fails too, the record
+                // stays in progress and the takeover after its lease looks
+                // it up again.
+                config.count(crate::metrics::Event::StoreError);
+                tracing::warn!(record_id = %lease.record_id, error = %err, "the Powertools outcome could not be copied into this record; it is replayed all the same, and the claim given back");
+                config.count(
+                    give_back("the Powertools outcome could not be copied")
+                        .await
+                        .event(),
+                );
             }
             tracing::info!(record_id = %lease.record_id, "replayed the outcome Powertools stored for this key");
             Ok(Found::Completed(record_of(
                 lease,
                 Status::Completed,
                 0,
-                Some((stored, expires_at_s)),
+                Some((stored, copy_expires_at_s)),
             )))
         }
+    }
+}
+
+/// Is `existing`, the record of a [`Found::InProgress`] answered to
+/// `request`, a Powertools record in progress? The cut-over answers one
+/// with the claim it gave back, which carries `request`'s own owner token;
+/// a record of this library's found in progress carries another (tokens are
+/// fresh for every claim).
+#[cfg(feature = "powertools")]
+pub(crate) fn held_by_powertools(existing: &Record, request: &ClaimRequest) -> bool {
+    existing.owner == request.owner
+}
+
+/// Without the `powertools` feature no record is Powertools'.
+#[cfg(not(feature = "powertools"))]
+pub(crate) fn held_by_powertools(
+    _existing: &crate::record::Record,
+    _request: &ClaimRequest,
+) -> bool {
+    false
+}
+
+/// While Powertools holds `key` in progress: until when, epoch
+/// milliseconds (`None` once it completed, expired or was never there, or
+/// the window closed: a claim then decides). One `GetItem`, for a wait on
+/// a key Powertools holds, which then costs no claim and no give-back.
+pub(crate) async fn powertools_holds_until(
+    config: &IdempotencyConfig,
+    key: Option<PowertoolsKey>,
+    now_ms: u64,
+) -> Result<Option<u64>, Error> {
+    #[cfg(feature = "powertools")]
+    {
+        let (Some(records), Some(key)) = (config.powertools.as_deref(), key) else {
+            return Ok(None);
+        };
+        if !records.open(now_ms) {
+            return Ok(None);
+        }
+        Ok(match Box::pin(records.find(&key.key, now_ms)).await? {
+            Some(PowertoolsRecord::InProgress { until_ms }) => Some(until_ms),
+            Some(PowertoolsRecord::Completed { .. }) | None => None,
+        })
+    }
+    #[cfg(not(feature = "powertools"))]
+    {
+        let _ = (config, key, now_ms);
+        Ok(None)
+    }
+}
+
+/// The `Idempotency-Key` header as Powertools' `headers."idempotency-key"`
+/// selected it from the API Gateway event: its text as sent, quotes of the
+/// structured-field form included (`"k1"` hashes as `"\"k1\""`, not as
+/// `"k1"`). `None` for bytes that are not text, which no event carries.
+#[cfg(all(feature = "powertools", feature = "http"))]
+pub(crate) fn header_as_powertools_saw_it(value: &http::HeaderValue) -> Option<Value> {
+    value
+        .to_str()
+        .ok()
+        .map(|text| Value::String(text.to_owned()))
+}
+
+/// The request body as Powertools' `payload_validation_jmespath="body"`
+/// selected it from the API Gateway event: `null` without a body, the text
+/// as sent otherwise, which for an `isBase64Encoded` event is the base64
+/// text (lambda_http hands the decoded bytes on as a binary body; standard
+/// base64 with padding, as API Gateway writes it, gives the text back).
+#[cfg(all(feature = "powertools", feature = "http"))]
+pub(crate) fn body_as_powertools_saw_it(body: &lambda_http::Body) -> Value {
+    use base64::Engine;
+    match body {
+        lambda_http::Body::Empty => Value::Null,
+        lambda_http::Body::Text(text) => Value::String(text.clone()),
+        lambda_http::Body::Binary(bytes) => {
+            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+        }
+        // A body kind added to lambda_http later: its bytes as text.
+        other => Value::String(String::from_utf8_lossy(other.as_ref()).into_owned()),
     }
 }
 

@@ -12,13 +12,21 @@ out), then, as a function named `orders-api` would:
   an `order` field, a `location` header), and leaves `running-1` in progress
   (what a first request still running leaves: Powertools' own
   save_inprogress);
+- it completes three requests as API Gateway sends them in rarer forms: the
+  key `"quoted-1"` in the header's quoted form (the quotes are part of the
+  text Powertools hashed), `nobody-1` without a body (`body` null) and
+  `binary-1` with the bytes of BINARY_BODY base64-encoded (`isBase64Encoded`);
+  their `order` field echoes the body as the handler got it;
 - the event function (`idempotent_function`, key `order_id`) completes
   `o-1` with `{"charged": 2500, "order_id": "o-1"}` and `o-2` (an integer
-  key, 42) with `{"charged": 1}`.
+  key, 42) with `{"charged": 1}`, and leaves `o-3` in progress.
 
-Prints the id prefixes Powertools used, as JSON: {"http": ..., "event": ...}.
+Prints the id prefixes Powertools used and the `expiration` of `done-1`'s
+record, as JSON: {"http": ..., "event": ..., "event_partition": ...,
+"done_1_expiration": ...}.
 """
 
+import base64
 import json
 import os
 import sys
@@ -34,6 +42,10 @@ from aws_lambda_powertools.utilities.idempotency import (  # noqa: E402
     idempotent,
     idempotent_function,
 )
+
+
+# The bytes of `binary-1`'s body (not UTF-8), as the Rust test sends them.
+BINARY_BODY = bytes([0, 159, 146, 150, 1, 2])
 
 
 class Context:
@@ -74,10 +86,12 @@ def main() -> int:
 
     @idempotent(persistence_store=http_layer, config=http_config)
     def lambda_handler(event, context):
+        body = event.get("body")
+        order = json.loads(body) if body is not None and not event.get("isBase64Encoded") else body
         return {
             "statusCode": 201,
             "headers": {"content-type": "application/json", "location": "/orders/1"},
-            "body": json.dumps({"order": json.loads(event["body"]), "by": "powertools"}),
+            "body": json.dumps({"order": order, "by": "powertools"}),
         }
 
     def request(key: str) -> dict:
@@ -87,6 +101,18 @@ def main() -> int:
         response = lambda_handler(request(key), Context())
         assert response["statusCode"] == 201, response
     http_layer.save_inprogress(data=request("running-1"), remaining_time_in_millis=60_000)
+    rare_forms = [
+        request('"quoted-1"'),
+        {"headers": {"idempotency-key": "nobody-1"}, "body": None},
+        {
+            "headers": {"idempotency-key": "binary-1"},
+            "body": base64.b64encode(BINARY_BODY).decode(),
+            "isBase64Encoded": True,
+        },
+    ]
+    for event in rare_forms:
+        response = lambda_handler(event, Context())
+        assert response["statusCode"] == 201, response
 
     event_layer = DynamoDBPersistenceLayer(table_name=event_table, boto3_client=client, key_attr="pk", sort_key_attr="sk")
     event_config = IdempotencyConfig(event_key_jmespath="order_id", expires_after_seconds=3600)
@@ -98,7 +124,22 @@ def main() -> int:
 
     charge(order={"order_id": "o-1", "amount": 2500})
     charge(order={"order_id": 42, "amount": 1})
-    print(json.dumps({"http": http_layer.function_name, "event": event_layer.function_name, "event_partition": event_layer.static_pk_value}))
+    event_layer.save_inprogress(data={"order_id": "o-3", "amount": 1}, remaining_time_in_millis=60_000)
+    done_1 = client.get_item(
+        TableName=http_table,
+        Key={"id": {"S": http_layer._get_hashed_idempotency_key(request("done-1"))}},
+        ConsistentRead=True,
+    )["Item"]
+    print(
+        json.dumps(
+            {
+                "http": http_layer.function_name,
+                "event": event_layer.function_name,
+                "event_partition": event_layer.static_pk_value,
+                "done_1_expiration": int(done_1["expiration"]["N"]),
+            }
+        )
+    )
     return 0
 
 

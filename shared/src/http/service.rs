@@ -187,7 +187,7 @@ where
     if capped {
         config.count(Event::LeaseCapped);
     }
-    let powertools = || powertools_key(&config, &req, &key);
+    let powertools = || powertools_key(&config, &req);
     let lease = match cutover::claim(&config.shared, &claim, Shape::Http, powertools)
         .instrument(span.clone())
         .await
@@ -489,32 +489,28 @@ fn read_key(config: &Config, req: &Request) -> Result<Option<key::IdempotencyKey
 }
 
 /// What Powertools hashed for this request, for a cut-over (crate::cutover):
-/// the key as its `event_key_jmespath` selected it (the header's text, or
-/// the body's value at the pointer) and the body as its
-/// `payload_validation_jmespath="body"` selects it.
-fn powertools_key(
-    config: &Config,
-    req: &Request,
-    key: &key::IdempotencyKey,
-) -> Option<PowertoolsKey> {
+/// the key as its `event_key_jmespath` selected it (the header's text as
+/// sent, quotes included, or the body's value at the pointer) and the body
+/// as its `payload_validation_jmespath="body"` selects it.
+fn powertools_key(config: &Config, req: &Request) -> Option<PowertoolsKey> {
     #[cfg(feature = "powertools")]
     {
         let records = config.shared.powertools.as_deref()?;
         let key = match &config.body_key {
-            None => serde_json::Value::String(key.as_str().to_owned()),
+            None => cutover::header_as_powertools_saw_it(req.headers().get(&config.header)?)?,
             Some(pointer) => serde_json::from_slice::<serde_json::Value>(req.body().as_ref())
                 .ok()?
                 .pointer(pointer)?
                 .clone(),
         };
-        let payload = records.validates_body().then(|| {
-            serde_json::Value::String(String::from_utf8_lossy(req.body().as_ref()).into_owned())
-        });
+        let payload = records
+            .validates_body()
+            .then(|| cutover::body_as_powertools_saw_it(req.body()));
         Some(PowertoolsKey { key, payload })
     }
     #[cfg(not(feature = "powertools"))]
     {
-        let _ = (config, req, key);
+        let _ = (config, req);
         None
     }
 }

@@ -4,16 +4,27 @@
 //! run with the Python of `IDEMPOTENCY_TEST_POWERTOOLS_PYTHON`), with this
 //! library's own records on every store.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use http::Response;
 use lambda_http::{Body, Request};
 use lambda_idempotency::event::{EventError, IdempotentFunction};
 use lambda_idempotency::store::dynamodb::PowertoolsRecords;
-use lambda_idempotency::{http::REPLAYED_HEADER, problem, IdempotencyLayer};
+use lambda_idempotency::store::{
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, RecordPage,
+    Resolution, ResolveRequest, Status, StoredRecord, StuckPage, StuckRequest, SweepCursor,
+    SweepStore,
+};
+use lambda_idempotency::{http::REPLAYED_HEADER, problem, IdempotencyLayer, Store};
 use serde_json::{json, Value};
 use tower::Layer;
 
-use crate::fixture::{call, counting_handler, json as body_json, on_both_stores, Fixture, Runs};
+use crate::fixture::{
+    call, counting_handler, json as body_json, on_both_stores, one_phase_handler, silent_server,
+    Fixture, Runs,
+};
 
 on_both_stores!(
     a_completed_powertools_record_is_replayed_and_becomes_ours,
@@ -21,7 +32,140 @@ on_both_stores!(
     a_body_other_than_the_one_powertools_validated_is_422,
     keys_powertools_never_saw_run_and_after_the_window_nothing_is_read,
     event_outputs_powertools_stored_are_returned_without_running,
+    a_copy_that_failed_is_replayed_and_the_claim_given_back,
+    a_takeover_after_a_copy_that_failed_reads_powertools_again,
+    a_takeover_after_a_give_back_that_failed_reads_powertools_again,
+    a_takeover_after_a_read_that_failed_reads_powertools_again,
+    a_takeover_after_an_invocation_died_reading_reads_powertools_again,
+    a_takeover_that_resumes_from_a_recovery_point_reads_powertools_too,
+    an_event_takeover_after_a_copy_that_failed_reads_powertools_again,
+    a_quoted_key_finds_the_record_of_the_text_powertools_hashed,
+    a_request_without_body_matches_the_null_body_powertools_validated,
+    a_base64_body_matches_the_text_powertools_validated,
+    waiting_on_a_key_powertools_holds_reads_only_its_record,
 );
+
+/// This library's store with chosen calls failing and every call counted:
+/// a store that fails one write (the copy of a Powertools outcome, a
+/// give-back), and what a wait costs.
+#[derive(Debug)]
+struct BrokenCalls {
+    inner: Arc<dyn Store>,
+    /// How many of the next completions and releases fail (nothing written).
+    failing_completes: AtomicU64,
+    failing_releases: AtomicU64,
+    claims: AtomicU64,
+    completes: AtomicU64,
+    releases: AtomicU64,
+    gets: AtomicU64,
+}
+
+impl BrokenCalls {
+    fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(BrokenCalls {
+            inner,
+            failing_completes: AtomicU64::new(0),
+            failing_releases: AtomicU64::new(0),
+            claims: AtomicU64::new(0),
+            completes: AtomicU64::new(0),
+            releases: AtomicU64::new(0),
+            gets: AtomicU64::new(0),
+        })
+    }
+
+    /// The next completion fails.
+    fn fail_next_complete(&self) {
+        self.failing_completes.store(1, Ordering::SeqCst);
+    }
+
+    /// The next completion fails, and so does the next release.
+    fn fail_next_complete_and_release(&self) {
+        self.fail_next_complete();
+        self.fail_next_release();
+    }
+
+    fn fail_next_release(&self) {
+        self.failing_releases.store(1, Ordering::SeqCst);
+    }
+
+    /// Take one planned failure from `budget`, if any is left.
+    fn failing(budget: &AtomicU64, what: &str) -> Result<(), lambda_idempotency::Error> {
+        match budget.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)) {
+            Ok(_) => Err(lambda_idempotency::Error::store_unavailable(
+                format!("{what} failed on purpose (BrokenCalls)"),
+                std::io::Error::other("injected"),
+            )),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// (claims, completions, releases, reads) made so far.
+    fn calls(&self) -> (u64, u64, u64, u64) {
+        (
+            self.claims.load(Ordering::SeqCst),
+            self.completes.load(Ordering::SeqCst),
+            self.releases.load(Ordering::SeqCst),
+            self.gets.load(Ordering::SeqCst),
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for BrokenCalls {
+    async fn claim(
+        &self,
+        request: &ClaimRequest,
+    ) -> Result<ClaimOutcome, lambda_idempotency::Error> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(request).await
+    }
+    async fn complete(
+        &self,
+        request: CompleteRequest<'_>,
+    ) -> Result<Completion, lambda_idempotency::Error> {
+        self.completes.fetch_add(1, Ordering::SeqCst);
+        Self::failing(&self.failing_completes, "the completion")?;
+        self.inner.complete(request).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<(), lambda_idempotency::Error> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        Self::failing(&self.failing_releases, "the release")?;
+        self.inner.release(lease).await
+    }
+    async fn checkpoint(
+        &self,
+        request: CheckpointRequest<'_>,
+    ) -> Result<(), lambda_idempotency::Error> {
+        self.inner.checkpoint(request).await
+    }
+}
+
+#[async_trait::async_trait]
+impl SweepStore for BrokenCalls {
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, lambda_idempotency::Error> {
+        self.inner.stuck(request).await
+    }
+    async fn resolve_stuck(
+        &self,
+        request: ResolveRequest<'_>,
+    ) -> Result<Resolution, lambda_idempotency::Error> {
+        self.inner.resolve_stuck(request).await
+    }
+    async fn get(
+        &self,
+        record_id: &str,
+    ) -> Result<Option<StoredRecord>, lambda_idempotency::Error> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(record_id).await
+    }
+    async fn scan(
+        &self,
+        cursor: Option<SweepCursor>,
+        limit: usize,
+    ) -> Result<RecordPage, lambda_idempotency::Error> {
+        self.inner.scan(cursor, limit).await
+    }
+}
 
 /// The tables Powertools wrote and the id prefixes it used.
 struct Written {
@@ -30,6 +174,8 @@ struct Written {
     http_prefix: String,
     event_prefix: String,
     event_partition: String,
+    /// The `expiration` (epoch seconds) of Powertools' record of `done-1`.
+    done_1_expiration: u64,
 }
 
 /// Run Powertools for AWS Lambda (Python) against DynamoDB Local: it makes
@@ -70,6 +216,9 @@ async fn powertools_wrote() -> Written {
         http_prefix: text("http"),
         event_prefix: text("event"),
         event_partition: text("event_partition"),
+        done_1_expiration: printed["done_1_expiration"]
+            .as_u64()
+            .expect("an expiration"),
     }
 }
 
@@ -114,6 +263,30 @@ fn order(key: &str, body: &str) -> Request {
 /// The body Powertools' handler was called with.
 const BODY: &str = r#"{"amount":2500}"#;
 
+/// The bytes of `binary-1`'s body, which API Gateway sent Powertools
+/// base64-encoded (tests/powertools/write_records.py).
+const BINARY_BODY: [u8; 6] = [0, 159, 146, 150, 1, 2];
+
+/// This library's leases in the takeover tests: short, so a retry takes
+/// the key over soon.
+const SHORT_LEASE: Duration = Duration::from_millis(300);
+
+/// Wait until a lease taken now with [`SHORT_LEASE`] has ended.
+async fn past_the_lease() {
+    tokio::time::sleep(SHORT_LEASE + Duration::from_millis(200)).await;
+}
+
+/// `done-1`'s replay of what Powertools' handler answered.
+fn assert_powertools_replay(replay: &Response<Body>) {
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(replay.headers()["location"], "/orders/1");
+    assert_eq!(
+        body_json(replay),
+        json!({"order": {"amount": 2500}, "by": "powertools"})
+    );
+}
+
 async fn a_completed_powertools_record_is_replayed_and_becomes_ours(f: Fixture) {
     let w = powertools_wrote().await;
     let runs = Runs::default();
@@ -129,6 +302,11 @@ async fn a_completed_powertools_record_is_replayed_and_becomes_ours(f: Fixture) 
         body_json(&replay),
         json!({"order": {"amount": 2500}, "by": "powertools"})
     );
+    // Kept as long as Powertools keeps its record: through its second
+    // `expiration` (Powertools' test is `int(now) > expiration`).
+    let ours = our_records(&f).await;
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].record.expires_at_s, w.done_1_expiration + 1);
     // Copied into this library's record: with the Powertools table gone,
     // the key still replays the same response.
     integration_tests::client()
@@ -234,16 +412,22 @@ async fn keys_powertools_never_saw_run_and_after_the_window_nothing_is_read(f: F
     assert_eq!(ours.len(), 2, "fresh-1 and done-3 only: {ours:?}");
 }
 
-async fn event_outputs_powertools_stored_are_returned_without_running(f: Fixture) {
-    let w = powertools_wrote().await;
-    let records = PowertoolsRecords::new(
+/// The event function's records (a table with a sort key), read for the
+/// next hour.
+async fn event_records(w: &Written) -> PowertoolsRecords {
+    PowertoolsRecords::new(
         integration_tests::client().await,
         &w.event_table,
         &w.event_prefix,
         open_window(),
     )
     .key_attr("pk")
-    .sort_key("sk", &w.event_partition);
+    .sort_key("sk", &w.event_partition)
+}
+
+async fn event_outputs_powertools_stored_are_returned_without_running(f: Fixture) {
+    let w = powertools_wrote().await;
+    let records = event_records(&w).await;
     let charge = IdempotentFunction::new(f.store.clone(), "charge")
         .key_pointers(["/order_id"])
         .powertools_records(records);
@@ -266,4 +450,266 @@ async fn event_outputs_powertools_stored_are_returned_without_running(f: Fixture
     let out = run(json!({"order_id": "42", "amount": 1})).await;
     assert_eq!(out.unwrap(), json!({"charged": "again"}));
     assert_eq!(runs.count(), 1);
+}
+
+async fn a_copy_that_failed_is_replayed_and_the_claim_given_back(f: Fixture) {
+    let w = powertools_wrote().await;
+    let store = BrokenCalls::new(f.store.clone());
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(store.clone())
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    store.fail_next_complete();
+    // Powertools' outcome, replayed although this library could not keep it.
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    let ours = our_records(&f).await;
+    assert!(ours.is_empty(), "the claim was given back: {ours:?}");
+    // So the next duplicate reads the record again at once (no 409 for the
+    // rest of the lease) and keeps it this time.
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    assert_eq!(runs.count(), 0, "Powertools already ran done-1");
+    let ours = our_records(&f).await;
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].record.status, Status::Completed);
+}
+
+async fn a_takeover_after_a_copy_that_failed_reads_powertools_again(f: Fixture) {
+    let w = powertools_wrote().await;
+    let store = BrokenCalls::new(f.store.clone());
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(store.clone())
+        .max_lease(SHORT_LEASE)
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    // The copy of the completed record fails and so does the give-back:
+    // this library's record stays in progress at attempt 1, undecided.
+    store.fail_next_complete_and_release();
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    past_the_lease().await;
+    // The retry takes the record over: Powertools' outcome again, not a run.
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    assert_eq!(runs.count(), 0, "Powertools already ran done-1");
+    let ours = our_records(&f).await;
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].record.status, Status::Completed, "copied this time");
+}
+
+async fn a_takeover_after_a_give_back_that_failed_reads_powertools_again(f: Fixture) {
+    let w = powertools_wrote().await;
+    let store = BrokenCalls::new(f.store.clone());
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(store.clone())
+        .max_lease(SHORT_LEASE)
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    store.fail_next_release();
+    assert_eq!(call(&mut svc, order("running-1", BODY)).await.status(), 409);
+    past_the_lease().await;
+    // Powertools still runs it (its in-progress expiry is a minute away).
+    let retry = call(&mut svc, order("running-1", BODY)).await;
+    assert_eq!(retry.status(), 409);
+    assert_eq!(body_json(&retry)["type"], problem::IN_PROGRESS.uri);
+    assert_eq!(runs.count(), 0, "Powertools still runs running-1");
+}
+
+async fn a_takeover_after_a_read_that_failed_reads_powertools_again(f: Fixture) {
+    let w = powertools_wrote().await;
+    let store = BrokenCalls::new(f.store.clone());
+    let runs = Runs::default();
+    let mut unreadable = IdempotencyLayer::new(store.clone())
+        .max_lease(SHORT_LEASE)
+        .powertools_records(PowertoolsRecords::new(
+            integration_tests::client().await,
+            "no-such-table",
+            &w.http_prefix,
+            open_window(),
+        ))
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    store.fail_next_release();
+    assert_eq!(
+        call(&mut unreadable, order("done-1", BODY)).await.status(),
+        503
+    );
+    past_the_lease().await;
+    let mut svc = IdempotencyLayer::new(store.clone())
+        .max_lease(SHORT_LEASE)
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    assert_eq!(runs.count(), 0, "Powertools already ran done-1");
+}
+
+async fn a_takeover_after_an_invocation_died_reading_reads_powertools_again(f: Fixture) {
+    let w = powertools_wrote().await;
+    let runs = Runs::default();
+    // The Powertools table behind a server that never answers: the
+    // invocation dies (its future dropped) while the read is in flight,
+    // after its claim.
+    let (port, held) = silent_server().await;
+    let mut hanging = IdempotencyLayer::new(f.store.clone())
+        .max_lease(SHORT_LEASE)
+        .powertools_records(PowertoolsRecords::new(
+            integration_tests::client_for(format!("http://127.0.0.1:{port}"), 1).await,
+            &w.http_table,
+            &w.http_prefix,
+            open_window(),
+        ))
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let died = tokio::time::timeout(
+        Duration::from_secs(2),
+        call(&mut hanging, order("done-1", BODY)),
+    )
+    .await;
+    assert!(died.is_err(), "the silent server answered");
+    held.abort();
+    let ours = our_records(&f).await;
+    assert_eq!(ours.len(), 1, "the claim was made: {ours:?}");
+    assert_eq!(ours[0].record.status, Status::InProgress);
+    past_the_lease().await;
+    let mut svc = IdempotencyLayer::new(f.store.clone())
+        .max_lease(SHORT_LEASE)
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    assert_eq!(runs.count(), 0, "Powertools already ran done-1");
+}
+
+async fn a_takeover_that_resumes_from_a_recovery_point_reads_powertools_too(f: Fixture) {
+    let w = powertools_wrote().await;
+    let runs = Runs::default();
+    // A recovery point written with nothing read: before the window opened
+    // (or by a version that skipped the read on a takeover). The phase
+    // answers 500, which is not stored: the record keeps its recovery point
+    // with its lease ended, for the next retry to resume from.
+    let handler = one_phase_handler(runs.clone(), |ctx| async move {
+        ctx.commit("charged", json!({})).await?;
+        Ok(Response::builder().status(500).body(Body::Empty)?)
+    });
+    let mut unread = IdempotencyLayer::new(f.store.clone()).layer(handler.clone());
+    assert_eq!(call(&mut unread, order("done-1", BODY)).await.status(), 500);
+    assert_eq!(runs.count(), 1);
+    let ours = our_records(&f).await;
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert!(ours[0].record.checkpoint.is_some(), "{ours:?}");
+    let mut svc = IdempotencyLayer::new(f.store.clone())
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(handler);
+    // The point proves this library's handler started, not that Powertools
+    // never ran the key: Powertools' outcome is the one its client got.
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    assert_eq!(runs.count(), 1, "not resumed: Powertools ran done-1");
+}
+
+async fn an_event_takeover_after_a_copy_that_failed_reads_powertools_again(f: Fixture) {
+    let w = powertools_wrote().await;
+    let store = BrokenCalls::new(f.store.clone());
+    let charge = IdempotentFunction::with_config(
+        lambda_idempotency::IdempotencyConfig::new(store.clone())
+            .max_lease(SHORT_LEASE)
+            .powertools_records(event_records(&w).await),
+        "charge",
+    )
+    .key_pointers(["/order_id"]);
+    let runs = Runs::default();
+    let run = || {
+        let runs = runs.clone();
+        charge.call(
+            json!({"order_id": "o-1", "amount": 2500}),
+            move |_| async move {
+                runs.bump();
+                Ok::<Value, String>(json!({"charged": "again"}))
+            },
+        )
+    };
+    store.fail_next_complete_and_release();
+    let first: Result<Value, EventError<String>> = run().await;
+    assert_eq!(first.unwrap(), json!({"charged": 2500, "order_id": "o-1"}));
+    past_the_lease().await;
+    let again: Result<Value, EventError<String>> = run().await;
+    assert_eq!(again.unwrap(), json!({"charged": 2500, "order_id": "o-1"}));
+    assert_eq!(runs.count(), 0, "Powertools already ran o-1");
+}
+
+async fn a_quoted_key_finds_the_record_of_the_text_powertools_hashed(f: Fixture) {
+    let w = powertools_wrote().await;
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(f.store.clone())
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    // The draft standard's own form: a structured-field string.
+    let replay = call(&mut svc, order(r#""quoted-1""#, BODY)).await;
+    assert_eq!(runs.count(), 0, "Powertools already ran \"quoted-1\"");
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    // This library reads the key unquoted: the bare form retries it.
+    let bare = call(&mut svc, order("quoted-1", BODY)).await;
+    assert_eq!(bare.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(runs.count(), 0);
+}
+
+async fn a_request_without_body_matches_the_null_body_powertools_validated(f: Fixture) {
+    let w = powertools_wrote().await;
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(f.store.clone())
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let request = http::Request::post("/orders")
+        .header("idempotency-key", "nobody-1")
+        .body(Body::Empty)
+        .expect("request");
+    let replay = call(&mut svc, request).await;
+    assert_eq!(replay.status(), 201, "{:?}", body_json(&replay));
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(
+        body_json(&replay),
+        json!({"order": null, "by": "powertools"})
+    );
+    assert_eq!(runs.count(), 0);
+}
+
+async fn a_base64_body_matches_the_text_powertools_validated(f: Fixture) {
+    let w = powertools_wrote().await;
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(f.store.clone())
+        .powertools_records(http_records(&w, open_window()).await)
+        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    // lambda_http decodes an `isBase64Encoded` body into these bytes.
+    let request = http::Request::post("/orders")
+        .header("idempotency-key", "binary-1")
+        .body(Body::Binary(BINARY_BODY.to_vec()))
+        .expect("request");
+    let replay = call(&mut svc, request).await;
+    assert_eq!(replay.status(), 201, "{:?}", body_json(&replay));
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(
+        body_json(&replay),
+        json!({"order": "AJ+SlgEC", "by": "powertools"})
+    );
+    assert_eq!(runs.count(), 0);
+}
+
+async fn waiting_on_a_key_powertools_holds_reads_only_its_record(f: Fixture) {
+    let w = powertools_wrote().await;
+    let store = BrokenCalls::new(f.store.clone());
+    let charge = IdempotentFunction::new(store.clone(), "charge")
+        .key_pointers(["/order_id"])
+        .powertools_records(event_records(&w).await)
+        .wait_for(Duration::from_millis(800));
+    let runs = Runs::default();
+    let out: Result<Value, EventError<String>> = charge
+        .call(json!({"order_id": "o-3", "amount": 1}), |_| async {
+            runs.bump();
+            Ok::<Value, String>(json!({"charged": "again"}))
+        })
+        .await;
+    // Powertools holds o-3 for a minute: the wait ends without a run.
+    assert!(matches!(out, Err(EventError::InProgress { .. })), "{out:?}");
+    assert_eq!(runs.count(), 0);
+    // One claim and its give-back; the polls read the Powertools record
+    // alone, never this library's store.
+    assert_eq!(
+        store.calls(),
+        (1, 0, 1, 0),
+        "(claims, completions, releases, reads)"
+    );
 }

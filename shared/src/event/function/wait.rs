@@ -91,6 +91,11 @@ impl IdempotentFunction {
                 Found::Mismatch(existing) => return Err(self.mismatch(existing)),
                 Found::InProgress { existing, .. } => existing,
             };
+            // Powertools holds the key (a cut-over): this library's store
+            // has nothing to watch, so the polls read Powertools' record
+            // alone, and the key is claimed again (and the record read once
+            // more) only once Powertools no longer holds it.
+            let powertools_holds = cutover::held_by_powertools(&existing, &claim);
             // In progress elsewhere: wait (when asked to) until the record
             // completes, or frees so that claiming again can win.
             loop {
@@ -122,6 +127,22 @@ impl IdempotentFunction {
                 };
                 tokio::time::sleep(Duration::from_millis(sleep)).await;
                 poll = (poll * 2).min(WAIT_MAX_POLL);
+                if powertools_holds {
+                    let now = crate::clock::now_ms();
+                    match cutover::powertools_holds_until(&self.config, key.powertools(), now).await
+                    {
+                        Ok(Some(until_ms)) => {
+                            existing.lease_expires_at_ms = until_ms;
+                            continue;
+                        }
+                        // Completed, expired or gone: a claim decides.
+                        Ok(None) => break,
+                        Err(err) => {
+                            self.config.count(Event::StoreError);
+                            return Err(EventError::Store(err));
+                        }
+                    }
+                }
                 let record = match self.config.store.get(&id).await {
                     Ok(stored) => stored.map(|s| s.record),
                     Err(err) => {

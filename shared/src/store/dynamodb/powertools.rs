@@ -49,12 +49,14 @@ impl PowertoolsHash {
 ///
 /// Given to [`IdempotencyConfig::powertools_records`](crate::IdempotencyConfig::powertools_records)
 /// (or the layer's and the function's method of the same name): until
-/// `until`, a claim that finds no record of its own looks up the Powertools
-/// record of the same key. A `COMPLETED` one is replayed (its stored JSON as
-/// the response or output) and copied into this library's own record, so
-/// the key's later duplicates replay without the lookup; an `INPROGRESS`
-/// one answers as in progress; none, or an expired one, lets the handler
-/// run. From `until` on nothing is looked up and nothing is spent.
+/// `until`, every claim that would run the handler (one that finds no
+/// record of its own, a takeover, a claim that resumes from a recovery
+/// point) looks up the Powertools record of the same key first. A
+/// `COMPLETED` one is replayed (its stored JSON as the response or output)
+/// and copied into this library's own record, so the key's later duplicates
+/// replay without the lookup; an `INPROGRESS` one answers as in progress;
+/// none, or an expired one, lets the handler run. From `until` on nothing is
+/// looked up and nothing is spent.
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
@@ -225,6 +227,7 @@ impl PowertoolsRecords {
     }
 
     /// Does the HTTP layer compare the body with the record's hash?
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn validates_body(&self) -> bool {
         self.validate_body
     }
@@ -252,7 +255,8 @@ impl PowertoolsRecords {
 
     /// The live Powertools record of `key` at `now_ms`, if any: one strongly
     /// consistent `GetItem`. An expired record is none, as Powertools itself
-    /// treats it.
+    /// treats it (expired once the clock's second is past `expiration`; in
+    /// progress until the millisecond past `in_progress_expiration`).
     pub(crate) async fn find(
         &self,
         key: &serde_json::Value,
@@ -311,7 +315,10 @@ impl PowertoolsRecords {
         };
         let expires_at_s = number(&self.expiry_attr)
             .ok_or_else(|| corrupt(&format!("has no number `{}`", self.expiry_attr)))?;
-        if expires_at_s.saturating_mul(1000) <= now_ms {
+        // Powertools' own test, `int(now) > expiration` (and its write's
+        // condition `expiration < :now`, whole seconds): a record lives
+        // through its second `expiration`.
+        if now_ms / 1000 > expires_at_s {
             return Ok(None);
         }
         match text(&self.status_attr).as_deref() {
@@ -322,7 +329,9 @@ impl PowertoolsRecords {
                 validation: text(&self.validation_attr),
             })),
             Some("INPROGRESS") => match number(&self.in_progress_expiry_attr) {
-                Some(until_ms) if until_ms > now_ms => {
+                // Powertools takes the record over only once
+                // `in_progress_expiration < now` (milliseconds).
+                Some(until_ms) if until_ms >= now_ms => {
                     Ok(Some(PowertoolsRecord::InProgress { until_ms }))
                 }
                 // Powertools takes such a record over: its run is over.
@@ -379,6 +388,51 @@ mod tests {
         );
     }
 
+    /// The ids and validation hashes Powertools 3.37.0 (the version
+    /// scripts/bench/requirements.txt pins) computed for API Gateway events,
+    /// configured with `event_key_jmespath='headers."idempotency-key"'`,
+    /// `payload_validation_jmespath="body"` and prefix `fn.app.handler`;
+    /// printed by its `_get_hashed_idempotency_key` and `_get_hashed_payload`.
+    #[cfg(feature = "http")]
+    #[test]
+    fn http_requests_hash_as_powertools_hashed_their_events() {
+        use crate::cutover::{body_as_powertools_saw_it, header_as_powertools_saw_it};
+        let r = records();
+        let key = |text: &'static str| {
+            r.record_id(
+                &header_as_powertools_saw_it(&http::HeaderValue::from_static(text)).unwrap(),
+            )
+        };
+        // {"headers": {"idempotency-key": "k1"}}
+        assert_eq!(key("k1"), "fn.app.handler#b0c5b121e7cb24f7ce362a75c65bdbe7");
+        // {"headers": {"idempotency-key": "\"k1\""}}: the quotes are hashed.
+        assert_eq!(
+            key("\"k1\""),
+            "fn.app.handler#d17830d256019f08a6b2225188c41dea"
+        );
+        let body = |body: lambda_http::Body| r.hash_of(&body_as_powertools_saw_it(&body));
+        // "body": "{\"amount\":2500}"
+        assert_eq!(
+            body(lambda_http::Body::from(r#"{"amount":2500}"#)),
+            "99ab83bd956d8218b8ffac54eb065f28"
+        );
+        // "body": null, or no "body"
+        assert_eq!(
+            body(lambda_http::Body::Empty),
+            "37a6259cc0c1dae299a7866489dff0bd"
+        );
+        // "body": ""
+        assert_eq!(
+            body(lambda_http::Body::from("")),
+            "9d4568c009d203ab10e33ea9953a0264"
+        );
+        // "body": "AJ+SlgEC", "isBase64Encoded": true
+        assert_eq!(
+            body(lambda_http::Body::from(vec![0u8, 159, 146, 150, 1, 2])),
+            "f8284f40044c44939f08e423d5500e5b"
+        );
+    }
+
     #[test]
     fn a_record_is_read_as_powertools_reads_it() {
         let r = records();
@@ -404,7 +458,17 @@ mod tests {
                 validation: None
             })
         );
-        assert_eq!(r.decode("x", &completed, now + 60_000).unwrap(), None);
+        // Powertools keeps it through its second `expiration`
+        // (`int(now) > expiration` is its test) and not a millisecond past.
+        let expiration_ms = (now / 1000 + 60) * 1000;
+        assert!(r
+            .decode("x", &completed, expiration_ms + 999)
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            r.decode("x", &completed, expiration_ms + 1000).unwrap(),
+            None
+        );
         let running = item(&[
             ("status", s("INPROGRESS")),
             ("expiration", n(now / 1000 + 3600)),
@@ -416,7 +480,9 @@ mod tests {
                 until_ms: now + 5_000
             })
         );
-        assert_eq!(r.decode("x", &running, now + 5_000).unwrap(), None);
+        // Taken over only once `in_progress_expiration < now`.
+        assert!(r.decode("x", &running, now + 5_000).unwrap().is_some());
+        assert_eq!(r.decode("x", &running, now + 5_001).unwrap(), None);
         let odd = item(&[("status", s("DONE")), ("expiration", n(now / 1000 + 60))]);
         let err = r.decode("x", &odd, now).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::CorruptRecord);
