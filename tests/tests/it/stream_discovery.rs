@@ -597,7 +597,10 @@ async fn resumable_records(store: &DynamoStore, prefix: &str, n: usize) -> Vec<S
         .map(|id| {
             let mut copy = item.clone();
             copy.insert(schema::ID.into(), AttributeValue::S(id.clone()));
-            copy.insert(schema::OWNER.into(), AttributeValue::S(format!("owner-{id}")));
+            copy.insert(
+                schema::OWNER.into(),
+                AttributeValue::S(format!("owner-{id}")),
+            );
             WriteRequest::builder()
                 .put_request(PutRequest::builder().set_item(Some(copy)).build().unwrap())
                 .build()
@@ -805,4 +808,37 @@ async fn a_carried_record_outlives_its_closed_shard() {
     assert_eq!((failed.found, failed.failed), (1, 1), "{failed:?}");
     let record = store.get(&ids[0]).await.unwrap().expect("failed, kept");
     assert_eq!(record.record.status, Status::Completed);
+}
+
+/// A position item whose carry cannot be read (written by something else,
+/// or damaged) loses none of what it carried: the listing catches up by a
+/// scan, which finds the carried record again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_carry_is_caught_up() {
+    let (store, _proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    let ids = resumable_records(&store, "carried-then-damaged", 1).await;
+    let carried_once = sweep(&store).await;
+    assert_eq!(carried_once.resumable, 1, "{carried_once:?}");
+    for id in positions(&store).await.keys() {
+        store
+            .client()
+            .update_item()
+            .table_name(store.table())
+            .key(schema::ID, AttributeValue::S(id.clone()))
+            .update_expression("SET carry = :damaged")
+            .expression_attribute_values(":damaged", AttributeValue::S("[{\"id\":".into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let listed = sweep(&store).await;
+    assert_eq!(
+        (listed.found, listed.resumable, listed.errors),
+        (1, 1, 0),
+        "{listed:?}"
+    );
+    let again = sweep(&store).await;
+    assert_eq!((again.found, again.resumable), (1, 1), "{again:?}");
+    assert!(store.get(&ids[0]).await.unwrap().is_some());
 }

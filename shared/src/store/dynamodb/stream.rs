@@ -11,8 +11,9 @@
 //! afterwards drops out. Nothing is written while listing.
 //!
 //! Reading a shard follows `NextShardIterator` past empty pages (the service
-//! answers them while records lie further on) until the shard is closed (no
-//! next iterator) or, for an open shard, until
+//! answers them while records lie further on): a closed shard (it has an
+//! ending sequence number) until its iterator ends, however many empty
+//! pages come on the way; an open shard until
 //! [`EMPTY_PAGES_AT_THE_PRESENT`] empty pages in a row say the listing has
 //! reached the present. A shard that fails (throttled past the SDK's
 //! retries, or an error) costs that shard, counted in `failed_reads`: what
@@ -33,7 +34,12 @@
 //! never moves a place back. A stuck record holding a recovery point (left
 //! for its retry under `release`, perhaps for a day) does not pin the place:
 //! the item carries it to the next listing, until its retry, a `fail` sweep
-//! or its expiry shows up in the stream.
+//! or its expiry shows up in the stream. What an item carries is bounded by
+//! bytes ([`MAX_CARRY_BYTES`]) and none is dropped: the place stays before
+//! the first record of the stream that does not fit, and one no stream place
+//! shows again (found by the catch-up scan) keeps the scan on it. A closed
+//! shard read to its end hands what it carries to a child, so nothing
+//! carried leaves with the shard a day later.
 //!
 //! The stream keeps records 24 hours. A sweeper behind by more than that
 //! (an outage) finds its saved place trimmed (`TrimmedDataAccessException`);
@@ -45,8 +51,11 @@
 //! `~sweeper/catch-up` until it reaches the table's end; the scan moves on
 //! only once every stuck record it found is resolved. A trim is reported
 //! (`trimmed`, an error of the sweep) and the listing is `unread` until the
-//! catch-up is done. So a record stuck at any time is found within a bounded
-//! number of sweeps, whatever happened to the stream.
+//! catch-up is done. A trimmed place with nothing newer readable (a shard
+//! idle for a day) is saved as the trim horizon, so the trim is reported
+//! once. So a record stuck at any time is found within a bounded number of
+//! sweeps, whatever happened to the stream, as long as no lease outlives
+//! the stream's retention ([`check_lease_within_stream`]).
 //!
 //! Reading a stream from Lambda or the SDK costs no table capacity; the
 //! catch-up scan reads (and is billed for) the whole table, once per outage.
@@ -446,7 +455,11 @@ mod tests {
         let minute = Duration::from_secs(60);
         assert!(check_lease_within_stream(Duration::from_secs(900), minute).is_ok());
         assert!(check_lease_within_stream(STREAM_RETENTION - 2 * minute, minute).is_ok());
-        for max_lease in [STREAM_RETENTION - minute, STREAM_RETENTION, 2 * STREAM_RETENTION] {
+        for max_lease in [
+            STREAM_RETENTION - minute,
+            STREAM_RETENTION,
+            2 * STREAM_RETENTION,
+        ] {
             let err = check_lease_within_stream(max_lease, minute).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::InvalidConfig);
             let message = err.to_string();

@@ -200,6 +200,8 @@ impl DynamoStore {
         // A place never saved with no parent to come from: what came before
         // is caught up by a scan (as after a trim).
         let mut unknown_before_places = false;
+        // A shard's carried records could not be read.
+        let mut carry_lost = false;
         // Shards not read to where they should be: their children wait.
         let mut behind: HashSet<&str> = HashSet::new();
         // Closed shards read to their end, by id: their index in the plan.
@@ -236,6 +238,7 @@ impl DynamoStore {
             // this shard's trim horizon were never seen by this sweeper. A
             // carry that cannot be read is caught up the same way.
             let unknown_place = (saved.is_none() && parent.is_none()) || carried.is_none();
+            carry_lost |= carried.is_none();
             let index = plan.shards.len();
             plan.shards.push(ShardPlan {
                 shard: shard_id.to_owned(),
@@ -383,10 +386,10 @@ impl DynamoStore {
                 None
             }
         };
-        // A trim restarts the scan (records stuck before it may lie behind
-        // a running scan's place); a shard without a place starts one, or
-        // lets the running one go on.
-        let scan_from = match (trimmed, unknown_before_places, running) {
+        // A trim, or a carry that cannot be read, restarts the scan (records
+        // stuck before it may lie behind a running scan's place); a shard
+        // without a place starts one, or lets the running one go on.
+        let scan_from = match (trimmed || carry_lost, unknown_before_places, running) {
             (true, _, _) => Some(None),
             (false, true, None) => Some(None),
             (false, _, running) => running,

@@ -147,14 +147,8 @@ impl DynamoStore {
                         .all(|id| resolved.contains(id.as_str()));
                 Some(match (settled, catch_up.done) {
                     (true, true) => self.end_catch_up(listed_at).await,
-                    (true, false) => {
-                        self.save_catch_up(catch_up.next, listed_at, &expires)
-                            .await
-                    }
-                    (false, _) => {
-                        self.save_catch_up(catch_up.from, listed_at, &expires)
-                            .await
-                    }
+                    (true, false) => self.save_catch_up(catch_up.next, listed_at, &expires).await,
+                    (false, _) => self.save_catch_up(catch_up.from, listed_at, &expires).await,
                 })
             }
         };
@@ -368,13 +362,22 @@ mod tests {
         // 2,000 from the stream, 300 found by this listing's scan, 300
         // carried from before without a place in the stream.
         let mut carry: Vec<(String, Candidate)> = (0..2_000)
-            .map(|i| (id(i), candidate(&format!("{}", 100_000_000_000_000_000_000u128 + i as u128))))
+            .map(|i| {
+                (
+                    id(i),
+                    candidate(&format!("{}", 100_000_000_000_000_000_000u128 + i as u128)),
+                )
+            })
             .collect();
         carry.extend((2_000..2_300).map(|i| (id(i), candidate(""))));
         carry.extend((2_300..2_600).map(|i| (id(i), candidate(""))));
         let found_now: HashSet<String> = (2_000..2_300).map(id).collect();
         let bounded = bound_carry(carry, &found_now).unwrap();
-        assert!(bounded.text.len() <= MAX_CARRY_BYTES, "{}", bounded.text.len());
+        assert!(
+            bounded.text.len() <= MAX_CARRY_BYTES,
+            "{}",
+            bounded.text.len()
+        );
         let kept: Vec<(String, Candidate)> = serde_json::from_str(&bounded.text).unwrap();
         let kept: HashSet<String> = kept.into_iter().map(|(id, _)| id).collect();
         // The ones no stream place brings back are kept first.
@@ -388,7 +391,10 @@ mod tests {
             let sequence = format!("{}", 100_000_000_000_000_000_000u128 + i as u128);
             let carried = kept.contains(&id(i));
             let read_again = sequence_order(&sequence, &pin) != std::cmp::Ordering::Less;
-            assert!(carried != read_again, "{i}: carried {carried}, read again {read_again}");
+            assert!(
+                carried != read_again,
+                "{i}: carried {carried}, read again {read_again}"
+            );
         }
     }
 
