@@ -341,7 +341,9 @@ impl DynamoStore {
             // A stuck record with a recovery point may stay stuck for a day
             // (left for its retry under `release`): it is carried to the next
             // listing rather than holding the stream's place a day behind.
-            if stuck && candidate.has_checkpoint {
+            // One carried from before stays carried even if a longer grace
+            // makes it not stuck yet: its image lies behind the place.
+            if candidate.has_checkpoint && (stuck || candidate.sequence.is_empty()) {
                 let heir = heir_of(candidate.shard);
                 let mut carried = candidate.clone();
                 if heir != candidate.shard {

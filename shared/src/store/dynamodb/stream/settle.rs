@@ -84,7 +84,8 @@ impl DynamoStore {
             let pinned = shard
                 .pins
                 .iter()
-                .filter(|(_, id)| !resolved.contains(id.as_str()))
+                // (A record with no place in the stream pins nothing.)
+                .filter(|(seq, id)| !seq.is_empty() && !resolved.contains(id.as_str()))
                 .map(|(seq, _)| seq.as_str())
                 .chain(bounded.pin.as_deref())
                 .min_by(|a, b| sequence_order(a, b));
