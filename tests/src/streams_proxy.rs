@@ -2,8 +2,9 @@
 //! streams on the same port), injecting what the real service does and the
 //! local engine never does: empty `GetRecords` pages in the middle of a
 //! shard, records trimmed past the 24-hour retention, a shard that cannot be
-//! read (throttled past the SDK's retries, or failing), and a reader held
-//! back while another overtakes it (two sweeps overlapping).
+//! read (throttled past the SDK's retries, or failing), a reader held
+//! back while another overtakes it (two sweeps overlapping), and a shard
+//! that closes (its child takes the writes) and later leaves the stream.
 //!
 //! Point a streams client at [`StreamsProxy::endpoint`] (see
 //! [`StreamsProxy::client`]); the table's own client stays on DynamoDB Local.
@@ -45,6 +46,13 @@ struct State {
     /// The stream shows one more shard, read before the real one, whose
     /// every `GetRecords` is throttled.
     failing_shard: AtomicBool,
+    /// The real shards are closed at this sequence number: the stream
+    /// describes them closed, with one open child (empty, at the present)
+    /// of the first, and their reads end after it.
+    closed_at: Mutex<Option<String>>,
+    /// The closed shards have left the stream (a day after closing): only
+    /// their child is described, naming its parent.
+    closed_gone: AtomicBool,
     /// What the proxy did.
     get_records: AtomicU64,
     empty_answered: AtomicU64,
@@ -119,6 +127,23 @@ impl StreamsProxy {
     /// every read is throttled: a stream of two shards, one of them failing.
     pub fn add_failing_shard(&self) {
         self.state.failing_shard.store(true, Ordering::SeqCst);
+    }
+
+    /// Close the stream's shards at `sequence` (their last record), as the
+    /// service does every few hours: they are described with that ending
+    /// sequence number and read to their end (no next iterator past it),
+    /// and an open child of the first, which holds no record, is described
+    /// after them. Records written later are not shown: write none.
+    pub fn close_shards_at(&self, sequence: &str) {
+        if let Ok(mut closed) = self.state.closed_at.lock() {
+            *closed = Some(sequence.to_owned());
+        }
+    }
+
+    /// The shards [`close_shards_at`](Self::close_shards_at) closed leave
+    /// the stream (as a day after closing): only their child is described.
+    pub fn drop_closed_shards(&self) {
+        self.state.closed_gone.store(true, Ordering::SeqCst);
     }
 
     /// Stop failing reads.
@@ -232,6 +257,9 @@ pub async fn latest_sequence(table: &str) -> Option<String> {
 /// The id and the iterator of the shard [`StreamsProxy::add_failing_shard`] adds.
 const FAILING_SHARD: &str = "shardId-00000000000000000000-failing";
 const FAILING_ITERATOR: &str = "failing-shard-iterator";
+/// The id and the iterator of the open child [`StreamsProxy::close_shards_at`] adds.
+const CHILD_SHARD: &str = "shardId-99999999999999999999-child";
+const CHILD_ITERATOR: &str = "child-shard-iterator";
 
 fn target(head: &str) -> String {
     head.lines()
@@ -264,6 +292,24 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
         let target = target(&request.head());
         let body: Value = serde_json::from_slice(request.body()).unwrap_or(Value::Null);
         let trimmed = state.trimmed_through.lock().ok().and_then(|t| t.clone());
+        let closed_at = state.closed_at.lock().ok().and_then(|c| c.clone());
+        if closed_at.is_some() {
+            if target == "getsharditerator" && body["ShardId"] == CHILD_SHARD {
+                let answer = serde_json::json!({ "ShardIterator": CHILD_ITERATOR });
+                client_write.write_all(&ok_json(&answer)).await?;
+                continue;
+            }
+            if target == "getrecords" && body["ShardIterator"] == CHILD_ITERATOR {
+                // An open shard at the present: nothing yet, read on later.
+                state.get_records.fetch_add(1, Ordering::SeqCst);
+                let page = serde_json::json!({
+                    "Records": [],
+                    "NextShardIterator": CHILD_ITERATOR,
+                });
+                client_write.write_all(&ok_json(&page)).await?;
+                continue;
+            }
+        }
         if state.failing_shard.load(Ordering::SeqCst) {
             if target == "getsharditerator" && body["ShardId"] == FAILING_SHARD {
                 let answer = serde_json::json!({ "ShardIterator": FAILING_ITERATOR });
@@ -353,20 +399,67 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
         };
         if target == "describestream"
             && response.status() == Some(200)
-            && state.failing_shard.load(Ordering::SeqCst)
+            && (state.failing_shard.load(Ordering::SeqCst) || closed_at.is_some())
         {
             let mut described: Value =
                 serde_json::from_slice(response.body()).unwrap_or(Value::Null);
             if let Some(shards) = described["StreamDescription"]["Shards"].as_array_mut() {
-                shards.insert(
-                    0,
-                    serde_json::json!({
-                        "ShardId": FAILING_SHARD,
-                        "SequenceNumberRange": { "StartingSequenceNumber": "1" },
-                    }),
-                );
+                if let Some(ending) = &closed_at {
+                    let parent = shards
+                        .first()
+                        .and_then(|s| s["ShardId"].as_str())
+                        .unwrap_or_default()
+                        .to_owned();
+                    for shard in shards.iter_mut() {
+                        shard["SequenceNumberRange"]["EndingSequenceNumber"] =
+                            Value::String(ending.clone());
+                    }
+                    if state.closed_gone.load(Ordering::SeqCst) {
+                        shards.clear();
+                    }
+                    shards.push(serde_json::json!({
+                        "ShardId": CHILD_SHARD,
+                        "ParentShardId": parent,
+                        "SequenceNumberRange": { "StartingSequenceNumber": ending },
+                    }));
+                }
+                if state.failing_shard.load(Ordering::SeqCst) {
+                    shards.insert(
+                        0,
+                        serde_json::json!({
+                            "ShardId": FAILING_SHARD,
+                            "SequenceNumberRange": { "StartingSequenceNumber": "1" },
+                        }),
+                    );
+                }
             }
             client_write.write_all(&ok_json(&described)).await?;
+            continue;
+        }
+        if let (Some(ending), "getrecords", Some(200)) =
+            (&closed_at, target.as_str(), response.status())
+        {
+            // A closed shard: nothing past its ending sequence number, and
+            // no next iterator once its records are read.
+            let mut page: Value = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+            if let Some(records) = page["Records"].as_array_mut() {
+                records.retain(|r| {
+                    r["dynamodb"]["SequenceNumber"]
+                        .as_str()
+                        .is_some_and(|seq| at_or_below(seq, ending))
+                        && trimmed.as_deref().is_none_or(|limit| {
+                            r["dynamodb"]["SequenceNumber"]
+                                .as_str()
+                                .is_none_or(|seq| !at_or_below(seq, limit))
+                        })
+                });
+                if records.is_empty() {
+                    if let Some(page) = page.as_object_mut() {
+                        page.remove("NextShardIterator");
+                    }
+                }
+            }
+            client_write.write_all(&ok_json(&page)).await?;
             continue;
         }
         match (&trimmed, target.as_str(), response.status()) {

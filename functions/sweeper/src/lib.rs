@@ -8,6 +8,10 @@
 //! `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` (where the stream is read; unset or
 //! empty: where `AWS_ENDPOINT_URL_DYNAMODB` points, so DynamoDB Local needs
 //! only that one, see `lambda_idempotency::store::dynamodb::streams_endpoint`), and
+//! `IDEMPOTENCY_MAX_LEASE_SECONDS` (the writers' longest lease, default 900
+//! as theirs: with the stream as discovery, one that with the grace reaches
+//! the stream's 24-hour retention is refused, see
+//! `lambda_idempotency::store::dynamodb::check_lease_within_stream`), and
 //! `IDEMPOTENCY_STORE_URL` with its companions (the `idempotency_engine`
 //! crate): the records in Redis, Valkey or PostgreSQL, listed through the
 //! store (`IDEMPOTENCY_TABLE` is then not needed); on PostgreSQL each run
@@ -86,6 +90,27 @@ impl Config {
                 ))
             }
         };
+        if engine.is_dynamodb() && !index {
+            let max_lease = match lookup("IDEMPOTENCY_MAX_LEASE_SECONDS")
+                .as_deref()
+                .map(str::trim)
+            {
+                None | Some("") => 900,
+                Some(s) => s.parse().map_err(|_| {
+                    format!("IDEMPOTENCY_MAX_LEASE_SECONDS={s:?} is not a whole number of seconds")
+                })?,
+            };
+            lambda_idempotency::store::dynamodb::check_lease_within_stream(
+                Duration::from_secs(max_lease),
+                Duration::from_secs(grace),
+            )
+            .map_err(|e| {
+                format!(
+                    "IDEMPOTENCY_MAX_LEASE_SECONDS={max_lease} with SWEEP_GRACE_SECONDS={grace} \
+                     and SWEEP_DISCOVERY=stream: {e} (SWEEP_DISCOVERY=index)"
+                )
+            })?;
+        }
         Ok(Config {
             table,
             engine,
@@ -254,6 +279,34 @@ mod tests {
             ("SWEEP_GRACE_SECONDS", "-1")
         ]))
         .is_err());
+    }
+
+    #[test]
+    fn a_lease_longer_than_the_stream_keeps_its_claim_is_refused() {
+        let config = |lease: &'static str, discovery: &'static str| {
+            Config::from_lookup(lookup_in(&[
+                ("IDEMPOTENCY_TABLE", "t"),
+                ("IDEMPOTENCY_MAX_LEASE_SECONDS", lease),
+                ("SWEEP_DISCOVERY", discovery),
+            ]))
+        };
+        assert!(config("900", "stream").is_ok());
+        assert!(config("86000", "stream").is_ok());
+        let err = config("90000", "stream").unwrap_err();
+        assert!(
+            err.contains("IDEMPOTENCY_MAX_LEASE_SECONDS=90000")
+                && err.contains("86400 s")
+                && err.contains("SWEEP_GRACE_SECONDS=60")
+                && !err.contains('\n'),
+            "{err}"
+        );
+        // The grace counts: 86,340 s plus 60 s reaches the retention.
+        assert!(config("86340", "stream").is_err());
+        // The index keeps a record until it is resolved: no bound there.
+        assert!(config("90000", "index").is_ok());
+        assert!(config("soon", "stream")
+            .unwrap_err()
+            .contains("IDEMPOTENCY_MAX_LEASE_SECONDS"));
     }
 
     #[test]

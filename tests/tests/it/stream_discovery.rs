@@ -484,3 +484,361 @@ async fn an_older_sweep_never_moves_a_position_back() {
     }
     assert_eq!(gone(&store, &ids).await, 4);
 }
+
+/// A shard idle past the stream's retention (issue 41, item 3): the trim
+/// takes the last record the sweeper read and nothing newer comes. The
+/// first sweep after it cannot tell what it missed and says so (`trimmed`,
+/// a catch-up); the place it saves is the trim horizon, not the trimmed
+/// place, so the next sweeps report neither a trim nor an error, and a
+/// record stuck later is found as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_idle_past_the_retention_reports_its_trim_once() {
+    let (store, proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    let early = stuck_records(&store, "before-the-idle-day", 2).await;
+    let read = sweep(&store).await;
+    assert_eq!((read.released, read.errors), (2, 0), "{read:?}");
+    assert_eq!(gone(&store, &early).await, 2);
+    // A day without a write: the stream trims through its latest record.
+    let latest = latest_sequence(store.table())
+        .await
+        .expect("the stream holds records");
+    proxy.trim_through(&latest);
+    let first = sweep(&store).await;
+    assert!(first.trimmed, "{first:?}");
+    let refusals = proxy.trimmed_refusals();
+    assert!(refusals > 0);
+    for n in 2..=3 {
+        let later = sweep(&store).await;
+        assert_eq!(
+            (later.trimmed, later.errors, later.remaining, later.found),
+            (false, 0, false, 0),
+            "sweep {n} after the trim: {later:?}"
+        );
+    }
+    assert_eq!(
+        proxy.trimmed_refusals(),
+        refusals,
+        "no later sweep asked for the trimmed place"
+    );
+    let fresh = stuck_records(&store, "after-the-idle-day", 2).await;
+    let found = sweep(&store).await;
+    assert_eq!(
+        (found.found, found.released, found.errors, found.trimmed),
+        (2, 2, 0, false),
+        "{found:?}"
+    );
+    assert_eq!(gone(&store, &fresh).await, 2);
+}
+
+/// A closed shard is read until its iterator ends (issue 41, item 5): more
+/// empty pages in a row than end an open shard's listing (8) before its
+/// stuck records do not end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_pages_in_a_closed_shard_hide_no_stuck_record() {
+    let (store, proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    let others = neighbours(&store).await;
+    let ids = stuck_records(&store, "behind-empty-pages-in-a-closed-shard", 3).await;
+    let latest = latest_sequence(store.table())
+        .await
+        .expect("the stream holds records");
+    proxy.close_shards_at(&latest);
+    proxy.empty_pages(12);
+    let summary = sweep(&store).await;
+    assert_eq!(proxy.empty_answered(), 12, "{summary:?}");
+    assert_eq!(
+        (
+            summary.found,
+            summary.released,
+            summary.errors,
+            summary.remaining
+        ),
+        (3, 3, 0, false),
+        "{summary:?}"
+    );
+    assert_eq!(gone(&store, &ids).await, 3);
+    assert_neighbours_untouched(&store, &others).await;
+}
+
+/// `n` stuck records holding a recovery point (left for their retry under
+/// `release`), named `prefix-<i>`: one made through the store, the others
+/// copies of its item written 25 to a call.
+async fn resumable_records(store: &DynamoStore, prefix: &str, n: usize) -> Vec<String> {
+    use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+    let ids: Vec<String> = (0..n)
+        .map(|i| hashed_id(&format!("{prefix}-{i}")))
+        .collect();
+    let lease = claim_lease(store, &ids[0], &format!("owner-{}", ids[0]), 1).await;
+    let point = lambda_idempotency::store::Checkpoint {
+        name: "charged".into(),
+        data: serde_json::json!({"charge_id": "ch_1"}),
+        attempt: lease.attempt,
+    };
+    store
+        .checkpoint(lambda_idempotency::store::CheckpointRequest::new(
+            &lease, &point,
+        ))
+        .await
+        .unwrap();
+    let item = store
+        .client()
+        .get_item()
+        .table_name(store.table())
+        .key(schema::ID, AttributeValue::S(ids[0].clone()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("the record is written");
+    let puts = ids[1..]
+        .iter()
+        .map(|id| {
+            let mut copy = item.clone();
+            copy.insert(schema::ID.into(), AttributeValue::S(id.clone()));
+            copy.insert(
+                schema::OWNER.into(),
+                AttributeValue::S(format!("owner-{id}")),
+            );
+            WriteRequest::builder()
+                .put_request(PutRequest::builder().set_item(Some(copy)).build().unwrap())
+                .build()
+        })
+        .collect();
+    batch_write(store, puts).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ids
+}
+
+/// Delete the records `ids` (their retries, or their expiry), 25 to a call.
+async fn delete_records(store: &DynamoStore, ids: &[String]) {
+    use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
+    let deletes = ids
+        .iter()
+        .map(|id| {
+            WriteRequest::builder()
+                .delete_request(
+                    DeleteRequest::builder()
+                        .key(schema::ID, AttributeValue::S(id.clone()))
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+        })
+        .collect();
+    batch_write(store, deletes).await;
+}
+
+/// `requests` in BatchWriteItem calls of 25, eight at a time, until none is
+/// left unprocessed.
+async fn batch_write(store: &DynamoStore, requests: Vec<aws_sdk_dynamodb::types::WriteRequest>) {
+    use futures_util::StreamExt;
+    let chunks: Vec<Vec<_>> = requests.chunks(25).map(<[_]>::to_vec).collect();
+    futures_util::stream::iter(chunks)
+        .for_each_concurrent(8, |chunk| async move {
+            let mut pending = chunk;
+            while !pending.is_empty() {
+                let out = store
+                    .client()
+                    .batch_write_item()
+                    .request_items(store.table(), pending)
+                    .send()
+                    .await
+                    .unwrap();
+                pending = out
+                    .unprocessed_items()
+                    .and_then(|left| left.get(store.table()))
+                    .cloned()
+                    .unwrap_or_default();
+            }
+        })
+        .await;
+}
+
+/// The carried records of every position item, by shard item id.
+async fn carried(store: &DynamoStore) -> HashMap<String, usize> {
+    positions(store)
+        .await
+        .into_iter()
+        .map(|(id, item)| {
+            let carry = item
+                .get("carry")
+                .and_then(|v| v.as_s().ok())
+                .map(|text| {
+                    serde_json::from_str::<Vec<serde_json::Value>>(text)
+                        .expect("a carry is JSON")
+                        .len()
+                })
+                .unwrap_or_default();
+            (id, carry)
+        })
+        .collect()
+}
+
+/// 1,800 stuck records with a recovery point in one shard (issue 41, item
+/// 4): more than DynamoDB's 400 KB item limit lets a position item carry.
+/// Every sweep saves its place (no error) and lists all 1,800, a record
+/// stuck beside them is resolved, and once they are gone the place moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resumable_records_past_the_item_limit_are_all_found_again() {
+    let (store, _proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    let ids = resumable_records(&store, "carried-from-the-stream", 1_800).await;
+    for n in 1..=2 {
+        let summary = sweep(&store).await;
+        assert_eq!(
+            (
+                summary.found,
+                summary.resumable,
+                summary.errors,
+                summary.remaining
+            ),
+            (1_800, 1_800, 0, false),
+            "sweep {n}: {summary:?}"
+        );
+    }
+    let plain = stuck_records(&store, "beside-the-carried", 1).await;
+    let beside = sweep(&store).await;
+    assert_eq!(
+        (
+            beside.found,
+            beside.released,
+            beside.resumable,
+            beside.errors
+        ),
+        (1_801, 1, 1_800, 0),
+        "{beside:?}"
+    );
+    assert_eq!(gone(&store, &plain).await, 1);
+    // Their retries end them: nothing is carried any more.
+    delete_records(&store, &ids).await;
+    let after = sweep(&store).await;
+    assert_eq!(
+        (after.found, after.errors, after.remaining),
+        (0, 0, false),
+        "{after:?}"
+    );
+    let left = carried(&store).await;
+    assert!(left.values().all(|n| *n == 0), "{left:?}");
+}
+
+/// The same 1,800 found by the catch-up scan (the stream trimmed their
+/// images, as after an outage past its retention): carried where they fit,
+/// the rest found again by the scan, sweep after sweep, until they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resumable_records_the_catch_up_found_past_the_item_limit_are_found_again() {
+    let (store, proxy) = through_proxy().await;
+    let ids = resumable_records(&store, "carried-from-the-scan", 1_800).await;
+    let latest = latest_sequence(store.table())
+        .await
+        .expect("the stream holds records");
+    proxy.trim_through(&latest);
+    for n in 1..=3 {
+        let summary = sweep(&store).await;
+        assert_eq!(
+            (summary.found, summary.resumable),
+            (1_800, 1_800),
+            "sweep {n}: {summary:?}"
+        );
+        // No error but the first sweep's, which has no place to start from
+        // and catches up (no trim is seen without a saved place).
+        assert_eq!(summary.errors, 0, "sweep {n}: {summary:?}");
+    }
+    delete_records(&store, &ids).await;
+    let mut after = sweep(&store).await;
+    if after.remaining {
+        // The scan read the carried records' pages again: it ends now.
+        after = sweep(&store).await;
+    }
+    assert_eq!(
+        (after.found, after.errors, after.remaining),
+        (0, 0, false),
+        "{after:?}"
+    );
+    let left = carried(&store).await;
+    assert!(left.values().all(|n| *n == 0), "{left:?}");
+}
+
+/// A carried record outlives the shard that carried it (issue 41, item 6):
+/// the shard closes, its child takes what it carries, and once the closed
+/// shard leaves the stream the record is still listed (the sweep, and
+/// `lambda-idempotency list --stuck`, which reads the same listing), and a
+/// `fail` sweep resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_carried_record_outlives_its_closed_shard() {
+    let (store, proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    let ids = resumable_records(&store, "carried-past-its-shard", 1).await;
+    let carried_by_the_shard = sweep(&store).await;
+    assert_eq!(
+        (carried_by_the_shard.found, carried_by_the_shard.resumable),
+        (1, 1),
+        "{carried_by_the_shard:?}"
+    );
+    let latest = latest_sequence(store.table())
+        .await
+        .expect("the stream holds records");
+    proxy.close_shards_at(&latest);
+    let closed = sweep(&store).await;
+    assert_eq!(
+        (closed.found, closed.resumable, closed.errors),
+        (1, 1, 0),
+        "{closed:?}"
+    );
+    // A day later the closed shard is gone from the stream.
+    proxy.drop_closed_shards();
+    let listed = store.stuck(StuckRequest::new(now_ms(), 100)).await.unwrap();
+    assert_eq!(
+        listed.records.iter().map(|r| &r.id).collect::<Vec<_>>(),
+        vec![&ids[0]],
+        "{listed:?}"
+    );
+    let gone_shard = sweep(&store).await;
+    assert_eq!(
+        (gone_shard.found, gone_shard.resumable, gone_shard.errors),
+        (1, 1, 0),
+        "{gone_shard:?}"
+    );
+    let failed = Sweeper::new(store.clone())
+        .grace(Duration::ZERO)
+        .policy(SweepPolicy::Fail)
+        .sweep(None)
+        .await;
+    assert_eq!((failed.found, failed.failed), (1, 1), "{failed:?}");
+    let record = store.get(&ids[0]).await.unwrap().expect("failed, kept");
+    assert_eq!(record.record.status, Status::Completed);
+}
+
+/// A position item whose carry cannot be read (written by something else,
+/// or damaged) loses none of what it carried: the listing catches up by a
+/// scan, which finds the carried record again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_carry_is_caught_up() {
+    let (store, _proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    let ids = resumable_records(&store, "carried-then-damaged", 1).await;
+    let carried_once = sweep(&store).await;
+    assert_eq!(carried_once.resumable, 1, "{carried_once:?}");
+    for id in positions(&store).await.keys() {
+        store
+            .client()
+            .update_item()
+            .table_name(store.table())
+            .key(schema::ID, AttributeValue::S(id.clone()))
+            .update_expression("SET carry = :damaged")
+            .expression_attribute_values(":damaged", AttributeValue::S("[{\"id\":".into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let listed = sweep(&store).await;
+    assert_eq!(
+        (listed.found, listed.resumable, listed.errors),
+        (1, 1, 0),
+        "{listed:?}"
+    );
+    let again = sweep(&store).await;
+    assert_eq!((again.found, again.resumable), (1, 1), "{again:?}");
+    assert!(store.get(&ids[0]).await.unwrap().is_some());
+}

@@ -94,7 +94,10 @@ mod store;
 mod stream;
 mod sweep;
 #[cfg(feature = "streams")]
-pub use stream::{streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV};
+pub use stream::{
+    check_lease_within_stream, streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV,
+    STREAM_RETENTION,
+};
 
 use codec::{n, s};
 pub use layout::{KeyValue, TableLayout};

@@ -11,8 +11,9 @@
 //! afterwards drops out. Nothing is written while listing.
 //!
 //! Reading a shard follows `NextShardIterator` past empty pages (the service
-//! answers them while records lie further on) until the shard is closed (no
-//! next iterator) or, for an open shard, until
+//! answers them while records lie further on): a closed shard (it has an
+//! ending sequence number) until its iterator ends, however many empty
+//! pages come on the way; an open shard until
 //! [`EMPTY_PAGES_AT_THE_PRESENT`] empty pages in a row say the listing has
 //! reached the present. A shard that fails (throttled past the SDK's
 //! retries, or an error) costs that shard, counted in `failed_reads`: what
@@ -33,7 +34,12 @@
 //! never moves a place back. A stuck record holding a recovery point (left
 //! for its retry under `release`, perhaps for a day) does not pin the place:
 //! the item carries it to the next listing, until its retry, a `fail` sweep
-//! or its expiry shows up in the stream.
+//! or its expiry shows up in the stream. What an item carries is bounded by
+//! bytes ([`MAX_CARRY_BYTES`]) and none is dropped: the place stays before
+//! the first record of the stream that does not fit, and one no stream place
+//! shows again (found by the catch-up scan) keeps the scan on it. A closed
+//! shard read to its end hands what it carries to a child, so nothing
+//! carried leaves with the shard a day later.
 //!
 //! The stream keeps records 24 hours. A sweeper behind by more than that
 //! (an outage) finds its saved place trimmed (`TrimmedDataAccessException`);
@@ -45,8 +51,11 @@
 //! `~sweeper/catch-up` until it reaches the table's end; the scan moves on
 //! only once every stuck record it found is resolved. A trim is reported
 //! (`trimmed`, an error of the sweep) and the listing is `unread` until the
-//! catch-up is done. So a record stuck at any time is found within a bounded
-//! number of sweeps, whatever happened to the stream.
+//! catch-up is done. A trimmed place with nothing newer readable (a shard
+//! idle for a day) is saved as the trim horizon, so the trim is reported
+//! once. So a record stuck at any time is found within a bounded number of
+//! sweeps, whatever happened to the stream, as long as no lease outlives
+//! the stream's retention ([`check_lease_within_stream`]).
 //!
 //! Reading a stream from Lambda or the SDK costs no table capacity; the
 //! catch-up scan reads (and is billed for) the whole table, once per outage.
@@ -56,6 +65,8 @@
 
 mod list;
 mod settle;
+
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::StreamViewType;
 use serde::{Deserialize, Serialize};
@@ -91,6 +102,43 @@ pub fn streams_endpoint(lookup: impl Fn(&str) -> Option<String>) -> Option<Strin
         .or_else(|| set("AWS_ENDPOINT_URL"))
 }
 
+/// How long DynamoDB Streams keeps a record: 24 hours.
+pub const STREAM_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// Refuse a longest lease (`max_lease`, the writers'
+/// [`IdempotencyConfig::max_lease`](crate::IdempotencyConfig::max_lease))
+/// that, with the sweeper's `grace`, reaches [`STREAM_RETENTION`], where the
+/// stream is how the sweeper finds stuck records. A record claimed with such
+/// a lease is still live when the stream trims its claim: a catch-up scan
+/// that passes it then skips it (live), and once its lease is over no
+/// stream record and no scan shows it again. The sweeper function calls it
+/// at its cold start.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidConfig`] in one line naming both values and the
+/// longest lease allowed.
+pub fn check_lease_within_stream(max_lease: Duration, grace: Duration) -> Result<(), Error> {
+    let covered = max_lease.saturating_add(grace);
+    if covered < STREAM_RETENTION {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::InvalidConfig,
+        format!(
+            "a longest lease (max_lease) of {} s plus the sweeper's grace of {} s reaches the \
+             stream's retention of {} s: a record whose lease outlives its claim's stream \
+             record is found by no sweep once a catch-up scan passed it live; set max_lease \
+             below {} s, or find stuck records through the sparse sweep index instead of the \
+             stream",
+            max_lease.as_secs(),
+            grace.as_secs(),
+            STREAM_RETENTION.as_secs(),
+            STREAM_RETENTION.saturating_sub(grace).as_secs()
+        ),
+    ))
+}
+
 /// Id prefix of the items that keep the sweeper's place in each shard.
 const POSITION_PREFIX: &str = "~sweeper/stream/";
 /// Id of the item that keeps the catch-up scan's place while one runs.
@@ -108,10 +156,13 @@ const CARRY: &str = "carry";
 /// When the listing that saved the item started (epoch ms): an item is only
 /// replaced by a listing that started as late or later.
 const LISTED_AT: &str = "listed_at";
-/// At most this many carried records per shard (they are rare: a crash
-/// after a recovery point and no retry); beyond, the oldest are dropped with
-/// a warning.
-const MAX_CARRIED: usize = 2_000;
+/// At most this many bytes of carried records per shard (about 1,400
+/// records; they are rare: a crash after a recovery point and no retry), so
+/// the position item stays within DynamoDB's 400 KB item limit with room
+/// for its key and place. Beyond, none is dropped: the place stays before
+/// the first that does not fit (the stream shows it again), or, for one
+/// the stream no longer shows, the catch-up scan finds it again.
+const MAX_CARRY_BYTES: usize = 350_000;
 /// GetRecords calls per listing in all, so one listing stays well inside a
 /// sweep's time whatever the number of shards.
 const MAX_READS_PER_LISTING: u64 = 2_000;
@@ -177,6 +228,14 @@ struct ShardPlan {
     /// the place is only saved once the catch-up's is.
     #[serde(default)]
     unknown_past: bool,
+    /// The place this listing started from was trimmed: saved again, it
+    /// would be refused again at every listing.
+    #[serde(default)]
+    start_trimmed: bool,
+    /// A closed shard read to its end: the child that took over what it
+    /// carried (its place is saved only once the child's is).
+    #[serde(default)]
+    heir: Option<String>,
 }
 
 /// One listing's part of a catch-up scan.
@@ -389,6 +448,29 @@ mod tests {
             template.contains(&condition),
             "template.yaml's sweeper PutItem condition must be {condition}"
         );
+    }
+
+    #[test]
+    fn a_lease_the_stream_cannot_cover_is_refused_naming_both_values() {
+        let minute = Duration::from_secs(60);
+        assert!(check_lease_within_stream(Duration::from_secs(900), minute).is_ok());
+        assert!(check_lease_within_stream(STREAM_RETENTION - 2 * minute, minute).is_ok());
+        for max_lease in [
+            STREAM_RETENTION - minute,
+            STREAM_RETENTION,
+            2 * STREAM_RETENTION,
+        ] {
+            let err = check_lease_within_stream(max_lease, minute).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+            let message = err.to_string();
+            assert!(
+                message.contains(&format!("{} s", max_lease.as_secs()))
+                    && message.contains("86400 s")
+                    && message.contains("below 86340 s")
+                    && !message.contains('\n'),
+                "{message}"
+            );
+        }
     }
 
     #[test]

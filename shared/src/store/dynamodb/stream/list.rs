@@ -51,8 +51,10 @@ fn past(deadline_ms: Option<u64>) -> bool {
 /// How one shard's reading ended (a failed call is an `Err`: what was read
 /// before it is kept all the same).
 enum ShardEnd {
-    /// Read to its end or to the present.
-    Read,
+    /// A closed shard read to its end: no next iterator.
+    Ended,
+    /// An open shard read to the present.
+    Present,
     /// Read up to the listing's budget of reads: the rest is for the next.
     Budget,
     /// The listing's deadline came.
@@ -61,11 +63,12 @@ enum ShardEnd {
 
 impl DynamoStore {
     /// Where the last settled listing left `shard` (and that place as
-    /// saved), and the records it carried.
+    /// saved), and the records it carried (`None` when the item holds a
+    /// carry this code cannot read: those records are then caught up).
     async fn saved_start(
         &self,
         shard: &str,
-    ) -> Result<(Start, Option<String>, Vec<(String, Candidate)>), Error> {
+    ) -> Result<(Start, Option<String>, Option<Vec<(String, Candidate)>>), Error> {
         let out = self
             .client
             .get_item()
@@ -79,12 +82,23 @@ impl DynamoStore {
             .item()
             .and_then(|i| i.get(POSITION))
             .and_then(|v| v.as_s().ok());
-        let carried = out
+        let carried = match out
             .item()
             .and_then(|i| i.get(CARRY))
             .and_then(|v| v.as_s().ok())
-            .and_then(|text| serde_json::from_str(text).ok())
-            .unwrap_or_default();
+        {
+            None => Some(Vec::new()),
+            Some(text) => serde_json::from_str(text)
+                .inspect_err(|err| {
+                    tracing::error!(
+                        shard,
+                        error = %err,
+                        "the records the sweeper carries in this shard cannot be read; a \
+                         catch-up scan finds them again"
+                    )
+                })
+                .ok(),
+        };
         let start = match position.and_then(|p| p.split_once(':')) {
             Some(("at", seq)) => Start::At(seq.to_owned()),
             Some(("after", seq)) => Start::After(seq.to_owned()),
@@ -186,8 +200,14 @@ impl DynamoStore {
         // A place never saved with no parent to come from: what came before
         // is caught up by a scan (as after a trim).
         let mut unknown_before_places = false;
+        // A shard's carried records could not be read.
+        let mut carry_lost = false;
         // Shards not read to where they should be: their children wait.
         let mut behind: HashSet<&str> = HashSet::new();
+        // Closed shards read to their end, by id: their index in the plan.
+        let mut ended: HashMap<&str, usize> = HashMap::new();
+        // Per shard of the plan, the shard that takes over what it carries.
+        let mut heirs: HashMap<usize, usize> = HashMap::new();
         for shard in &ordered {
             let Some(shard_id) = shard.shard_id() else {
                 continue;
@@ -215,8 +235,10 @@ impl DynamoStore {
             };
             let (start, saved, carried) = saved;
             // No place and no parent read before it: records older than
-            // this shard's trim horizon were never seen by this sweeper.
-            let unknown_place = saved.is_none() && parent.is_none();
+            // this shard's trim horizon were never seen by this sweeper. A
+            // carry that cannot be read is caught up the same way.
+            let unknown_place = (saved.is_none() && parent.is_none()) || carried.is_none();
+            carry_lost |= carried.is_none();
             let index = plan.shards.len();
             plan.shards.push(ShardPlan {
                 shard: shard_id.to_owned(),
@@ -224,11 +246,20 @@ impl DynamoStore {
                 ..ShardPlan::default()
             });
             // Carried records first: this shard's later images replace them.
-            for (id, mut candidate) in carried {
+            // Their images lie behind the place (perhaps trimmed by now):
+            // no place is ever taken back to them.
+            for (id, mut candidate) in carried.unwrap_or_default() {
                 candidate.shard = index;
+                candidate.sequence = String::new();
                 latest.insert(id, candidate);
             }
-            let trimmed_before = trimmed;
+            // A closed shard's iterator ends; only an open one's empty
+            // pages can mean the present.
+            let closed = shard
+                .sequence_number_range()
+                .and_then(|range| range.ending_sequence_number())
+                .is_some();
+            let mut start_trimmed = false;
             let end = self
                 .read_shard(
                     streams,
@@ -238,20 +269,25 @@ impl DynamoStore {
                     deadline_ms,
                     ShardReading {
                         index,
+                        closed,
                         plan: &mut plan,
                         latest: &mut latest,
                         reads: &mut reads,
-                        trimmed: &mut trimmed,
+                        trimmed: &mut start_trimmed,
                     },
                 )
                 .await;
-            let unknown_past = unknown_place || (trimmed && !trimmed_before);
+            trimmed |= start_trimmed;
             if let Some(shard) = plan.shards.get_mut(index) {
-                shard.unknown_past = unknown_past;
+                shard.unknown_past = unknown_place || start_trimmed;
+                shard.start_trimmed = start_trimmed;
             }
             unknown_before_places |= unknown_place;
             match end {
-                Ok(ShardEnd::Read) => {}
+                Ok(ShardEnd::Present) => {}
+                Ok(ShardEnd::Ended) => {
+                    ended.insert(shard_id, index);
+                }
                 // Not read to its end: its children's images come after
                 // the rest of it, so they wait for the next listing too.
                 Ok(ShardEnd::Budget | ShardEnd::OutOfTime) => {
@@ -267,6 +303,35 @@ impl DynamoStore {
             }
         }
 
+        // A closed shard read to its end leaves the stream a day later, and
+        // its place with it: what it carries goes to a child read in this
+        // listing (its records' later images are there), so no carried
+        // record leaves the listings with its shard.
+        for shard in &ordered {
+            let (Some(id), Some(parent)) = (shard.shard_id(), shard.parent_shard_id()) else {
+                continue;
+            };
+            let (Some(&parent_index), Some(child_index)) = (
+                ended.get(parent),
+                plan.shards.iter().position(|s| s.shard == id),
+            ) else {
+                continue;
+            };
+            heirs.entry(parent_index).or_insert(child_index);
+        }
+        // Down a chain of ended shards, to the first that is not one.
+        let heir_of = |mut index: usize| {
+            let mut hops = 0;
+            while let Some(&next) = heirs.get(&index) {
+                index = next;
+                hops += 1;
+                if hops > heirs.len() {
+                    break;
+                }
+            }
+            index
+        };
+
         let mut records = Vec::new();
         // Sorted for a stable order (the oldest lease first).
         let mut seen: Vec<(String, Candidate)> = latest.into_iter().collect();
@@ -276,12 +341,26 @@ impl DynamoStore {
             // A stuck record with a recovery point may stay stuck for a day
             // (left for its retry under `release`): it is carried to the next
             // listing rather than holding the stream's place a day behind.
-            if let Some(shard) = plan.shards.get_mut(candidate.shard) {
-                if stuck && candidate.has_checkpoint {
-                    shard.carry.push((id.clone(), candidate.clone()));
-                } else {
-                    shard.pins.push((candidate.sequence.clone(), id.clone()));
+            // One carried from before stays carried even if a longer grace
+            // makes it not stuck yet: its image lies behind the place.
+            if candidate.has_checkpoint && (stuck || candidate.sequence.is_empty()) {
+                let heir = heir_of(candidate.shard);
+                let mut carried = candidate.clone();
+                if heir != candidate.shard {
+                    // Its sequence number is of another shard: no place
+                    // in the heir.
+                    carried.shard = heir;
+                    carried.sequence = String::new();
+                    let heir_id = plan.shards.get(heir).map(|s| s.shard.clone());
+                    if let Some(parent) = plan.shards.get_mut(candidate.shard) {
+                        parent.heir = heir_id;
+                    }
                 }
+                if let Some(shard) = plan.shards.get_mut(heir) {
+                    shard.carry.push((id.clone(), carried));
+                }
+            } else if let Some(shard) = plan.shards.get_mut(candidate.shard) {
+                shard.pins.push((candidate.sequence.clone(), id.clone()));
             }
             if stuck {
                 records.push(StuckRecord {
@@ -309,10 +388,10 @@ impl DynamoStore {
                 None
             }
         };
-        // A trim restarts the scan (records stuck before it may lie behind
-        // a running scan's place); a shard without a place starts one, or
-        // lets the running one go on.
-        let scan_from = match (trimmed, unknown_before_places, running) {
+        // A trim, or a carry that cannot be read, restarts the scan (records
+        // stuck before it may lie behind a running scan's place); a shard
+        // without a place starts one, or lets the running one go on.
+        let scan_from = match (trimmed || carry_lost, unknown_before_places, running) {
             (true, _, _) => Some(None),
             (false, true, None) => Some(None),
             (false, _, running) => running,
@@ -331,16 +410,20 @@ impl DynamoStore {
             // like the stream's: their images may be gone from the stream.
             // With no shard read to carry them, the scan does not move on.
             let mut catch_up = catch_up;
+            let found: HashSet<String> = catch_up.plan.found.iter().cloned().collect();
             if plan.shards.is_empty() {
                 catch_up.plan.hold = records
                     .iter()
-                    .any(|r| r.has_checkpoint && catch_up.plan.found.contains(&r.id));
+                    .any(|r| r.has_checkpoint && found.contains(&r.id));
             }
+            let carried: HashSet<String> = plan
+                .shards
+                .iter()
+                .flat_map(|s| s.carry.iter().map(|(id, _)| id.clone()))
+                .collect();
             if let Some(first) = plan.shards.first_mut() {
                 for record in records.iter().filter(|r| r.has_checkpoint) {
-                    if catch_up.plan.found.contains(&record.id)
-                        && !first.carry.iter().any(|(id, _)| *id == record.id)
-                    {
+                    if found.contains(&record.id) && !carried.contains(&record.id) {
                         first.carry.push((
                             record.id.clone(),
                             Candidate {
@@ -387,6 +470,7 @@ impl DynamoStore {
     ) -> Result<ShardEnd, Error> {
         let ShardReading {
             index,
+            closed,
             plan,
             latest,
             reads,
@@ -509,18 +593,21 @@ impl DynamoStore {
                 }
             }
             // No next iterator: the shard is closed and read to its end. An
-            // empty page is not the end: records may lie further on.
-            if records.is_empty() {
+            // empty page is not the end: records may lie further on. An
+            // open shard at the present answers empty pages forever, so
+            // there a run of them is the present; a closed shard is read
+            // until its iterator ends (or the budget, for the next listing).
+            if records.is_empty() && !closed {
                 empty_in_a_row += 1;
                 if empty_in_a_row >= EMPTY_PAGES_AT_THE_PRESENT {
-                    break;
+                    return Ok(ShardEnd::Present);
                 }
             } else {
                 empty_in_a_row = 0;
             }
             iterator = out.next_shard_iterator().map(str::to_owned);
         }
-        Ok(ShardEnd::Read)
+        Ok(ShardEnd::Ended)
     }
 
     /// Up to [`CATCH_UP_PAGES`] pages of the catch-up scan from `from`:
@@ -587,9 +674,12 @@ impl DynamoStore {
 /// What reading one shard adds to its listing.
 struct ShardReading<'a> {
     index: usize,
+    /// The shard is closed (it has an ending sequence number).
+    closed: bool,
     plan: &'a mut Plan,
     latest: &'a mut HashMap<String, Candidate>,
     reads: &'a mut u64,
+    /// Set when the shard's saved place was trimmed.
     trimmed: &'a mut bool,
 }
 
