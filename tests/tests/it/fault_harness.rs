@@ -32,7 +32,8 @@
 //!   last retry got its outcome.
 //!
 //! `FAULT_HARNESS_SIZE=ci` (the default, what `make test` runs) covers every
-//! case on the in-memory store and the cut-over, and a subset on DynamoDB
+//! case on the in-memory store, the cut-over (a Powertools table on DynamoDB
+//! Local) and S3 offload (a local S3 server), and a subset on DynamoDB
 //! Local, Redis and PostgreSQL; `full` runs every combination on the
 //! engines too. Each test prints its case count and the path of every
 //! violation, and fails on any.
@@ -84,6 +85,8 @@ enum Feature {
     WaitFor,
     Cutover,
     Transactional,
+    /// Responses kept in S3 (`S3Offload`, every response over its limit).
+    Offload,
 }
 
 /// What the first execution of the handler does.
@@ -202,6 +205,33 @@ impl PowertoolsTables {
     }
 }
 
+/// `store` with every response kept in the engine's bucket, through an S3
+/// client whose requests `plan` numbers (one attempt each).
+async fn offloaded(
+    engine: &Engine,
+    store: Arc<dyn Store>,
+    plan: &FaultPlan,
+) -> lambda_idempotency::store::offload::S3Offload<Arc<dyn Store>> {
+    let bucket = engine
+        .bucket
+        .as_ref()
+        .expect("offload cases run where the harness made a bucket");
+    let config = integration_tests::iam_record::s3_config("feature-s3-offload")
+        .await
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::standard().with_max_attempts(1))
+        .interceptor(aws_sdk_s3::config::SharedInterceptor::new(
+            FaultInterceptor::new(plan.clone(), "s3"),
+        ))
+        .build();
+    lambda_idempotency::store::offload::S3Offload::new(
+        store,
+        aws_sdk_s3::Client::from_conf(config),
+        bucket,
+    )
+    .key_prefix("fault-harness/")
+    .max_response_bytes(16)
+}
+
 /// The body Powertools' handler completed `done-1` with.
 const CUTOVER_BODY: &str = r#"{"amount":2500}"#;
 /// The response body Powertools stored for `done-1` (status 201): its
@@ -241,6 +271,8 @@ struct Engine {
     shared: Option<Arc<dyn Store>>,
     orders: Option<Orders>,
     powertools: Option<PowertoolsTables>,
+    /// The bucket of the offload combinations.
+    bucket: Option<String>,
 }
 
 impl Engine {
@@ -369,13 +401,13 @@ impl Handler {
                 .push("effect: the handler ran without an idempotency context");
             return Err("no context".into());
         };
-        let record = self
-            .inner
-            .get(ctx.record_id())
-            .await
-            .ok()
-            .flatten()
-            .map(|s| s.record);
+        let record = {
+            let _quiet = self.plan.quiet();
+            self.inner.get(ctx.record_id()).await
+        }
+        .ok()
+        .flatten()
+        .map(|s| s.record);
         let execution = {
             let mut observed = lock(&self.observed);
             observed.executions += 1;
@@ -435,7 +467,10 @@ impl Handler {
 
 impl Run {
     async fn new(engine: &Engine, id: CaseId, plan: FaultPlan, serial: u64) -> Run {
-        let inner = engine.store();
+        let mut inner = engine.store();
+        if id.combo.feature == Feature::Offload {
+            inner = Arc::new(offloaded(engine, inner, &plan).await);
+        }
         let store = FaultStore::new(inner, plan.clone());
         let key = if id.combo.feature == Feature::Cutover {
             match id.combo.surface {
@@ -680,6 +715,7 @@ impl Run {
     /// The record as the store holds it (unfaulted, unnumbered).
     async fn record(&self) -> Option<lambda_idempotency::store::Record> {
         let id = self.record_id()?;
+        let _quiet = self.plan.quiet();
         self.store
             .inner()
             .get(&id)
@@ -954,10 +990,11 @@ fn full_size() -> bool {
 fn judge(test: &str, report: Report) {
     println!(
         "fault harness {test}: {} cases (combination × call × fault), {} with the effect \
-         repeated inside the documented window, {} violations",
+         repeated inside the documented window, {} violations; calls faulted: {:?}",
         report.cases,
         report.repeats_in_window,
-        report.violations.len()
+        report.violations.len(),
+        report.by_call
     );
     for violation in &report.violations {
         println!("VIOLATION {violation}");
@@ -989,6 +1026,7 @@ async fn every_store_call_failed_on_the_memory_store() {
         shared: None,
         orders: None,
         powertools: None,
+        bucket: None,
     };
     let report = harness(engine, &combos(false, false), &ALL_FIRSTS).await;
     judge("fault_harness::memory", report);
@@ -1001,6 +1039,7 @@ async fn every_store_call_failed_in_the_powertools_cutover() {
         shared: None,
         orders: None,
         powertools: Some(PowertoolsTables::written().await),
+        bucket: None,
     };
     let cutover: Vec<Combo> = combos(false, true)
         .into_iter()
@@ -1008,6 +1047,48 @@ async fn every_store_call_failed_in_the_powertools_cutover() {
         .collect();
     let report = harness(engine, &cutover, &[First::Completes]).await;
     judge("fault_harness::powertools_cutover", report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_with_s3_offload() {
+    let bucket = format!("fault-harness-{}", std::process::id());
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_S3").unwrap_or_else(|_| {
+        panic!("AWS_ENDPOINT_URL_S3 is not set: run the tests through scripts/s3-local.sh")
+    });
+    let shared = aws_config::from_env()
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let setup = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&shared)
+            .endpoint_url(endpoint)
+            .force_path_style(true)
+            .build(),
+    );
+    setup
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "create bucket {bucket}: {}",
+                aws_sdk_s3::error::DisplayErrorContext(e)
+            )
+        });
+    let engine = Engine {
+        name: "memory+s3",
+        shared: None,
+        orders: None,
+        powertools: None,
+        bucket: Some(bucket),
+    };
+    let offload = [Surface::Http, Surface::Function].map(|surface| Combo {
+        surface,
+        feature: Feature::Offload,
+    });
+    let report = harness(engine, &offload, &ALL_FIRSTS).await;
+    judge("fault_harness::s3_offload", report);
 }
 
 /// The engines' subset: the paths each implements differently (claim,
@@ -1045,6 +1126,7 @@ async fn every_store_call_failed_on_dynamodb_local() {
         shared: Some(Arc::new(store.with_sweep_index())),
         orders: Some(Orders::Dynamo { table }),
         powertools: None,
+        bucket: None,
     };
     let (combos, firsts) = engine_combos(true);
     let report = harness(engine, &combos, &firsts).await;
@@ -1058,6 +1140,7 @@ async fn every_store_call_failed_on_redis() {
         shared: Some(Arc::new(integration_tests::redis_store().await)),
         orders: None,
         powertools: None,
+        bucket: None,
     };
     let (combos, firsts) = engine_combos(false);
     let report = harness(engine, &combos, &firsts).await;
@@ -1081,6 +1164,7 @@ async fn every_store_call_failed_on_postgres() {
         shared: Some(Arc::new(store)),
         orders: Some(Orders::Postgres { table }),
         powertools: None,
+        bucket: None,
     };
     let (combos, firsts) = engine_combos(true);
     let report = harness(engine, &combos, &firsts).await;
