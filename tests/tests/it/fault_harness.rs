@@ -353,7 +353,8 @@ struct Run {
 #[derive(Clone)]
 enum Instance {
     Http(lambda_idempotency::http::Idempotency<HarnessService>),
-    Function(IdempotentFunction),
+    // Boxed: a function is much larger than the other variants.
+    Function(Box<IdempotentFunction>),
     Sqs(Arc<SqsBatch>),
 }
 
@@ -596,7 +597,7 @@ impl Run {
                     function = function.wait_for(WAIT_FOR);
                 }
                 if self.id.combo.surface == Surface::Function {
-                    return Instance::Function(function);
+                    return Instance::Function(Box::new(function));
                 }
                 let mut batch = SqsBatch::new(function);
                 if feature == Feature::BodyKey {
