@@ -58,7 +58,7 @@ pub(crate) const FAULT_HARNESS: &[(&str, &str)] = &[
     ),
     (
         "fault_harness::powertools_cutover",
-        "the cut-over from a Powertools table on DynamoDB Local (its `GetItem` faulted too), HTTP layer and `IdempotentFunction`",
+        "the cut-over from a Powertools table on DynamoDB Local (its `GetItem` faulted too), HTTP layer and `IdempotentFunction`; a key Powertools completed, and (HTTP) one it holds in progress",
     ),
     (
         "fault_harness::dynamodb_local",
