@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# `make reliability`: the property tests (fuzzing, model check), then storm,
+# `make reliability`: the property tests (fuzzing, model check) and the fault
+# harness (every store call of every feature failed on purpose, at this size),
+# then storm,
 # crash injection and store fault injection against DynamoDB Local (the model
 # check also on Redis and PostgreSQL, started for it; see
 # tools/src/bin/reliability/); writes RELIABILITY.md from what they measured.
@@ -14,11 +16,17 @@ out="${RELIABILITY_OUT:-RELIABILITY.md}"
 # orders-api alone, as Lambda tooling builds it; the driver separately.
 cargo build --quiet -p orders-api --bin orders-api
 cargo build --quiet -p tools --bin reliability
-# Sections 4 and 5: each property test appends what its cases met to this
-# file (tests/tests/it/fuzz.rs, model.rs); the driver reports it.
+# Sections 4, 5 and 6: each property test and each fault harness test
+# appends what its cases met to this file (tests/tests/it/fuzz.rs, model.rs,
+# fault_harness.rs); the driver reports it. The harness's cut-over cases read
+# records Powertools (Python) writes.
+# shellcheck source=scripts/bench-venv.sh
+source scripts/bench-venv.sh
 log="$target_dir/reliability-properties-$size.jsonl"
 rm -f "$log"
-RELIABILITY_PROPERTY_LOG="$log" scripts/dynamodb-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
-  cargo test --quiet -p integration-tests --test it -- fuzz:: model::
+RELIABILITY_PROPERTY_LOG="$log" FAULT_HARNESS_SIZE="$size" \
+  IDEMPOTENCY_TEST_POWERTOOLS_PYTHON="$bench_python" \
+  scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
+  cargo test --quiet -p integration-tests --test it -- fuzz:: model:: fault_harness::
 scripts/dynamodb-local.sh "$target_dir/debug/reliability" "$size" "$target_dir/debug/orders-api" "$out" "$log" >/dev/null
 echo "reliability ($size): no violations; report in $out"

@@ -7,6 +7,7 @@
 
 pub mod capacity_proxy;
 pub mod fault_proxy;
+pub mod fault_store;
 pub mod functions;
 mod handlers;
 pub mod iam_record;

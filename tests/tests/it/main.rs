@@ -10,6 +10,7 @@ mod dynamo;
 mod engines;
 mod event_options;
 mod events;
+mod fault_harness;
 mod fixture;
 mod fuzz;
 mod iam;

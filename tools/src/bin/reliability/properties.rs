@@ -49,6 +49,35 @@ pub(crate) const PROPERTIES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The fault harness's tests (tests/tests/it/fault_harness.rs, section 6),
+/// by the name they report under, with what they cover.
+pub(crate) const FAULT_HARNESS: &[(&str, &str)] = &[
+    (
+        "fault_harness::memory",
+        "in-memory store: HTTP layer, `IdempotentFunction` and `SqsBatch`, plain, recovery points, local cache, body keys and `wait_for`",
+    ),
+    (
+        "fault_harness::powertools_cutover",
+        "the cut-over from a Powertools table on DynamoDB Local (its `GetItem` faulted too), HTTP layer and `IdempotentFunction`; a key Powertools completed, and (HTTP) one it holds in progress",
+    ),
+    (
+        "fault_harness::dynamodb_local",
+        "DynamoDB Local (sweep index): every combination of the in-memory store's, and transactional completion",
+    ),
+    (
+        "fault_harness::s3_offload",
+        "S3 offload on a local S3 server (its `PutObject`, `GetObject` and `DeleteObject` faulted too), HTTP layer and `IdempotentFunction`",
+    ),
+    (
+        "fault_harness::redis",
+        "Redis: every combination of the in-memory store's",
+    ),
+    (
+        "fault_harness::postgres",
+        "PostgreSQL: every combination of the in-memory store's, and transactional completion",
+    ),
+];
+
 /// What each property test reported: its counts by outcome, `cases` first.
 pub(crate) struct Properties(pub(crate) BTreeMap<String, BTreeMap<String, u64>>);
 
@@ -69,7 +98,7 @@ impl Properties {
                 .map_err(|e| format!("{path}: {e} in {line}"))?;
             tests.insert(name.to_owned(), counts);
         }
-        for (name, _) in PROPERTIES {
+        for (name, _) in PROPERTIES.iter().chain(FAULT_HARNESS) {
             if tests
                 .get(*name)
                 .and_then(|c| c.get("cases"))

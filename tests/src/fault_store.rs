@@ -1,0 +1,549 @@
+//! A fault-injecting [`Store`] wrapper for the fault harness
+//! (tests/tests/it/fault_harness.rs): it numbers every store call of a run
+//! and fails the one a [`FaultPlan`] aims at in one of three ways
+//! ([`Fault`]), and it drives a virtual clock so a retry "past the lease"
+//! needs no sleeping.
+//!
+//! The same plan numbers the calls an SDK client makes through a
+//! [`FaultInterceptor`] (the cut-over's `GetItem` on Powertools' table), so
+//! one run has one sequence of calls whatever they go to.
+//!
+//! **The process gone** ([`Fault::Gone`]): the call is applied, then the
+//! plan marks the invocation dead and the call never returns (its future
+//! stays pending); every later store call of a dead invocation stays pending
+//! without reaching the store, and the harness drops the invocation's future
+//! as soon as the plan says it died ([`FaultPlan::died`]). Nothing of that
+//! invocation happens after the faulted call: what a process killed right
+//! after the call leaves.
+//!
+//! **The virtual clock**: every time the library hands a store (a claim's
+//! `now_ms`, lease end and expiry; a completion's expiry; a sweep's cutoff
+//! and clock) is moved forward by [`FaultPlan::advance`]'s total before it
+//! reaches the inner store, which compares only the times it is given
+//! (docs/DESIGN.md section 4). A retry after `advance(lease)` is a retry
+//! past the lease. Times the library reads back from records (a
+//! `Retry-After`) are left as the store holds them.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use lambda_idempotency::store::{
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, RecordPage,
+    Resolution, Resolve, ResolveRequest, Settlement, StoredRecord, StuckPage, StuckRequest,
+    SweepCursor, SweepStore,
+};
+use lambda_idempotency::{Error, Store};
+
+/// One way to fail a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    /// An error, and nothing written (the request never reached the store).
+    Refused,
+    /// The call applied, and its answer lost: the caller gets an error.
+    AnswerLost,
+    /// The call applied, then the process is gone: nothing of the
+    /// invocation happens after it.
+    Gone,
+}
+
+impl Fault {
+    /// Every fault, in the order the harness injects them.
+    pub const ALL: [Fault; 3] = [Fault::Refused, Fault::AnswerLost, Fault::Gone];
+
+    /// Its name in a violation's path.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Refused => "error-nothing-written",
+            Fault::AnswerLost => "applied-answer-lost",
+            Fault::Gone => "applied-then-process-gone",
+        }
+    }
+}
+
+/// What a numbered call was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CallKind {
+    /// [`Store::claim`].
+    Claim,
+    /// [`Store::complete`].
+    Complete,
+    /// [`Store::release`] (a give-back).
+    Release,
+    /// [`Store::checkpoint`] (a recovery point).
+    Checkpoint,
+    /// [`SweepStore::stuck`] (the sweeper's listing).
+    Stuck,
+    /// [`SweepStore::resolve_stuck`] (the sweeper's resolution).
+    Resolve,
+    /// [`SweepStore::settle`].
+    Settle,
+    /// [`SweepStore::get`] (a `wait_for` poll; passed through unnumbered).
+    Get,
+    /// [`SweepStore::scan`].
+    Scan,
+    /// [`SweepStore::delete_expired`].
+    DeleteExpired,
+    /// A request of an SDK client with a [`FaultInterceptor`] (the
+    /// cut-over's read of Powertools' record).
+    Sdk(&'static str),
+}
+
+impl CallKind {
+    /// Its name in a trace.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallKind::Claim => "claim",
+            CallKind::Complete => "complete",
+            CallKind::Release => "release",
+            CallKind::Checkpoint => "checkpoint",
+            CallKind::Stuck => "sweep-list",
+            CallKind::Resolve => "sweep-resolve",
+            CallKind::Settle => "sweep-settle",
+            CallKind::Get => "get",
+            CallKind::Scan => "scan",
+            CallKind::DeleteExpired => "delete-expired",
+            CallKind::Sdk(what) => what,
+        }
+    }
+}
+
+/// One numbered call of a run: its kind and the step of the run (an
+/// invocation, a sweep) that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// What the call was.
+    pub kind: CallKind,
+    /// The step of the run that made it (`invoke#1`, `sweep-release`).
+    pub step: String,
+}
+
+/// What [`FaultPlan::enter`] decided for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    /// Call through and answer.
+    Pass,
+    /// Fail as the fault says.
+    Fail(Fault),
+    /// The invocation is dead: the call never happens nor returns.
+    Dead,
+}
+
+#[derive(Debug, Default)]
+struct PlanState {
+    trace: Vec<Call>,
+    target: Option<(usize, Fault)>,
+    /// The fault injected, once it was (index, kind).
+    injected: Option<(usize, CallKind)>,
+    step: String,
+    dead: bool,
+    offset_ms: u64,
+    /// Record ids this run claimed: a sweep lists only these, so runs
+    /// sharing one engine's store do not sweep each other's records.
+    claimed: BTreeSet<String>,
+    /// The decision taken for an SDK request between its hooks.
+    sdk_pending: Option<Fault>,
+    /// Sweep listings (and settlements) pass unnumbered.
+    unnumbered_listings: bool,
+    /// The harness reads for itself: calls pass unnumbered, dead or not.
+    quiet: bool,
+}
+
+/// The numbering, the fault aimed at, the dead flag and the virtual clock of
+/// one run, shared by its [`FaultStore`] and [`FaultInterceptor`]s.
+#[derive(Debug, Clone)]
+pub struct FaultPlan {
+    state: Arc<Mutex<PlanState>>,
+    dead: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for FaultPlan {
+    fn default() -> Self {
+        FaultPlan {
+            state: Arc::default(),
+            dead: tokio::sync::watch::channel(false).0,
+        }
+    }
+}
+
+impl FaultPlan {
+    /// A plan that fails nothing: the run's calls are numbered only.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A plan that fails call `index` (from 0, in the order of the run) with `fault`.
+    pub fn failing(index: usize, fault: Fault) -> Self {
+        let plan = Self::default();
+        plan.lock().target = Some((index, fault));
+        plan
+    }
+
+    /// The same plan, with sweep listings and settlements passed through
+    /// unnumbered and unfaulted: on a store other runs share, how many
+    /// pages a listing reads depends on their records, so numbering them
+    /// would shift every later call's number from one run to the next.
+    pub fn without_listings(self) -> Self {
+        self.lock().unnumbered_listings = true;
+        self
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PlanState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The calls made so far.
+    pub fn trace(&self) -> Vec<Call> {
+        self.lock().trace.clone()
+    }
+
+    /// The call the fault was injected at, once it was: (index, kind).
+    pub fn injected(&self) -> Option<(usize, CallKind)> {
+        self.lock().injected
+    }
+
+    /// A new step of the run (a new invocation: a new process, alive).
+    pub fn step(&self, name: impl Into<String>) {
+        let mut state = self.lock();
+        state.step = name.into();
+        state.dead = false;
+        drop(state);
+        self.dead.send_replace(false);
+    }
+
+    /// The current invocation's process is gone from now on.
+    pub fn die(&self) {
+        self.lock().dead = true;
+        self.dead.send_replace(true);
+    }
+
+    /// Is the current invocation's process gone?
+    pub fn is_dead(&self) -> bool {
+        self.lock().dead
+    }
+
+    /// Resolves once the current invocation's process is gone.
+    pub async fn died(&self) {
+        let mut rx = self.dead.subscribe();
+        // The sender lives in `self`, so the channel cannot close here.
+        let _ = rx.wait_for(|dead| *dead).await;
+    }
+
+    /// Fail nothing from now on (a run's settling phase).
+    pub fn disarm(&self) {
+        self.lock().target = None;
+    }
+
+    /// The record ids this run's claims named (sorted).
+    pub fn claimed_ids(&self) -> Vec<String> {
+        self.lock().claimed.iter().cloned().collect()
+    }
+
+    /// Move the virtual clock `ms` forward.
+    pub fn advance(&self, ms: u64) {
+        self.lock().offset_ms += ms;
+    }
+
+    /// How far the virtual clock is ahead of the real one, ms.
+    pub fn offset_ms(&self) -> u64 {
+        self.lock().offset_ms
+    }
+
+    fn enter(&self, kind: CallKind) -> Decision {
+        let mut state = self.lock();
+        if state.quiet {
+            return Decision::Pass;
+        }
+        if state.dead {
+            return Decision::Dead;
+        }
+        if state.unnumbered_listings && matches!(kind, CallKind::Stuck | CallKind::Settle) {
+            return Decision::Pass;
+        }
+        // How many times `wait_for` polls depends on the real clock (the
+        // time its claim took), so its reads are never numbered: the
+        // numbers of the calls after them stay the same from run to run.
+        if kind == CallKind::Get {
+            return Decision::Pass;
+        }
+        let index = state.trace.len();
+        let step = state.step.clone();
+        state.trace.push(Call { kind, step });
+        match state.target {
+            Some((at, fault)) if at == index => {
+                state.injected = Some((index, kind));
+                Decision::Fail(fault)
+            }
+            _ => Decision::Pass,
+        }
+    }
+
+    /// Until the guard drops, calls pass unnumbered and unfaulted, even in
+    /// a dead invocation: the harness's own reads of what the store holds
+    /// (through a store that calls S3, say).
+    pub fn quiet(&self) -> QuietGuard<'_> {
+        self.lock().quiet = true;
+        QuietGuard(self)
+    }
+
+    fn claimed(&self, record_id: &str) {
+        self.lock().claimed.insert(record_id.to_owned());
+    }
+
+    fn is_ours(&self, record_id: &str) -> bool {
+        self.lock().claimed.contains(record_id)
+    }
+}
+
+/// See [`FaultPlan::quiet`].
+#[derive(Debug)]
+pub struct QuietGuard<'a>(&'a FaultPlan);
+
+impl Drop for QuietGuard<'_> {
+    fn drop(&mut self) {
+        self.0.lock().quiet = false;
+    }
+}
+
+/// The error of an injected fault.
+fn injected(kind: CallKind, fault: Fault) -> Error {
+    Error::store_unavailable(
+        format!("fault harness: {} of {}", fault.name(), kind.name()),
+        "injected by the fault harness",
+    )
+}
+
+/// Never returns: the process is gone.
+async fn gone<T>() -> T {
+    std::future::pending().await
+}
+
+/// A [`Store`] that numbers its calls in a [`FaultPlan`], fails the one the
+/// plan aims at, and moves the times it is handed by the plan's virtual
+/// clock.
+#[derive(Debug, Clone)]
+pub struct FaultStore<S> {
+    inner: S,
+    plan: FaultPlan,
+}
+
+impl<S> FaultStore<S> {
+    /// `inner`, faulted as `plan` says.
+    pub fn new(inner: S, plan: FaultPlan) -> Self {
+        FaultStore { inner, plan }
+    }
+
+    /// The store under the faults (for the harness's own reads, which are
+    /// neither numbered nor faulted).
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &FaultPlan {
+        &self.plan
+    }
+
+    fn shift_ms(&self, ms: u64) -> u64 {
+        ms.saturating_add(self.plan.offset_ms())
+    }
+
+    fn shift_s(&self, s: u64) -> u64 {
+        s.saturating_add(self.plan.offset_ms() / 1000)
+    }
+
+    /// Run `call` (the inner store's) under the plan's decision for `kind`.
+    async fn faulted<T>(
+        &self,
+        kind: CallKind,
+        call: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        match self.plan.enter(kind) {
+            Decision::Dead => gone().await,
+            Decision::Fail(Fault::Refused) => Err(injected(kind, Fault::Refused)),
+            Decision::Pass => call.await,
+            Decision::Fail(fault) => {
+                let _applied = call.await;
+                if fault == Fault::Gone {
+                    self.plan.die();
+                    return gone().await;
+                }
+                Err(injected(kind, fault))
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: Store> Store for FaultStore<S> {
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
+        self.plan.claimed(&request.record_id);
+        let shifted = ClaimRequest {
+            now_ms: self.shift_ms(request.now_ms),
+            lease_expires_at_ms: self.shift_ms(request.lease_expires_at_ms),
+            expires_at_s: self.shift_s(request.expires_at_s),
+            ..request.clone()
+        };
+        self.faulted(CallKind::Claim, self.inner.claim(&shifted))
+            .await
+    }
+
+    async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+        let shifted = CompleteRequest {
+            expires_at_s: self.shift_s(request.expires_at_s),
+            ..request
+        };
+        self.faulted(CallKind::Complete, self.inner.complete(shifted))
+            .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), Error> {
+        self.faulted(CallKind::Release, self.inner.release(lease))
+            .await
+    }
+
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+        self.faulted(CallKind::Checkpoint, self.inner.checkpoint(request))
+            .await
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (fault harness)", self.inner.describe())
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: Store> SweepStore for FaultStore<S> {
+    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
+        let shifted = StuckRequest {
+            cutoff_ms: self.shift_ms(request.cutoff_ms),
+            ..request
+        };
+        let mut page = self
+            .faulted(CallKind::Stuck, self.inner.stuck(shifted))
+            .await?;
+        page.records.retain(|r| self.plan.is_ours(&r.id));
+        Ok(page)
+    }
+
+    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
+        let how = match request.how {
+            Resolve::Release => Resolve::Release,
+            Resolve::Fail {
+                response,
+                expires_at_s,
+            } => Resolve::Fail {
+                response,
+                expires_at_s: self.shift_s(expires_at_s),
+            },
+        };
+        let shifted = ResolveRequest {
+            how,
+            cutoff_ms: self.shift_ms(request.cutoff_ms),
+            now_ms: self.shift_ms(request.now_ms),
+            ..request
+        };
+        self.faulted(CallKind::Resolve, self.inner.resolve_stuck(shifted))
+            .await
+    }
+
+    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
+        self.faulted(CallKind::Settle, self.inner.settle(settlement, resolved))
+            .await
+    }
+
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        self.faulted(CallKind::Get, self.inner.get(record_id)).await
+    }
+
+    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
+        self.faulted(CallKind::Scan, self.inner.scan(cursor, limit))
+            .await
+    }
+
+    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
+        let now_s = self.shift_s(now_s);
+        self.faulted(
+            CallKind::DeleteExpired,
+            self.inner.delete_expired(now_s, limit),
+        )
+        .await
+    }
+}
+
+/// An SDK interceptor that numbers each request of its client in a
+/// [`FaultPlan`] as a call of kind `Sdk(name)` (for S3, `name` then the
+/// method: `s3-put`, `s3-get`, `s3-delete`) and fails the one the plan
+/// aims at: refused before it is sent; its response replaced by a 500 after
+/// the server applied it (give the client one attempt, so the error
+/// reaches the caller); or, for the process gone, answered and the
+/// invocation marked dead, so its next store call and its handler never
+/// happen (an interceptor cannot hold the call itself back).
+#[derive(Debug, Clone)]
+pub struct FaultInterceptor {
+    plan: FaultPlan,
+    name: &'static str,
+}
+
+impl FaultInterceptor {
+    /// Number the requests of a client as `name` calls in `plan`.
+    pub fn new(plan: FaultPlan, name: &'static str) -> Self {
+        FaultInterceptor { plan, name }
+    }
+}
+
+impl Intercept for FaultInterceptor {
+    fn name(&self) -> &'static str {
+        "FaultInterceptor"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let kind = CallKind::Sdk(match (self.name, context.request().method()) {
+            ("s3", "PUT") => "s3-put",
+            ("s3", "GET") => "s3-get",
+            ("s3", "DELETE") => "s3-delete",
+            (name, _) => name,
+        });
+        match self.plan.enter(kind) {
+            Decision::Pass => Ok(()),
+            // A dead process sends nothing; its caller never sees this.
+            Decision::Dead => Err("fault harness: the process is gone".into()),
+            Decision::Fail(Fault::Refused) => Err(injected(kind, Fault::Refused).into()),
+            Decision::Fail(fault) => {
+                self.plan.lock().sdk_pending = Some(fault);
+                Ok(())
+            }
+        }
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        // Taken first: the plan's lock must be released before `die` takes it.
+        let pending = self.plan.lock().sdk_pending.take();
+        match pending {
+            None => {}
+            Some(Fault::Gone) => self.plan.die(),
+            Some(_) => {
+                let response = context.response_mut();
+                *response.status_mut() = 500u16.try_into()?;
+                *response.body_mut() = aws_smithy_types::body::SdkBody::from(
+                    r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost by the fault harness"}"#,
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1202 @@
+//! The fault harness: every store call of every feature, failed on purpose
+//! (docs/testing.md, "The fault harness").
+//!
+//! A case is a feature combination (the surface a user calls: the HTTP
+//! layer, `IdempotentFunction` or `SqsBatch`, and one feature turned on),
+//! what its first execution does (completes, fails, or its process dies
+//! mid-handler), a schedule of retries (a retry inside the lease and one
+//! past it; or a sweep under the `release` or the `fail` policy past the
+//! lease, then a retry), one store call of that run and one fault at it
+//! (`integration_tests::fault_store::Fault`). Each combination × first
+//! execution × schedule is run fault-free once to number its calls, then
+//! once per call and fault, deterministically (one task, the virtual clock
+//! of the `FaultPlan`, no randomness the run depends on). After the
+//! schedule an unfaulted settling phase (past the lease, a sweep, a retry)
+//! checks that whatever the fault left resolves within its bound.
+//!
+//! Invariants checked on every case (the first three while the run goes):
+//!
+//! - **effect**: the handler's effect never runs once its outcome is
+//!   durably stored: a completed record of this life, a recovery point
+//!   recording the step, or (cut-over) Powertools' completed record. A
+//!   repeat while nothing recorded the effect is the documented window
+//!   (docs/DESIGN.md section 6) and is allowed; it must then use the same
+//!   derived key.
+//! - **stored**: a completed record, once seen, stays completed with the
+//!   same outcome; success (an output, an acknowledged SQS record, a 2xx of
+//!   a transactional completion) is never reported while the outcome that
+//!   had to be stored is not.
+//! - **replay**: every replay is byte-identical to the first answer that
+//!   was stored or replayed.
+//! - **bound**: after the settling phase the record is completed and the
+//!   last retry got its outcome.
+//!
+//! `FAULT_HARNESS_SIZE=ci` (the default, what `make test` runs) covers every
+//! case on the in-memory store, the cut-over (a Powertools table on DynamoDB
+//! Local) and S3 offload (a local S3 server), and a subset on DynamoDB
+//! Local, Redis and PostgreSQL; `full` runs every combination on the
+//! engines too. Each test prints its case count and the path of every
+//! violation, and fails on any.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::config::SharedInterceptor;
+use integration_tests::fault_store::{Call, Fault, FaultInterceptor, FaultPlan, FaultStore};
+use lambda_http::{Body, Request, Response};
+use lambda_idempotency::event::EventError;
+use lambda_idempotency::event::SqsBatch;
+use lambda_idempotency::http::REPLAYED_HEADER;
+use lambda_idempotency::store::dynamodb::PowertoolsRecords;
+use lambda_idempotency::store::postgres::{PgType, PgWrite};
+use lambda_idempotency::store::{Status, SweepStore};
+use lambda_idempotency::sweep::{SweepPolicy, Sweeper};
+use lambda_idempotency::{
+    IdempotencyConfig, IdempotencyContext, IdempotencyLayer, IdempotentFunction, MemoryStore, Store,
+};
+use serde_json::{json, Value};
+use tower::{Layer, ServiceExt};
+
+/// The lease every case takes (no invocation deadline: `max_lease`).
+const LEASE: Duration = Duration::from_secs(10);
+/// The sweeper's grace past a lease.
+const GRACE: Duration = Duration::from_secs(1);
+/// How far "past the lease" moves the virtual clock.
+const PAST_LEASE_MS: u64 = 20_000;
+/// `wait_for`: one poll (the first poll comes after at least 25 ms).
+const WAIT_FOR: Duration = Duration::from_millis(20);
+
+/// Where a case's calls go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Surface {
+    Http,
+    Function,
+    Sqs,
+}
+
+/// The one feature a combination turns on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Feature {
+    Plain,
+    RecoveryPoints,
+    LocalCache,
+    BodyKey,
+    WaitFor,
+    Cutover,
+    /// The cut-over, for a key Powertools still holds in progress.
+    CutoverInProgress,
+    Transactional,
+    /// Responses kept in S3 (`S3Offload`, every response over its limit).
+    Offload,
+}
+
+/// What the first execution of the handler does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum First {
+    Completes,
+    /// Returns an error: the claim is given back.
+    Fails,
+    /// Its process dies after its effect, before it answers.
+    Dies,
+}
+
+/// How clients retry after the first invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Schedule {
+    /// A retry inside the lease, then one past it.
+    Retries,
+    /// Past the lease, a sweep (`release`), then a retry.
+    SweepRelease,
+    /// Past the lease, a sweep (`fail`), then a retry.
+    SweepFail,
+}
+
+impl Schedule {
+    const ALL: [Schedule; 3] = [
+        Schedule::Retries,
+        Schedule::SweepRelease,
+        Schedule::SweepFail,
+    ];
+
+    /// The policy of its sweeps (the settling phase's too).
+    fn policy(self) -> SweepPolicy {
+        match self {
+            Schedule::SweepFail => SweepPolicy::Fail,
+            _ => SweepPolicy::Release,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Combo {
+    surface: Surface,
+    feature: Feature,
+}
+
+/// Every combination a user can configure that the harness drives.
+fn combos(transactional: bool, cutover: bool) -> Vec<Combo> {
+    use Feature::*;
+    let mut all = Vec::new();
+    let mut add = |surface, features: &[Feature]| {
+        for &feature in features {
+            all.push(Combo { surface, feature });
+        }
+    };
+    add(Surface::Http, &[Plain, RecoveryPoints, LocalCache, BodyKey]);
+    add(
+        Surface::Function,
+        &[Plain, RecoveryPoints, LocalCache, BodyKey, WaitFor],
+    );
+    add(Surface::Sqs, &[Plain, RecoveryPoints, BodyKey]);
+    if transactional {
+        add(Surface::Http, &[Transactional]);
+    }
+    if cutover {
+        add(Surface::Http, &[Cutover, CutoverInProgress]);
+        add(Surface::Function, &[Cutover]);
+    }
+    all
+}
+
+/// The Powertools table the cut-over combinations read, as Powertools for
+/// AWS Lambda (Python) itself wrote it (tests/powertools/write_records.py).
+#[derive(Debug, Clone)]
+struct PowertoolsTables {
+    http_table: String,
+    event_table: String,
+    http_prefix: String,
+    event_prefix: String,
+    event_partition: String,
+    /// Until when (epoch ms) Powertools certainly holds `running-1` in
+    /// progress: it saved it with 60 s left, after this was measured.
+    running_until_ms: u64,
+}
+
+impl PowertoolsTables {
+    /// Run the script (the cut-over suite's source of real records); it
+    /// completed `done-1` (HTTP, body [`CUTOVER_BODY`]) and `o-1` (events).
+    async fn written() -> Self {
+        let python = std::env::var("IDEMPOTENCY_TEST_POWERTOOLS_PYTHON").unwrap_or_else(|_| {
+            panic!(
+                "IDEMPOTENCY_TEST_POWERTOOLS_PYTHON is not set: the cut-over cases read records \
+                 written by Powertools for AWS Lambda (Python); run with `make test`"
+            )
+        });
+        let http_table = integration_tests::unique_name("fh-pt-http");
+        let event_table = integration_tests::unique_name("fh-pt-event");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/powertools/write_records.py");
+        let started_ms = crate::fixture::now_ms();
+        let out = tokio::process::Command::new(&python)
+            .arg(script)
+            .arg(&http_table)
+            .arg(&event_table)
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("run {python} {script}: {e}"));
+        assert!(
+            out.status.success(),
+            "Powertools did not write its records: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: Value = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
+        let text = |name: &str| printed[name].as_str().expect("a prefix").to_owned();
+        PowertoolsTables {
+            http_table,
+            event_table,
+            http_prefix: text("http"),
+            event_prefix: text("event"),
+            event_partition: text("event_partition"),
+            running_until_ms: started_ms + 60_000,
+        }
+    }
+}
+
+/// `store` with every response kept in the engine's bucket, through an S3
+/// client whose requests `plan` numbers (one attempt each).
+async fn offloaded(
+    engine: &Engine,
+    store: Arc<dyn Store>,
+    plan: &FaultPlan,
+) -> lambda_idempotency::store::offload::S3Offload<Arc<dyn Store>> {
+    let bucket = engine
+        .bucket
+        .as_ref()
+        .expect("offload cases run where the harness made a bucket");
+    let config = integration_tests::iam_record::s3_config("feature-s3-offload")
+        .await
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::standard().with_max_attempts(1))
+        .interceptor(aws_sdk_s3::config::SharedInterceptor::new(
+            FaultInterceptor::new(plan.clone(), "s3"),
+        ))
+        .build();
+    lambda_idempotency::store::offload::S3Offload::new(
+        store,
+        aws_sdk_s3::Client::from_conf(config),
+        bucket,
+    )
+    .key_prefix("fault-harness/")
+    .max_response_bytes(16)
+}
+
+/// The body Powertools' handler completed `done-1` with.
+const CUTOVER_BODY: &str = r#"{"amount":2500}"#;
+/// The response body Powertools stored for `done-1` (status 201): its
+/// handler's `json.dumps`.
+const CUTOVER_HTTP_OUTCOME: &str = r#"{"order": {"amount": 2500}, "by": "powertools"}"#;
+/// The output Powertools stored for `o-1`.
+const CUTOVER_EVENT_OUTCOME: &str = r#"{"charged": 2500, "order_id": "o-1"}"#;
+
+/// The writes a transactional completion defers, on its engine.
+#[derive(Clone)]
+enum Orders {
+    Dynamo { table: String },
+    Postgres { table: String },
+}
+
+impl Orders {
+    fn defer(&self, ctx: &IdempotencyContext, id: &str) -> Result<(), String> {
+        match self {
+            Orders::Dynamo { table } => {
+                ctx.defer_write(integration_tests::put_new_order(table, id))
+            }
+            Orders::Postgres { table } => ctx.defer_write(
+                PgWrite::new(format!("INSERT INTO {table} (id) VALUES ($1)"))
+                    .bind(id.to_owned(), PgType::TEXT),
+            ),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// An engine the harness runs on.
+#[derive(Clone)]
+struct Engine {
+    name: &'static str,
+    /// A store shared by every case (engines), or `None`: a fresh
+    /// `MemoryStore` per case.
+    shared: Option<Arc<dyn Store>>,
+    orders: Option<Orders>,
+    powertools: Option<PowertoolsTables>,
+    /// The bucket of the offload combinations.
+    bucket: Option<String>,
+}
+
+impl Engine {
+    /// `plan` as this engine numbers calls: a shared store's listings pass
+    /// unnumbered ([`FaultPlan::without_listings`]).
+    fn plan(&self, plan: FaultPlan) -> FaultPlan {
+        match self.shared {
+            Some(_) => plan.without_listings(),
+            None => plan,
+        }
+    }
+
+    fn store(&self) -> Arc<dyn Store> {
+        self.shared
+            .clone()
+            .unwrap_or_else(|| Arc::new(MemoryStore::new()))
+    }
+}
+
+/// One case's identity: its violation path starts with this.
+#[derive(Debug, Clone, Copy)]
+struct CaseId {
+    combo: Combo,
+    first: First,
+    schedule: Schedule,
+}
+
+/// What one invocation answered, as its client saw it.
+#[derive(Debug, Clone)]
+enum Answer {
+    /// The process died: no answer.
+    Died,
+    Http {
+        status: u16,
+        replayed: bool,
+        body: Vec<u8>,
+    },
+    Output(Result<Value, String>),
+    /// SQS: the record was acknowledged (`true`) or reported failed.
+    Batch(bool),
+}
+
+/// An outcome as compared: status and body bytes (a function's output as
+/// its canonical JSON text).
+type Outcome = (u16, Vec<u8>);
+
+/// What one run observed.
+#[derive(Default)]
+struct Observed {
+    /// Each violation once, in the order first seen.
+    executions: u32,
+    /// Derived keys the effect used, per execution.
+    derived: Vec<String>,
+    violations: Violations,
+    /// The first outcome stored or replayed.
+    reference: Option<Outcome>,
+    /// A completed record was seen.
+    stored_seen: bool,
+}
+
+/// One run of a case, with or without a fault.
+struct Run {
+    id: CaseId,
+    engine: Engine,
+    plan: FaultPlan,
+    store: FaultStore<Arc<dyn Store>>,
+    key: String,
+    observed: Arc<Mutex<Observed>>,
+    /// The HTTP service or function of the warm instance (kept between
+    /// invocations with a local cache, rebuilt after a death).
+    warm: Option<Instance>,
+    step: u32,
+    /// How many calls the schedule made before the settling phase (the
+    /// calls a fault is injected at).
+    faultable: usize,
+}
+
+#[derive(Clone)]
+enum Instance {
+    Http(lambda_idempotency::http::Idempotency<HarnessService>),
+    // Boxed: a function is much larger than the other variants.
+    Function(Box<IdempotentFunction>),
+    Sqs(Arc<SqsBatch>),
+}
+
+type HarnessService = tower::util::BoxCloneService<Request, Response<Body>, lambda_http::Error>;
+
+/// A run's violations, each once.
+#[derive(Default)]
+struct Violations(Vec<String>);
+
+impl Violations {
+    fn push(&mut self, violation: impl Into<String>) {
+        let violation = violation.into();
+        if !self.0.contains(&violation) {
+            self.0.push(violation);
+        }
+    }
+}
+
+fn lock(observed: &Mutex<Observed>) -> std::sync::MutexGuard<'_, Observed> {
+    observed.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The handler every surface runs: a foreign effect (a charge, recorded by
+/// a recovery point where the feature asks), then the first execution's
+/// behaviour, then the main effect; checked against the store as it runs.
+#[derive(Clone)]
+struct Handler {
+    feature: Feature,
+    first: First,
+    plan: FaultPlan,
+    inner: Arc<dyn Store>,
+    observed: Arc<Mutex<Observed>>,
+    orders: Option<Orders>,
+    order_id: String,
+    /// Cut-over in progress: until when Powertools holds the key.
+    powertools_running_until_ms: Option<u64>,
+}
+
+impl Handler {
+    async fn execute(&self, ctx: Option<IdempotencyContext>) -> Result<Value, String> {
+        if self.plan.is_dead() {
+            return std::future::pending().await;
+        }
+        let Some(ctx) = ctx else {
+            lock(&self.observed)
+                .violations
+                .push("effect: the handler ran without an idempotency context");
+            return Err("no context".into());
+        };
+        let record = {
+            let _quiet = self.plan.quiet();
+            self.inner.get(ctx.record_id()).await
+        }
+        .ok()
+        .flatten()
+        .map(|s| s.record);
+        let execution = {
+            let mut observed = lock(&self.observed);
+            observed.executions += 1;
+            if self.feature == Feature::Cutover {
+                observed.violations.push(
+                    "effect: the handler ran for a key Powertools completed (its completion \
+                     is the key's one execution)",
+                );
+            }
+            if let Some(until) = self.powertools_running_until_ms {
+                if crate::fixture::now_ms() < until {
+                    observed.violations.push(
+                        "effect: the handler ran while Powertools still held the key in progress",
+                    );
+                }
+            }
+            if record
+                .as_ref()
+                .is_some_and(|r| r.status == Status::Completed)
+            {
+                observed
+                    .violations
+                    .push("effect: the handler ran after its outcome was stored");
+            }
+            observed.executions
+        };
+        if self.feature == Feature::RecoveryPoints && ctx.recovery_point().is_none() {
+            if record
+                .as_ref()
+                .and_then(|r| r.checkpoint.as_ref())
+                .is_some_and(|c| c.name == "charged")
+            {
+                lock(&self.observed).violations.push(
+                    "effect: step `charge` ran again after the recovery point recording it \
+                     was stored",
+                );
+            }
+            let charge = ctx.derived_key("charge");
+            ctx.commit("charged", json!({ "charge": charge }))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if execution == 1 {
+            match self.first {
+                First::Completes => {}
+                First::Fails => return Err("the first execution fails".into()),
+                First::Dies => {
+                    self.plan.die();
+                    return std::future::pending().await;
+                }
+            }
+        }
+        lock(&self.observed).derived.push(ctx.derived_key("ship"));
+        if let (Feature::Transactional, Some(orders)) = (self.feature, &self.orders) {
+            orders.defer(&ctx, &format!("{}-{execution}", self.order_id))?;
+        }
+        Ok(json!({
+            "execution": execution,
+            "attempt": ctx.attempt(),
+            "ship": ctx.derived_key("ship"),
+        }))
+    }
+}
+
+impl Run {
+    async fn new(engine: &Engine, id: CaseId, plan: FaultPlan, serial: u64) -> Run {
+        let mut inner = engine.store();
+        if id.combo.feature == Feature::Offload {
+            inner = Arc::new(offloaded(engine, inner, &plan).await);
+        }
+        let store = FaultStore::new(inner, plan.clone());
+        let key = if id.combo.feature == Feature::Cutover {
+            match id.combo.surface {
+                Surface::Http => "done-1".to_owned(),
+                _ => "o-1".to_owned(),
+            }
+        } else if id.combo.feature == Feature::CutoverInProgress {
+            "running-1".to_owned()
+        } else {
+            format!("fh-{}-{serial}", std::process::id())
+        };
+        // Powertools' completion is the key's first stored outcome: every
+        // answer and our own record must keep it.
+        let reference = (id.combo.feature == Feature::Cutover).then(|| match id.combo.surface {
+            Surface::Http => (201, CUTOVER_HTTP_OUTCOME.as_bytes().to_vec()),
+            _ => (200, canonical(CUTOVER_EVENT_OUTCOME.as_bytes())),
+        });
+        let observed = Observed {
+            reference,
+            ..Observed::default()
+        };
+        Run {
+            id,
+            engine: engine.clone(),
+            plan,
+            store,
+            key,
+            observed: Arc::new(Mutex::new(observed)),
+            warm: None,
+            step: 0,
+            faultable: 0,
+        }
+    }
+
+    fn handler(&self) -> Handler {
+        Handler {
+            feature: self.id.combo.feature,
+            first: self.id.first,
+            plan: self.plan.clone(),
+            inner: self.store.inner().clone(),
+            observed: self.observed.clone(),
+            orders: self.engine.orders.clone(),
+            order_id: self.key.clone(),
+            powertools_running_until_ms: (self.id.combo.feature == Feature::CutoverInProgress)
+                .then(|| self.engine.powertools.as_ref().map(|t| t.running_until_ms))
+                .flatten(),
+        }
+    }
+
+    async fn config(&self) -> IdempotencyConfig {
+        let mut config = IdempotencyConfig::new(self.store.clone()).max_lease(LEASE);
+        match self.id.combo.feature {
+            Feature::LocalCache => config = config.local_cache(100, Duration::from_secs(600)),
+            Feature::Cutover | Feature::CutoverInProgress => {
+                config = config.powertools_records(self.powertools().await)
+            }
+            _ => {}
+        }
+        config
+    }
+
+    /// The Powertools records of the cut-over, read through a client whose
+    /// requests the plan numbers (one attempt each: a lost answer is an
+    /// error, as after the SDK's retries).
+    async fn powertools(&self) -> PowertoolsRecords {
+        let tables = self
+            .engine
+            .powertools
+            .as_ref()
+            .expect("cut-over cases run where Powertools wrote its tables");
+        let shared = aws_config::from_env()
+            .region(aws_config::Region::new("us-east-1"))
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
+            .load()
+            .await;
+        let client = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&shared)
+                .endpoint_url(integration_tests::endpoint())
+                .interceptor(SharedInterceptor::new(FaultInterceptor::new(
+                    self.plan.clone(),
+                    "cutover-read",
+                )))
+                .build(),
+        );
+        let until = SystemTime::now() + Duration::from_secs(3600);
+        match self.id.combo.surface {
+            Surface::Http => {
+                PowertoolsRecords::new(client, &tables.http_table, &tables.http_prefix, until)
+                    .validate_body()
+            }
+            _ => PowertoolsRecords::new(client, &tables.event_table, &tables.event_prefix, until)
+                .key_attr("pk")
+                .sort_key("sk", &tables.event_partition),
+        }
+    }
+
+    async fn instance(&self) -> Instance {
+        let config = self.config().await;
+        let feature = self.id.combo.feature;
+        match self.id.combo.surface {
+            Surface::Http => {
+                let handler = self.handler();
+                let service = tower::service_fn(move |req: Request| {
+                    let handler = handler.clone();
+                    async move {
+                        let ctx = IdempotencyContext::of(&req).cloned();
+                        let output = handler.execute(ctx).await?;
+                        Ok::<_, lambda_http::Error>(
+                            Response::builder()
+                                .status(201)
+                                .header("content-type", "application/json")
+                                .body(Body::from(output.to_string()))?,
+                        )
+                    }
+                });
+                let mut layer = IdempotencyLayer::with_config(config);
+                if feature == Feature::BodyKey {
+                    layer = layer.key_from_body("/order_id");
+                }
+                Instance::Http(layer.layer(tower::util::BoxCloneService::new(service)))
+            }
+            Surface::Function | Surface::Sqs => {
+                let mut function = IdempotentFunction::with_config(config, "fault-harness");
+                if matches!(feature, Feature::BodyKey | Feature::Cutover)
+                    && self.id.combo.surface == Surface::Function
+                {
+                    function = function.key_pointers(["/order_id"]);
+                }
+                if feature == Feature::WaitFor {
+                    function = function.wait_for(WAIT_FOR);
+                }
+                if self.id.combo.surface == Surface::Function {
+                    return Instance::Function(Box::new(function));
+                }
+                let mut batch = SqsBatch::new(function);
+                if feature == Feature::BodyKey {
+                    batch = batch.key_body_pointer("/order_id");
+                }
+                Instance::Sqs(Arc::new(batch))
+            }
+        }
+    }
+
+    fn request_body(&self) -> String {
+        if matches!(
+            self.id.combo.feature,
+            Feature::Cutover | Feature::CutoverInProgress
+        ) {
+            match self.id.combo.surface {
+                Surface::Http => CUTOVER_BODY.to_owned(),
+                _ => json!({"order_id": self.key, "amount": 2500}).to_string(),
+            }
+        } else {
+            json!({"order_id": self.key, "amount": 2500}).to_string()
+        }
+    }
+
+    /// One invocation (a client's request, a function call, an SQS
+    /// delivery), dropped when its process dies.
+    async fn invoke(&mut self) -> Answer {
+        self.step += 1;
+        self.plan.step(format!("invoke#{}", self.step));
+        let keep_warm = self.id.combo.feature == Feature::LocalCache;
+        let instance = match (&self.warm, keep_warm) {
+            (Some(warm), true) => warm.clone(),
+            _ => self.instance().await,
+        };
+        self.warm = Some(instance.clone());
+        let executions_before = lock(&self.observed).executions;
+        let handler = self.handler();
+        let body = self.request_body();
+        let key = self.key.clone();
+        let call = async move {
+            match instance {
+                Instance::Http(service) => {
+                    let mut builder =
+                        http::Request::post("/orders").header("content-type", "application/json");
+                    if !matches!(handler.feature, Feature::BodyKey) {
+                        builder = builder.header("idempotency-key", key.as_str());
+                    }
+                    let request = builder.body(Body::from(body)).expect("a valid request");
+                    match service.oneshot(request).await {
+                        Ok(response) => {
+                            let status = response.status().as_u16();
+                            let replayed = response.headers().contains_key(REPLAYED_HEADER);
+                            Answer::Http {
+                                status,
+                                replayed,
+                                body: response.body().as_ref().to_vec(),
+                            }
+                        }
+                        // The handler's error: Lambda answers 502.
+                        Err(_) => Answer::Http {
+                            status: 502,
+                            replayed: false,
+                            body: Vec::new(),
+                        },
+                    }
+                }
+                Instance::Function(function) => {
+                    let arg: Value = serde_json::from_str(&body).expect("JSON");
+                    let out: Result<Value, EventError<String>> = function
+                        .call_with_context(arg, |_, ctx| async move { handler.execute(ctx).await })
+                        .await;
+                    Answer::Output(out.map_err(|e| e.to_string()))
+                }
+                Instance::Sqs(batch) => {
+                    let mut message = SqsMessage::default();
+                    message.message_id = Some(format!("m-{key}"));
+                    message.body = Some(body);
+                    let mut event = SqsEvent::default();
+                    event.records = vec![message];
+                    let handler = &handler;
+                    match batch
+                        .process(event, |_, ctx| async move { handler.execute(ctx).await })
+                        .await
+                    {
+                        Ok(response) => Answer::Batch(response.batch_item_failures.is_empty()),
+                        Err(_) => Answer::Batch(false),
+                    }
+                }
+            }
+        };
+        let plan = self.plan.clone();
+        let answer = tokio::select! {
+            biased;
+            answer = call => answer,
+            () = plan.died() => Answer::Died,
+        };
+        if matches!(answer, Answer::Died) {
+            self.warm = None;
+        }
+        let executed = lock(&self.observed).executions > executions_before;
+        self.check_answer(&answer, executed).await;
+        answer
+    }
+
+    /// A sweep under `policy`, itself a process that can die.
+    async fn sweep(&mut self, policy: SweepPolicy) {
+        self.step += 1;
+        self.plan.step(format!("sweep#{}", self.step));
+        let sweeper = Sweeper::new(self.store.clone()).policy(policy).grace(GRACE);
+        let plan = self.plan.clone();
+        tokio::select! {
+            biased;
+            _ = sweeper.sweep(None) => {},
+            () = plan.died() => {},
+        }
+        self.check_stored().await;
+    }
+
+    /// The record as the store holds it (unfaulted, unnumbered).
+    async fn record(&self) -> Option<lambda_idempotency::store::Record> {
+        let id = self.record_id()?;
+        let _quiet = self.plan.quiet();
+        self.store
+            .inner()
+            .get(&id)
+            .await
+            .expect("the engine answers the harness's own read")
+            .map(|s| s.record)
+    }
+
+    /// The record of this run's key: the one id its claims named (`None`
+    /// before the first claim).
+    fn record_id(&self) -> Option<String> {
+        self.plan.claimed_ids().into_iter().next()
+    }
+
+    fn compare(&self, what: &str, outcome: Outcome) {
+        let mut observed = lock(&self.observed);
+        match &observed.reference {
+            None => observed.reference = Some(outcome),
+            Some(reference) if *reference != outcome => {
+                let message = format!(
+                    "{what}: {} {} differs from the first answer {} {}",
+                    outcome.0,
+                    String::from_utf8_lossy(&outcome.1),
+                    reference.0,
+                    String::from_utf8_lossy(&reference.1)
+                );
+                observed.violations.push(message);
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// The stored outcome, as compared.
+    fn stored_outcome(&self, record: &lambda_idempotency::store::Record) -> Option<Outcome> {
+        let response = record.response.as_ref()?;
+        let body = response.body.bytes().to_vec();
+        Some(match self.id.combo.surface {
+            Surface::Http => (response.status, body),
+            _ => (200, canonical(&body)),
+        })
+    }
+
+    /// The stored-outcome invariant: once completed, completed with the
+    /// same outcome.
+    async fn check_stored(&mut self) -> Option<lambda_idempotency::store::Record> {
+        let record = self.record().await;
+        match &record {
+            Some(r) if r.status == Status::Completed => {
+                if let Some(outcome) = self.stored_outcome(r) {
+                    lock(&self.observed).stored_seen = true;
+                    self.compare("stored: the stored outcome", outcome);
+                }
+            }
+            _ if lock(&self.observed).stored_seen => lock(&self.observed).violations.push(format!(
+                "stored: the completed record was lost (now {:?})",
+                record.as_ref().map(|r| r.status)
+            )),
+            _ => {}
+        }
+        record
+    }
+
+    async fn check_answer(&mut self, answer: &Answer, executed: bool) {
+        let record = self.check_stored().await;
+        let completed = record
+            .as_ref()
+            .is_some_and(|r| r.status == Status::Completed);
+        let feature = self.id.combo.feature;
+        let exempt = matches!(feature, Feature::Cutover | Feature::CutoverInProgress);
+        match answer {
+            Answer::Died => {}
+            Answer::Http {
+                status,
+                replayed,
+                body,
+                ..
+            } => {
+                if *replayed {
+                    self.compare("replay: the replayed answer", (*status, body.clone()));
+                }
+                if feature == Feature::Transactional && (200..300).contains(status) && !completed {
+                    lock(&self.observed).violations.push(format!(
+                        "stored: {status} reported for a transactional completion that is not stored"
+                    ));
+                }
+            }
+            Answer::Output(Ok(value)) => {
+                if !executed {
+                    self.compare(
+                        "replay: the replayed output",
+                        (200, canonical(value.to_string().as_bytes())),
+                    );
+                }
+                if !completed && !exempt {
+                    lock(&self.observed)
+                        .violations
+                        .push("stored: an output was returned that is not stored");
+                }
+            }
+            Answer::Output(Err(_)) => {}
+            Answer::Batch(acknowledged) => {
+                if *acknowledged && !completed && !exempt {
+                    lock(&self.observed).violations.push(
+                        "stored: the SQS record was acknowledged while its outcome is not stored",
+                    );
+                }
+            }
+        }
+    }
+
+    /// The schedule, then the unfaulted settling phase and its checks.
+    async fn play(&mut self) {
+        self.invoke().await;
+        match self.id.schedule {
+            Schedule::Retries => {
+                self.invoke().await;
+                self.plan.advance(PAST_LEASE_MS);
+                self.invoke().await;
+            }
+            Schedule::SweepRelease | Schedule::SweepFail => {
+                self.plan.advance(PAST_LEASE_MS);
+                self.sweep(self.id.schedule.policy()).await;
+                self.invoke().await;
+            }
+        }
+        // Settling: whatever the fault left must resolve within one lease,
+        // one sweep and one retry. Its calls are not faulted.
+        self.plan.disarm();
+        self.faultable = self.plan.trace().len();
+        self.plan.advance(PAST_LEASE_MS);
+        self.sweep(self.id.schedule.policy()).await;
+        self.plan.advance(PAST_LEASE_MS);
+        let last = self.invoke().await;
+        let record = self.record().await;
+        let resolved = record
+            .as_ref()
+            .is_some_and(|r| r.status == Status::Completed);
+        let mut observed = lock(&self.observed);
+        // A key Powertools holds is Powertools' to resolve: answered 409
+        // until then, with no record of ours.
+        let ours = self.id.combo.feature != Feature::CutoverInProgress;
+        if !resolved && ours {
+            observed.violations.push(format!(
+                "bound: the record is {:?} after a lease, a sweep and a retry",
+                record.map(|r| r.status)
+            ));
+        }
+        if matches!(last, Answer::Died) {
+            observed
+                .violations
+                .push("bound: the settling retry did not answer");
+        }
+        let first = observed.derived.first().cloned();
+        if observed.derived.iter().any(|d| Some(d) != first.as_ref()) {
+            observed
+                .violations
+                .push("effect: a repeat of the effect used another derived key");
+        }
+    }
+}
+
+/// A function output's canonical bytes (its JSON re-serialised), so a
+/// stored output and a returned value compare.
+fn canonical(bytes: &[u8]) -> Vec<u8> {
+    serde_json::from_slice::<Value>(bytes)
+        .map(|v| v.to_string().into_bytes())
+        .unwrap_or_else(|_| bytes.to_vec())
+}
+
+/// What a harness run covered and found.
+#[derive(Default)]
+struct Report {
+    cases: u64,
+    /// Cases by the kind of the call faulted.
+    by_call: std::collections::BTreeMap<&'static str, u64>,
+    repeats_in_window: u64,
+    violations: Vec<String>,
+}
+
+/// Run every case of `combos` × `firsts` × schedules on `engine`: each
+/// fault-free to number its calls, then at each call with each fault.
+async fn harness(engine: Engine, combos: &[Combo], firsts: &[First]) -> Report {
+    let mut report = Report::default();
+    let mut serial = 0u64;
+    for &combo in combos {
+        for &first in firsts {
+            for schedule in Schedule::ALL {
+                let id = CaseId {
+                    combo,
+                    first,
+                    schedule,
+                };
+                serial += 1;
+                let mut clean = Run::new(&engine, id, engine.plan(FaultPlan::new()), serial).await;
+                clean.play().await;
+                let trace = clean.plan.trace();
+                collect(&mut report, &clean, id, None, &trace);
+                for (index, call) in trace[..clean.faultable].iter().enumerate() {
+                    for fault in Fault::ALL {
+                        serial += 1;
+                        let plan = engine.plan(FaultPlan::failing(index, fault));
+                        let mut run = Run::new(&engine, id, plan, serial).await;
+                        run.play().await;
+                        report.cases += 1;
+                        *report.by_call.entry(call.kind.name()).or_default() += 1;
+                        match run.plan.injected() {
+                            Some((at, kind)) if at == index && kind == call.kind => {}
+                            other => report.violations.push(format!(
+                                "{} | harness: the run diverged before call {index} ({}): injected at {other:?}",
+                                path(engine.name, id),
+                                call.kind.name()
+                            )),
+                        }
+                        collect(&mut report, &run, id, Some((index, call, fault)), &trace);
+                    }
+                }
+            }
+        }
+    }
+    report
+}
+
+fn path(engine: &str, id: CaseId) -> String {
+    format!(
+        "{engine} / {:?}+{:?} / first {:?} / {:?}",
+        id.combo.surface, id.combo.feature, id.first, id.schedule
+    )
+}
+
+fn collect(
+    report: &mut Report,
+    run: &Run,
+    id: CaseId,
+    fault: Option<(usize, &Call, Fault)>,
+    trace: &[Call],
+) {
+    let observed = lock(&run.observed);
+    if observed.derived.len() > 1 {
+        report.repeats_in_window += 1;
+    }
+    let at = match fault {
+        None => "no fault".to_owned(),
+        Some((index, call, fault)) => format!(
+            "call {index} ({} of {}) {}",
+            call.kind.name(),
+            call.step,
+            fault.name()
+        ),
+    };
+    let calls: Vec<String> = trace
+        .iter()
+        .map(|c| format!("{}:{}", c.step, c.kind.name()))
+        .collect();
+    for violation in &observed.violations.0 {
+        report.violations.push(format!(
+            "{} / {at} | {violation} | fault-free calls: {}",
+            path(run.engine.name, id),
+            calls.join(" ")
+        ));
+    }
+}
+
+/// `FAULT_HARNESS_SIZE`: `ci` (default) or `full`.
+fn full_size() -> bool {
+    match std::env::var("FAULT_HARNESS_SIZE").as_deref() {
+        Ok("full") => true,
+        Ok("ci") | Err(_) => false,
+        Ok(other) => panic!("FAULT_HARNESS_SIZE is `{other}`: use `ci` or `full`"),
+    }
+}
+
+/// Print what a run covered and fail on any violation; once it passed,
+/// report its tally to the reliability run's log as `test`
+/// (scripts/reliability.sh, RELIABILITY.md section 6).
+fn judge(test: &str, report: Report) {
+    println!(
+        "fault harness {test}: {} cases (combination × call × fault), {} with the effect \
+         repeated inside the documented window, {} violations; calls faulted: {:?}",
+        report.cases,
+        report.repeats_in_window,
+        report.violations.len(),
+        report.by_call
+    );
+    for violation in &report.violations {
+        println!("VIOLATION {violation}");
+    }
+    assert!(
+        report.violations.is_empty(),
+        "fault harness {test}: {} violations (printed above), first: {}",
+        report.violations.len(),
+        report.violations[0]
+    );
+    let tally = crate::fuzz::Tally::new();
+    tally.add_n("cases", report.cases);
+    tally.add_n(
+        "effect repeated inside the documented window",
+        report.repeats_in_window,
+    );
+    for (call, n) in report.by_call {
+        tally.add_n(format!("{call} faulted"), n);
+    }
+    tally.report(test);
+}
+
+const ALL_FIRSTS: [First; 3] = [First::Completes, First::Fails, First::Dies];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_on_the_memory_store() {
+    let engine = Engine {
+        name: "memory",
+        shared: None,
+        orders: None,
+        powertools: None,
+        bucket: None,
+    };
+    let report = harness(engine, &combos(false, false), &ALL_FIRSTS).await;
+    judge("fault_harness::memory", report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_in_the_powertools_cutover() {
+    let engine = Engine {
+        name: "memory+powertools-table",
+        shared: None,
+        orders: None,
+        powertools: Some(PowertoolsTables::written().await),
+        bucket: None,
+    };
+    let cutover: Vec<Combo> = combos(false, true)
+        .into_iter()
+        .filter(|c| matches!(c.feature, Feature::Cutover | Feature::CutoverInProgress))
+        .collect();
+    let report = harness(engine, &cutover, &[First::Completes]).await;
+    judge("fault_harness::powertools_cutover", report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_with_s3_offload() {
+    let bucket = format!("fault-harness-{}", std::process::id());
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_S3").unwrap_or_else(|_| {
+        panic!("AWS_ENDPOINT_URL_S3 is not set: run the tests through scripts/s3-local.sh")
+    });
+    let shared = aws_config::from_env()
+        .region(aws_config::Region::new("us-east-1"))
+        .load()
+        .await;
+    let setup = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&shared)
+            .endpoint_url(endpoint)
+            .force_path_style(true)
+            .build(),
+    );
+    setup
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "create bucket {bucket}: {}",
+                aws_sdk_s3::error::DisplayErrorContext(e)
+            )
+        });
+    let engine = Engine {
+        name: "memory+s3",
+        shared: None,
+        orders: None,
+        powertools: None,
+        bucket: Some(bucket),
+    };
+    let offload = [Surface::Http, Surface::Function].map(|surface| Combo {
+        surface,
+        feature: Feature::Offload,
+    });
+    let report = harness(engine, &offload, &ALL_FIRSTS).await;
+    judge("fault_harness::s3_offload", report);
+}
+
+/// The engines' subset: the paths each implements differently (claim,
+/// takeover, fenced completion, recovery points, release, the sweeper's
+/// resolutions, transactions), on the HTTP layer and functions.
+fn engine_combos(transactional: bool) -> (Vec<Combo>, Vec<First>) {
+    if full_size() {
+        return (combos(transactional, false), ALL_FIRSTS.to_vec());
+    }
+    let mut subset = vec![
+        Combo {
+            surface: Surface::Http,
+            feature: Feature::Plain,
+        },
+        Combo {
+            surface: Surface::Http,
+            feature: Feature::RecoveryPoints,
+        },
+    ];
+    if transactional {
+        subset.push(Combo {
+            surface: Surface::Http,
+            feature: Feature::Transactional,
+        });
+    }
+    (subset, vec![First::Completes, First::Dies])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_on_dynamodb_local() {
+    let (store, _) = integration_tests::dynamo_store().await;
+    let table = integration_tests::orders_table(store.client()).await;
+    let engine = Engine {
+        name: "dynamodb-local",
+        shared: Some(Arc::new(store.with_sweep_index())),
+        orders: Some(Orders::Dynamo { table }),
+        powertools: None,
+        bucket: None,
+    };
+    let (combos, firsts) = engine_combos(true);
+    let report = harness(engine, &combos, &firsts).await;
+    judge("fault_harness::dynamodb_local", report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_on_redis() {
+    let engine = Engine {
+        name: "redis",
+        shared: Some(Arc::new(integration_tests::redis_store().await)),
+        orders: None,
+        powertools: None,
+        bucket: None,
+    };
+    let (combos, firsts) = engine_combos(false);
+    let report = harness(engine, &combos, &firsts).await;
+    judge("fault_harness::redis", report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_on_postgres() {
+    let store = integration_tests::postgres_store().await;
+    let table = store.table().replace("idempotency_records", "fh_orders");
+    store
+        .pool()
+        .get()
+        .await
+        .expect("a connection")
+        .batch_execute(&format!("CREATE TABLE {table} (id text PRIMARY KEY)"))
+        .await
+        .expect("the orders table");
+    let engine = Engine {
+        name: "postgres",
+        shared: Some(Arc::new(store)),
+        orders: Some(Orders::Postgres { table }),
+        powertools: None,
+        bucket: None,
+    };
+    let (combos, firsts) = engine_combos(true);
+    let report = harness(engine, &combos, &firsts).await;
+    judge("fault_harness::postgres", report);
+}
