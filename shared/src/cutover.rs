@@ -78,6 +78,14 @@ pub(crate) async fn claim(
     let Some(records) = config.powertools.as_deref() else {
         return Ok(found);
     };
+    if let Found::Completed(record) = &found {
+        if abandoned(record) && records.open(request.now_ms) {
+            if let Some(key) = key() {
+                return over_abandoned(records, record, &key, shape, request.now_ms).await;
+            }
+        }
+        return Ok(found);
+    }
     let Found::Claimed(lease) = &found else {
         return Ok(found);
     };
@@ -257,6 +265,66 @@ pub(crate) fn body_as_powertools_saw_it(body: &lambda_http::Body) -> Value {
         }
         // A body kind added to lambda_http later: its bytes as text.
         other => Value::String(String::from_utf8_lossy(other.as_ref()).into_owned()),
+    }
+}
+
+/// Whether `record` holds the `abandoned` problem the sweeper's `fail`
+/// policy stores for a record stuck in progress.
+#[cfg(feature = "powertools")]
+fn abandoned(record: &Record) -> bool {
+    record.status == Status::Completed
+        && record
+            .response
+            .as_ref()
+            .is_some_and(|r| r.is_problem(crate::problem::ABANDONED))
+}
+
+/// A duplicate of a record the sweeper failed, inside the window: the
+/// attempt it abandoned may have ended before its lookup decided anything
+/// (it died claiming or reading), so the sweeper's `abandoned` may stand
+/// for a key Powertools completed. Its outcome is the key's true one and is
+/// replayed (not copied: a completed record is never overwritten); one
+/// Powertools still runs answers as in progress; otherwise, or for another
+/// payload, the sweeper's answer stands. A lookup that fails fails the
+/// request, as a claim's does: the key's outcome is unknown.
+#[cfg(feature = "powertools")]
+async fn over_abandoned(
+    records: &crate::store::dynamodb::PowertoolsRecords,
+    record: &Record,
+    key: &PowertoolsKey,
+    shape: Shape,
+    now_ms: u64,
+) -> Result<Found, Error> {
+    let found = Box::pin(records.find(&key.key, now_ms)).await?;
+    match found {
+        Some(PowertoolsRecord::InProgress { until_ms }) => Ok(Found::InProgress {
+            retry_after: std::time::Duration::from_millis(until_ms.saturating_sub(now_ms)),
+            existing: Box::new(Record {
+                status: Status::InProgress,
+                lease_expires_at_ms: until_ms,
+                response: None,
+                ..record.clone()
+            }),
+        }),
+        Some(PowertoolsRecord::Completed {
+            data,
+            expires_at_s,
+            validation,
+        }) => {
+            let payload_hash = key.payload.as_ref().map(|p| records.hash_of(p));
+            if matches!((&validation, &payload_hash), (Some(stored), Some(current)) if stored != current)
+            {
+                return Ok(Found::Completed(record.clone()));
+            }
+            let stored = stored_response(&data, shape)?;
+            tracing::info!(record_id = %record.id, "replayed the outcome Powertools stored for a key the sweeper had failed here");
+            Ok(Found::Completed(Record {
+                response: Some(stored),
+                expires_at_s: expires_at_s.saturating_add(1),
+                ..record.clone()
+            }))
+        }
+        None => Ok(Found::Completed(record.clone())),
     }
 }
 

@@ -172,6 +172,13 @@ impl StoredBody {
 const MAX_REPLAYED_HEADERS: usize = 10_000;
 
 impl StoredResponse {
+    /// Whether this is a problem response of `kind` (its `type` URI), such
+    /// as the markers a record holds in place of a handler's outcome.
+    pub(crate) fn is_problem(&self, kind: crate::problem::ProblemType) -> bool {
+        serde_json::from_slice::<serde_json::Value>(self.body.bytes())
+            .is_ok_and(|v| v["type"] == kind.uri)
+    }
+
     /// Build a stored response.
     pub fn new(status: u16, headers: Vec<(String, Vec<u8>)>, body: StoredBody) -> Self {
         StoredResponse {

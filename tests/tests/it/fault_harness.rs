@@ -790,6 +790,18 @@ impl Run {
     async fn check_stored(&mut self) -> Option<lambda_idempotency::store::Record> {
         let record = self.record().await;
         match &record {
+            // Inside the cut-over window the key's outcome may live in
+            // Powertools' record alone: a record the sweeper failed here
+            // (its attempt died before its lookup decided anything) keeps
+            // the `abandoned` marker, and every duplicate is answered from
+            // Powertools' record instead (the replay check holds it to
+            // that), as long as Powertools keeps its record.
+            Some(r)
+                if self.id.combo.feature == Feature::Cutover
+                    && r.response.as_ref().is_some_and(|response| {
+                        String::from_utf8_lossy(response.body.bytes())
+                            .contains("/problems/abandoned")
+                    }) => {}
             Some(r) if r.status == Status::Completed => {
                 if let Some(outcome) = self.stored_outcome(r) {
                     lock(&self.observed).stored_seen = true;
