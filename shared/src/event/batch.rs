@@ -3,7 +3,39 @@
 //! the first failure.
 
 use super::function::Key;
+#[cfg(any(feature = "sqs", feature = "kinesis"))]
+use super::function::TooDeep;
 use crate::json::CanonicalJson;
+
+/// `Some` when `payload`, which did not parse as JSON, was refused for
+/// nesting deeper than JSON is read rather than for not being JSON: its key
+/// and validated fields cannot be read, which is not the same as having
+/// none.
+#[cfg(any(feature = "sqs", feature = "kinesis"))]
+pub(super) fn too_deep(payload: &[u8]) -> Option<TooDeep> {
+    let depth = crate::json::nesting_depth(payload);
+    let limit = crate::json::MAX_DEPTH;
+    (depth > limit).then_some(TooDeep { depth, limit })
+}
+
+/// A record's key as `key` makes it from the record's payload, `doc` its
+/// canonical JSON (`None`: the `payload` text is not JSON); but when the
+/// payload must be read (`reads_payload`: the key or validated fields are
+/// in it) and was refused for its depth, [`TooDeep`].
+#[cfg(any(feature = "sqs", feature = "kinesis"))]
+pub(super) fn record_key(
+    payload: Option<&str>,
+    doc: Option<&CanonicalJson>,
+    reads_payload: bool,
+    key: impl FnOnce(Option<&CanonicalJson>) -> Option<Key>,
+) -> Result<Option<Key>, TooDeep> {
+    if doc.is_none() && reads_payload {
+        if let Some(too_deep) = payload.and_then(|p| too_deep(p.as_bytes())) {
+            return Err(too_deep);
+        }
+    }
+    Ok(key(doc))
+}
 
 /// The key at `pointer` of a record's JSON payload: a string as it is,
 /// another value as its canonical JSON (kept apart from strings: `5` is not
@@ -35,7 +67,7 @@ mod stream {
     use serde::Serialize;
 
     use super::super::error::EventError;
-    use super::super::function::{IdempotentFunction, Key};
+    use super::super::function::{IdempotentFunction, Key, TooDeep};
     use crate::context::IdempotencyContext;
     use crate::error::{Error, ErrorKind};
 
@@ -55,19 +87,20 @@ mod stream {
     /// output type (the batch discards outputs; failing it would block the
     /// shard on a record that already ran). So does a record whose outcome
     /// no redelivery can change before its idempotency record expires
-    /// (abandoned and failed by the sweeper, no key, a stored output gone
-    /// from S3): logged and counted
+    /// (abandoned and failed by the sweeper, no key, a payload nested too
+    /// deep to read its key, a stored output gone from S3): logged and counted
     /// (`StreamRecordSkipped`) rather than stalling the shard for a day. A record that failed without a
     /// sequence number cannot be named: the whole invocation fails with an
     /// [`ErrorKind::InvalidEvent`] error, so Lambda retries the batch.
     ///
     /// `source` names the stream in logs and errors; `prepare` gives a
-    /// record's sequence number, key and fingerprint.
+    /// record's sequence number, key (or why its payload could not be read)
+    /// and fingerprint.
     pub(in crate::event) async fn first_failure<R, O, E, F, Fut>(
         function: &IdempotentFunction,
         source: &str,
         records: Vec<R>,
-        prepare: impl Fn(&R) -> (Option<String>, Option<Key>, String),
+        prepare: impl Fn(&R) -> (Option<String>, Result<Option<Key>, TooDeep>, String),
         handler: &F,
     ) -> Result<Option<String>, Error>
     where
@@ -91,7 +124,11 @@ mod stream {
                     tracing::warn!(source, sequence_number = ?sequence_number, error = %err, "duplicate of a record that already completed; its output is not replayed, the record counts as processed");
                     continue;
                 }
-                Err(err @ (EventError::Abandoned { .. } | EventError::KeyMissing { .. })) => {
+                Err(
+                    err @ (EventError::Abandoned { .. }
+                    | EventError::KeyMissing { .. }
+                    | EventError::PayloadTooDeep { .. }),
+                ) => {
                     super::skipped(function, source, sequence_number.as_deref(), &err);
                     continue;
                 }
@@ -143,6 +180,54 @@ mod tests {
 
     fn key(payload: &str) -> Option<Key> {
         pointer_key(&CanonicalJson::parse(payload).expect("JSON"), "/id")
+    }
+
+    #[cfg(any(feature = "sqs", feature = "kinesis"))]
+    #[test]
+    fn a_payload_too_deep_to_read_is_told_from_one_without_a_key_and_named() {
+        let nested = |depth: usize| {
+            format!(
+                r#"{{"id":"k1","deep":{}1{}}}"#,
+                "[".repeat(depth - 1),
+                "]".repeat(depth - 1)
+            )
+        };
+        let limit = crate::json::MAX_DEPTH;
+        let read = |text: &str, reads_payload: bool| {
+            let doc = CanonicalJson::parse(text);
+            record_key(Some(text), doc.as_ref(), reads_payload, |doc| {
+                doc.and_then(|d| pointer_key(d, "/id"))
+            })
+        };
+        assert_eq!(read(&nested(limit), true), Ok(Some(Key::text("k1".into()))));
+        let too_deep = read(&nested(limit + 1), true).unwrap_err();
+        assert_eq!(
+            too_deep,
+            TooDeep {
+                depth: limit + 1,
+                limit
+            }
+        );
+        // A payload that is not read (the key is elsewhere, nothing
+        // validated) is the handler's business; one that is not JSON has no key.
+        assert_eq!(read(&nested(limit + 1), false), Ok(None));
+        assert_eq!(read("id=k1", true), Ok(None));
+
+        let err = super::super::error::EventError::<String>::PayloadTooDeep {
+            function: "consumer".into(),
+            depth: too_deep.depth,
+            limit: too_deep.limit,
+        };
+        assert_eq!(err.error_type(), "Idempotency.PayloadTooDeep");
+        let message = err.to_string();
+        for part in [
+            "`consumer`".to_owned(),
+            format!("nests {} levels", limit + 1),
+            format!("at most {limit} levels"),
+            "send it less deeply nested".to_owned(),
+        ] {
+            assert!(message.contains(&part), "{part:?} in {message}");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::batch::{first_failure, text_key};
-use super::function::{IdempotentFunction, Key};
+use super::function::{IdempotentFunction, Key, TooDeep};
 use crate::context::IdempotencyContext;
 use crate::error::Error;
 use crate::json::CanonicalJson;
@@ -182,7 +182,10 @@ impl DynamoDbStreamBatch {
     }
 
     /// A record's sequence number, key and fingerprint.
-    fn prepare(&self, record: &EventRecord) -> (Option<String>, Option<Key>, String) {
+    fn prepare(
+        &self,
+        record: &EventRecord,
+    ) -> (Option<String>, Result<Option<Key>, TooDeep>, String) {
         let sequence_number = record
             .change
             .sequence_number
@@ -199,7 +202,10 @@ impl DynamoDbStreamBatch {
         };
         let new_image = dynamodb_json(&record.change.new_image);
         let fingerprint = self.function.fingerprint_of_canonical(new_image.as_ref());
-        (sequence_number, key, fingerprint)
+        // Never too deep to read: the items were read from the event's own
+        // JSON, nested inside it, so written alone they nest less than JSON
+        // is read (and DynamoDB keys are scalars).
+        (sequence_number, Ok(key), fingerprint)
     }
 }
 

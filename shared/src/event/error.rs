@@ -37,6 +37,19 @@ pub enum EventError<E> {
         /// The function's name.
         function: String,
     },
+    /// The payload (an SQS body, Kinesis data) nests arrays and objects
+    /// deeper than JSON is read (`limit` levels, serde_json's), so its key
+    /// or validated fields cannot be read. Nothing ran, not even with
+    /// [`pass_through_missing_key`](super::IdempotentFunction::pass_through_missing_key):
+    /// the payload may hold a key, it only cannot be read.
+    PayloadTooDeep {
+        /// The function's name.
+        function: String,
+        /// How deep the payload nests.
+        depth: usize,
+        /// The deepest nesting read.
+        limit: usize,
+    },
     /// The first call never finished and the sweeper failed the key.
     Abandoned {
         /// The record id.
@@ -110,6 +123,18 @@ impl<E: fmt::Display> fmt::Display for EventError<E> {
                 f,
                 "no idempotency key found in the payload of `{function}`; check the key pointers or enable pass-through"
             ),
+            EventError::PayloadTooDeep {
+                function,
+                depth,
+                limit,
+            } => write!(
+                f,
+                "the payload of `{function}` nests {depth} levels of arrays and objects; its \
+                 idempotency key and validated fields are read only from JSON nested at most \
+                 {limit} levels deep, so it was not run: have the producer send it less deeply \
+                 nested, or key the records by an id outside the payload (the messageId or \
+                 eventID)"
+            ),
             EventError::Abandoned { record_id } => write!(
                 f,
                 "idempotency record {record_id} was abandoned by its first call and failed by the sweeper"
@@ -161,6 +186,7 @@ impl<E> EventError<E> {
             EventError::InProgress { .. } => "Idempotency.InProgress",
             EventError::PayloadMismatch { .. } => "Idempotency.PayloadMismatch",
             EventError::KeyMissing { .. } => "Idempotency.KeyMissing",
+            EventError::PayloadTooDeep { .. } => "Idempotency.PayloadTooDeep",
             EventError::Abandoned { .. } => "Idempotency.Abandoned",
             EventError::OutputTooLarge { .. } => "Idempotency.OutputTooLarge",
             EventError::OutputNotStored { .. } => "Idempotency.OutputNotStored",

@@ -282,7 +282,7 @@ impl IdempotentFunction {
         // One metrics line per call, or per batch when a batch calls.
         crate::metrics::gathered(
             self.config.metrics.as_ref(),
-            self.run_keyed(key, fingerprint, arg, f),
+            self.run_keyed(Ok(key), fingerprint, arg, f),
         )
         .await
     }
@@ -378,9 +378,19 @@ impl IdempotentFunction {
         record_id(&self.config.namespace, None, kind, &self.name, &key.value)
     }
 
+    /// Does this function read validated fields from the payload?
+    #[cfg(any(feature = "sqs", feature = "kinesis"))]
+    pub(crate) fn validates(&self) -> bool {
+        !self.validate.is_empty()
+    }
+
+    /// Run `f(arg)` under `key`: `Ok(None)` when the payload has no key
+    /// (an error, or a run without idempotency when passed through), `Err`
+    /// when the payload could not be read for its depth (an error even
+    /// when missing keys pass through: it may hold one).
     pub(crate) async fn run_keyed<A, O, E, F, Fut>(
         &self,
-        key: Option<Key>,
+        key: Result<Option<Key>, TooDeep>,
         fingerprint: String,
         arg: A,
         f: F,
@@ -394,6 +404,11 @@ impl IdempotentFunction {
             self.config.warn_disabled();
             return f(arg, None).await.map_err(EventError::Handler);
         }
+        let key = key.map_err(|too_deep| EventError::PayloadTooDeep {
+            function: self.name.clone(),
+            depth: too_deep.depth,
+            limit: too_deep.limit,
+        })?;
         let Some(key) = key else {
             if self.pass_through_missing_key {
                 tracing::warn!(function = %self.name, "idempotency key missing; running without idempotency");
@@ -675,6 +690,18 @@ impl Key {
         };
         Some(crate::cutover::PowertoolsKey { key, payload: None })
     }
+}
+
+/// A payload that did not parse as JSON because it nests arrays and objects
+/// deeper than JSON is read: its key cannot be told, so it is neither run
+/// under no key nor reported as missing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(any(feature = "sqs", feature = "kinesis")), allow(dead_code))]
+pub(crate) struct TooDeep {
+    /// How deep the payload nests.
+    pub(crate) depth: usize,
+    /// The deepest nesting read ([`crate::json::MAX_DEPTH`]).
+    pub(crate) limit: usize,
 }
 
 /// Is this stored response the marker of an output too large to keep?

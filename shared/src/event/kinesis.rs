@@ -9,8 +9,8 @@ use aws_lambda_events::event::streams::KinesisEventResponse;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::batch::{first_failure, pointer_key, text_key};
-use super::function::{IdempotentFunction, Key};
+use super::batch::{first_failure, pointer_key, record_key, text_key};
+use super::function::{IdempotentFunction, Key, TooDeep};
 use crate::context::IdempotencyContext;
 use crate::error::Error;
 use crate::json::{check_pointer, CanonicalJson};
@@ -195,20 +195,24 @@ impl KinesisBatch {
     }
 
     /// A record's sequence number, key and fingerprint.
-    fn prepare(&self, record: &KinesisEventRecord) -> (Option<String>, Option<Key>, String) {
+    fn prepare(
+        &self,
+        record: &KinesisEventRecord,
+    ) -> (Option<String>, Result<Option<Key>, TooDeep>, String) {
         let sequence_number =
             Some(record.kinesis.sequence_number.clone()).filter(|s| !s.is_empty());
         // The key and the validated fields are read from the data's text,
         // canonicalised once, so numbers keep every digit.
-        let data = std::str::from_utf8(&record.kinesis.data)
-            .ok()
-            .and_then(CanonicalJson::parse);
-        let key = match &self.key {
+        let text = std::str::from_utf8(&record.kinesis.data).ok();
+        let data = text.and_then(CanonicalJson::parse);
+        let reads_data =
+            matches!(self.key, KinesisKey::DataPointer(_)) || self.function.validates();
+        let key = record_key(text, data.as_ref(), reads_data, |data| match &self.key {
             KinesisKey::EventId => text_key(record.event_id.clone()),
-            KinesisKey::DataPointer(pointer) => data.as_ref().and_then(|d| pointer_key(d, pointer)),
+            KinesisKey::DataPointer(pointer) => data.and_then(|d| pointer_key(d, pointer)),
             KinesisKey::PartitionKey => text_key(Some(record.kinesis.partition_key.clone())),
             KinesisKey::Fn(f) => text_key(f(record)),
-        };
+        });
         let fingerprint = self.function.fingerprint_of_canonical(data.as_ref());
         (sequence_number, key, fingerprint)
     }

@@ -6,7 +6,7 @@ use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::batch::pointer_key;
+use super::batch::{pointer_key, record_key};
 use super::error::EventError;
 use super::function::{IdempotentFunction, Key};
 use crate::context::IdempotencyContext;
@@ -167,12 +167,13 @@ impl SqsBatch {
                 } else {
                     // Keys and validated fields are read from the body's text,
                     // canonicalised once, so numbers keep every digit.
-                    let doc = CanonicalJson::parse(message.body.as_deref().unwrap_or_default());
-                    let key = match &self.key {
+                    let body = message.body.as_deref();
+                    let doc = CanonicalJson::parse(body.unwrap_or_default());
+                    let reads_body =
+                        matches!(self.key, SqsKey::BodyPointer(_)) || self.function.validates();
+                    let key = record_key(body, doc.as_ref(), reads_body, |doc| match &self.key {
                         SqsKey::MessageId => id.clone().map(Key::text),
-                        SqsKey::BodyPointer(pointer) => {
-                            doc.as_ref().and_then(|d| pointer_key(d, pointer))
-                        }
+                        SqsKey::BodyPointer(pointer) => doc.and_then(|d| pointer_key(d, pointer)),
                         SqsKey::Attribute(name) => attribute_key(&message, name),
                         SqsKey::DeduplicationId => message
                             .attributes
@@ -181,7 +182,7 @@ impl SqsBatch {
                             .cloned()
                             .map(Key::text),
                         SqsKey::Fn(f) => f(&message).map(Key::text),
-                    };
+                    });
                     let fingerprint = self.function.fingerprint_of_canonical(doc.as_ref());
                     let result: Result<O, EventError<E>> = self
                         .function

@@ -57,7 +57,10 @@ pub(crate) const MAX_DEPTH: usize = 127;
 /// from one that is not JSON at all: both are refused by serde_json and
 /// [`canonical_json`] alike, and only the first deserves an answer that
 /// names the limit.
-#[cfg_attr(not(feature = "http"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "http", feature = "sqs", feature = "kinesis")),
+    allow(dead_code)
+)]
 pub(crate) fn nesting_depth(text: &[u8]) -> usize {
     let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
     for &b in text {

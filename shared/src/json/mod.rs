@@ -12,8 +12,9 @@ mod pointer;
 mod python;
 
 pub(crate) use self::canonical::canonical_json;
-// Only the HTTP layer's body keys tell a body too deep from one that is not JSON.
-#[cfg(feature = "http")]
+// Only the HTTP layer's body keys and the SQS and Kinesis payloads tell a
+// payload too deep from one that is not JSON.
+#[cfg(any(feature = "http", feature = "sqs", feature = "kinesis"))]
 pub(crate) use self::canonical::{nesting_depth, MAX_DEPTH};
 pub(crate) use self::pointer::{check_pointer, select};
 #[cfg(feature = "powertools")]

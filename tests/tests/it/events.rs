@@ -27,6 +27,7 @@ on_both_stores!(
     lambda_deadline_sets_the_lease,
     sqs_keys_from_a_message_attribute_keep_their_types_apart,
     fifo_deduplication_id_and_a_closure_are_key_sources,
+    sqs_body_nested_too_deep_fails_its_record_and_never_runs,
 );
 
 fn counting_event_handler(
@@ -679,4 +680,69 @@ async fn fifo_deduplication_id_and_a_closure_are_key_sources(f: Fixture) {
         4,
         "two bodies of 7 bytes share a key; 8 bytes is another"
     );
+}
+
+/// A JSON text `{"event_id":..,"deep":[[..1..]]}` whose containers nest
+/// `depth` levels (the object is the first).
+pub(crate) fn nested_json(event_id: &str, depth: usize) -> String {
+    format!(
+        r#"{{"event_id":"{event_id}","deep":{}1{}}}"#,
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+/// Issue 41, item 6, on the event path: serde_json reads JSON nested at
+/// most 127 levels deep. A body nested deeper was taken for one without a
+/// key: `KeyMissing` (telling the producer to send a key it sent), or, with
+/// `pass_through_missing_key`, a run without idempotency. It now fails its
+/// record, is never run, and its neighbours are unaffected; the same for a
+/// body whose validated fields cannot be read.
+async fn sqs_body_nested_too_deep_fails_its_record_and_never_runs(f: Fixture) {
+    let raw = |id: &str, body: String| {
+        let mut m = message(id, json!({}));
+        m.body = Some(body);
+        m
+    };
+    for pass_through in [false, true] {
+        let name = format!("deep-{pass_through}");
+        let keyed_by_body = SqsBatch::new(
+            IdempotentFunction::new(f.store.clone(), name.clone())
+                .pass_through_missing_key(pass_through),
+        )
+        .key_body_pointer("/event_id");
+        let validated = SqsBatch::new(
+            IdempotentFunction::new(f.store.clone(), format!("{name}-validated"))
+                .validate(["/event_id"])
+                .pass_through_missing_key(pass_through),
+        );
+        for (keys, processor) in [("body pointer", keyed_by_body), ("validated", validated)] {
+            let runs = Runs::default();
+            let event = batch(vec![
+                raw("at-limit", nested_json("e1", 127)),
+                raw("too-deep", nested_json("e2", 128)),
+                raw("far-too-deep", nested_json("e3", 5_000)),
+            ]);
+            let response = processor
+                .process(event, |msg, _ctx| {
+                    let runs = runs.clone();
+                    async move {
+                        runs.bump();
+                        Ok::<_, String>(msg.message_id)
+                    }
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                failed_ids(&response),
+                ["too-deep", "far-too-deep"],
+                "{keys}, pass_through_missing_key({pass_through})"
+            );
+            assert_eq!(
+                runs.count(),
+                1,
+                "only the body at the limit ran ({keys}, pass_through_missing_key({pass_through}))"
+            );
+        }
+    }
 }

@@ -26,6 +26,7 @@ on_both_stores!(
     kinesis_failed_record_without_a_sequence_number_fails_the_invocation,
     completed_record_whose_output_no_longer_fits_counts_as_processed,
     an_abandoned_record_or_a_missing_key_does_not_stall_the_shard,
+    kinesis_data_nested_too_deep_is_skipped_never_run,
     dynamodb_redelivered_batch_runs_each_record_once,
     dynamodb_first_failure_stops_the_batch_and_is_the_only_identifier,
     dynamodb_item_keys_ignore_attribute_order_and_keep_types_apart,
@@ -686,4 +687,60 @@ async fn sample_dynamodb_stream_event_processes_each_change_once(f: Fixture) {
         runs[3].starts_with("INSERT") && runs[4].starts_with("INSERT"),
         "{runs:?}"
     );
+}
+
+/// Issue 41, item 6, on the event path: Kinesis data nested deeper than
+/// serde_json reads (127 levels) was taken for data without a key, so with
+/// `pass_through_missing_key` it ran without idempotency. It is never run
+/// now: like a record without a key, no redelivery changes it, so it is
+/// skipped (logged with its depth, counted) and the shard goes on.
+async fn kinesis_data_nested_too_deep_is_skipped_never_run(f: Fixture) {
+    use crate::events::nested_json;
+    use lambda_idempotency::metrics::Metrics;
+    use lambda_idempotency::IdempotencyConfig;
+    for pass_through in [false, true] {
+        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = lines.clone();
+        let config = IdempotencyConfig::new(f.store.clone())
+            .metrics(Metrics::new("Test").sink(move |l| sink.lock().unwrap().push(l.to_owned())));
+        let function = IdempotentFunction::with_config(config, format!("deep-{pass_through}"))
+            .pass_through_missing_key(pass_through);
+        let batch = KinesisBatch::new(function).key_data_pointer("/event_id");
+        let seen = Seen::default();
+        let response = batch
+            .process(
+                kinesis_event(vec![
+                    kinesis_record("1", &nested_json("e1", 127)),
+                    kinesis_record("2", &nested_json("e2", 128)),
+                    kinesis_record("3", &nested_json("e3", 5_000)),
+                    kinesis_record("4", r#"{"event_id":"e4"}"#),
+                ]),
+                |record, _| {
+                    seen.push(record.kinesis.sequence_number.clone());
+                    async { Ok::<String, String>("ok".into()) }
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            kinesis_failed(&response),
+            Vec::<&str>::new(),
+            "the shard goes on"
+        );
+        assert_eq!(
+            seen.all(),
+            ["1", "4"],
+            "the records nested too deep never ran (pass_through_missing_key({pass_through}))"
+        );
+        let skipped: Vec<u64> = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                let line: Value = serde_json::from_str(l).expect("EMF JSON");
+                line["StreamRecordSkipped"].as_u64()
+            })
+            .collect();
+        assert_eq!(skipped, [2], "both records nested too deep are counted");
+    }
 }
