@@ -617,10 +617,10 @@ fn replay<O: DeserializeOwned, E>(
             serde_json::from_slice(stored.body.bytes())
                 .map_err(|source| EventError::CorruptOutput { record_id, source })
         }
-        Some(stored) if is_marker(stored, crate::problem::RESPONSE_TOO_LARGE) => {
+        Some(stored) if stored.is_problem(crate::problem::RESPONSE_TOO_LARGE) => {
             Err(EventError::OutputTooLarge { record_id })
         }
-        Some(stored) if is_marker(stored, crate::problem::OUTPUT_NOT_STORED) => {
+        Some(stored) if stored.is_problem(crate::problem::OUTPUT_NOT_STORED) => {
             Err(EventError::OutputNotStored { record_id })
         }
         _ => Err(EventError::Abandoned { record_id }),
@@ -702,12 +702,6 @@ pub(crate) struct TooDeep {
     pub(crate) depth: usize,
     /// The deepest nesting read ([`crate::json::MAX_DEPTH`]).
     pub(crate) limit: usize,
-}
-
-/// Is this stored response the marker of an output too large to keep?
-fn is_marker(stored: &StoredResponse, kind: crate::problem::ProblemType) -> bool {
-    serde_json::from_slice::<serde_json::Value>(stored.body.bytes())
-        .is_ok_and(|v| v["type"] == kind.uri)
 }
 
 #[cfg(test)]
