@@ -181,86 +181,12 @@ impl PowertoolsCutover {
 
 /// An RFC 3339 time (`2026-12-01T00:00:00Z`, `2026-12-01T01:00:00+01:00`,
 /// with or without a fraction of a second, which is dropped), as a
-/// `SystemTime`; `None` for anything else or a time before 1970.
+/// `SystemTime`; `None` for anything else or a time before 1970 (the
+/// window's end is compared as epoch milliseconds).
 fn rfc3339(text: &str) -> Option<std::time::SystemTime> {
-    let bytes = text.as_bytes();
-    let digits = |range: std::ops::Range<usize>| -> Option<i64> {
-        let part = bytes.get(range)?;
-        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        std::str::from_utf8(part).ok()?.parse().ok()
-    };
-    let at = |i: usize, c: u8| bytes.get(i).is_some_and(|b| b.eq_ignore_ascii_case(&c));
-    if !(at(4, b'-') && at(7, b'-') && at(10, b'T') && at(13, b':') && at(16, b':')) {
-        return None;
-    }
-    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
-    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
-    let mut rest = 19;
-    if at(rest, b'.') {
-        let fraction = bytes[rest + 1..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        if fraction == 0 {
-            return None;
-        }
-        rest += 1 + fraction;
-    }
-    let offset_s = if at(rest, b'Z') && rest + 1 == bytes.len() {
-        0
-    } else {
-        let sign = match bytes.get(rest) {
-            Some(b'+') => 1,
-            Some(b'-') => -1,
-            _ => return None,
-        };
-        if !at(rest + 3, b':') || rest + 6 != bytes.len() {
-            return None;
-        }
-        let (oh, om) = (digits(rest + 1..rest + 3)?, digits(rest + 4..rest + 6)?);
-        if oh > 23 || om > 59 {
-            return None;
-        }
-        sign * (oh * 3600 + om * 60)
-    };
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let month_days = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    let valid = (1..=12).contains(&month)
-        && (1..=month_days[usize::try_from(month - 1).ok()?]).contains(&day)
-        && hour <= 23
-        && minute <= 59
-        && second <= 60;
-    if !valid {
-        return None;
-    }
-    // Days from 1970-01-01 to the date (the proleptic Gregorian calendar).
-    let (y, m) = if month <= 2 {
-        (year - 1, month + 9)
-    } else {
-        (year, month - 3)
-    };
-    let era = y.div_euclid(400);
-    let year_of_era = y - era * 400;
-    let day_of_year = (153 * m + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    let epoch_s = days * 86_400 + hour * 3600 + minute * 60 + second - offset_s;
-    let epoch_s = u64::try_from(epoch_s).ok()?;
+    let time =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    let epoch_s = u64::try_from(time.unix_timestamp()).ok()?;
     Some(std::time::UNIX_EPOCH + Duration::from_secs(epoch_s))
 }
 
