@@ -129,20 +129,17 @@ pub(crate) async fn claim(
             expires_at_s,
             validation,
         }) => {
-            let payload_hash = key.payload.as_ref().map(|p| records.hash_of(p));
-            if let (Some(stored), Some(current)) = (&validation, &payload_hash) {
-                if stored != current {
-                    config.count(
-                        give_back("the Powertools record is of another payload")
-                            .await
-                            .event(),
-                    );
-                    let existing = record_of(lease, Status::Completed, 0, None);
-                    return Ok(Found::Mismatch(Box::new(Record {
-                        fingerprint: format!("powertools:{stored}"),
-                        ..existing
-                    })));
-                }
+            if let Some(stored) = other_payload(records, &key, validation.as_deref()) {
+                config.count(
+                    give_back("the Powertools record is of another payload")
+                        .await
+                        .event(),
+                );
+                let existing = record_of(lease, Status::Completed, 0, None);
+                return Ok(Found::Mismatch(Box::new(Record {
+                    fingerprint: format!("powertools:{stored}"),
+                    ..existing
+                })));
             }
             let stored = match stored_response(&data, shape) {
                 Ok(stored) => stored,
@@ -311,9 +308,7 @@ async fn over_abandoned(
             expires_at_s,
             validation,
         }) => {
-            let payload_hash = key.payload.as_ref().map(|p| records.hash_of(p));
-            if matches!((&validation, &payload_hash), (Some(stored), Some(current)) if stored != current)
-            {
+            if other_payload(records, key, validation.as_deref()).is_some() {
                 return Ok(Found::Completed(record.clone()));
             }
             let stored = stored_response(&data, shape)?;
@@ -326,6 +321,20 @@ async fn over_abandoned(
         }
         None => Ok(Found::Completed(record.clone())),
     }
+}
+
+/// The payload hash Powertools validated (`validation`), when it is not the
+/// hash of this request's payload; `None` when they match or either is
+/// absent (Powertools validated nothing, or this request is not validated).
+#[cfg(feature = "powertools")]
+fn other_payload<'a>(
+    records: &crate::store::dynamodb::PowertoolsRecords,
+    key: &PowertoolsKey,
+    validation: Option<&'a str>,
+) -> Option<&'a str> {
+    let stored = validation?;
+    let current = records.hash_of(key.payload.as_ref()?);
+    (stored != current).then_some(stored)
 }
 
 /// This library's record for `lease` in `status`.

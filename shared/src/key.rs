@@ -186,13 +186,7 @@ mod tests {
 
     #[test]
     fn a_body_nested_past_the_limit_is_refused_naming_the_depth_not_taken_for_no_key() {
-        let nested = |depth: usize| {
-            format!(
-                r#"{{"id":"k1","deep":{}1{}}}"#,
-                "[".repeat(depth - 1),
-                "]".repeat(depth - 1)
-            )
-        };
+        let nested = crate::json::nested_for_tests;
         let limit = crate::json::MAX_DEPTH;
         let at_limit = from_body(nested(limit).as_bytes(), "/id").unwrap();
         assert_eq!(at_limit.unwrap().as_str(), "k1");

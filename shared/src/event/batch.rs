@@ -185,13 +185,7 @@ mod tests {
     #[cfg(any(feature = "sqs", feature = "kinesis"))]
     #[test]
     fn a_payload_too_deep_to_read_is_told_from_one_without_a_key_and_named() {
-        let nested = |depth: usize| {
-            format!(
-                r#"{{"id":"k1","deep":{}1{}}}"#,
-                "[".repeat(depth - 1),
-                "]".repeat(depth - 1)
-            )
-        };
+        let nested = crate::json::nested_for_tests;
         let limit = crate::json::MAX_DEPTH;
         let read = |text: &str, reads_payload: bool| {
             let doc = CanonicalJson::parse(text);

@@ -26,3 +26,15 @@ pub(crate) use self::python::dumps as python_dumps;
     feature = "dynamodb-stream-events"
 ))]
 pub(crate) use self::pointer::document::CanonicalJson;
+
+/// `{"id":"k1","deep":[[…1…]]}` with `deep` nesting `depth - 1` arrays, so
+/// the document nests `depth` levels: the body-key tests' input either side
+/// of [`MAX_DEPTH`].
+#[cfg(all(test, any(feature = "http", feature = "sqs", feature = "kinesis")))]
+pub(crate) fn nested_for_tests(depth: usize) -> String {
+    format!(
+        r#"{{"id":"k1","deep":{}1{}}}"#,
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}

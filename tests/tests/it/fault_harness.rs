@@ -177,33 +177,12 @@ impl PowertoolsTables {
     /// Run the script (the cut-over suite's source of real records); it
     /// completed `done-1` (HTTP, body [`CUTOVER_BODY`]) and `o-1` (events).
     async fn written() -> Self {
-        let python = std::env::var("IDEMPOTENCY_TEST_POWERTOOLS_PYTHON").unwrap_or_else(|_| {
-            panic!(
-                "IDEMPOTENCY_TEST_POWERTOOLS_PYTHON is not set: the cut-over cases read records \
-                 written by Powertools for AWS Lambda (Python); run with `make test`"
-            )
-        });
-        let http_table = integration_tests::unique_name("fh-pt-http");
-        let event_table = integration_tests::unique_name("fh-pt-event");
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/powertools/write_records.py");
         let started_ms = crate::fixture::now_ms();
-        let out = tokio::process::Command::new(&python)
-            .arg(script)
-            .arg(&http_table)
-            .arg(&event_table)
-            .output()
-            .await
-            .unwrap_or_else(|e| panic!("run {python} {script}: {e}"));
-        assert!(
-            out.status.success(),
-            "Powertools did not write its records: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let printed: Value = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
-        let text = |name: &str| printed[name].as_str().expect("a prefix").to_owned();
+        let wrote = crate::fixture::powertools_wrote("fh-pt").await;
+        let text = |name: &str| wrote.text(name);
         PowertoolsTables {
-            http_table,
-            event_table,
+            http_table: wrote.http_table.clone(),
+            event_table: wrote.event_table.clone(),
             http_prefix: text("http"),
             event_prefix: text("event"),
             event_partition: text("event_partition"),

@@ -440,3 +440,59 @@ pub async fn force_resolution(
         .await
         .expect("the store answers")
 }
+
+/// What Powertools for AWS Lambda (Python) itself wrote into DynamoDB
+/// Local (tests/powertools/write_records.py, run with the Python of
+/// `IDEMPOTENCY_TEST_POWERTOOLS_PYTHON`): its two tables, and what the
+/// script printed (the id prefixes, `done-1`'s expiration).
+pub struct PowertoolsWrote {
+    /// The table of the HTTP function's records.
+    pub http_table: String,
+    /// The table of the event function's records.
+    pub event_table: String,
+    /// The script's JSON line.
+    pub printed: serde_json::Value,
+}
+
+impl PowertoolsWrote {
+    /// The printed text `name` (an id prefix).
+    pub fn text(&self, name: &str) -> String {
+        self.printed[name]
+            .as_str()
+            .unwrap_or_else(|| panic!("the script printed no {name}: {}", self.printed))
+            .to_owned()
+    }
+}
+
+/// Run Powertools for AWS Lambda (Python) against DynamoDB Local: it makes
+/// two tables named after `name` and writes its records into them.
+pub async fn powertools_wrote(name: &str) -> PowertoolsWrote {
+    let python = std::env::var("IDEMPOTENCY_TEST_POWERTOOLS_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "IDEMPOTENCY_TEST_POWERTOOLS_PYTHON is not set: this test reads records written by \
+             Powertools for AWS Lambda (Python). Run it with `make test`, or set it to the \
+             Python of .tools/bench-venv (scripts/bench-venv.sh installs it)."
+        )
+    });
+    let http_table = integration_tests::unique_name(&format!("{name}-http"));
+    let event_table = integration_tests::unique_name(&format!("{name}-event"));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/powertools/write_records.py");
+    let out = tokio::process::Command::new(&python)
+        .arg(script)
+        .arg(&http_table)
+        .arg(&event_table)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {python} {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "Powertools did not write its records: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
+    PowertoolsWrote {
+        http_table,
+        event_table,
+        printed,
+    }
+}

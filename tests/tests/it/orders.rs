@@ -501,32 +501,9 @@ async fn with_the_middleware_switched_off_orders_still_run_with_fresh_ids() {
 /// `IDEMPOTENCY_TEST_POWERTOOLS_PYTHON`), and the prefix of its HTTP
 /// records' ids: `done-1` to `done-3` completed, `running-1` in progress.
 async fn powertools_http_records() -> (String, String) {
-    let python = std::env::var("IDEMPOTENCY_TEST_POWERTOOLS_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "IDEMPOTENCY_TEST_POWERTOOLS_PYTHON is not set: this test reads records written by \
-             Powertools for AWS Lambda (Python). Run it with `make test`, or set it to the \
-             Python of .tools/bench-venv (scripts/bench-venv.sh installs it)."
-        )
-    });
-    let http_table = integration_tests::unique_name("pt-http");
-    let event_table = integration_tests::unique_name("pt-event");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/powertools/write_records.py");
-    let out = tokio::process::Command::new(&python)
-        .arg(script)
-        .arg(&http_table)
-        .arg(&event_table)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("run {python} {script}: {e}"));
-    assert!(
-        out.status.success(),
-        "Powertools did not write its records: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("the script prints JSON");
-    let prefix = printed["http"].as_str().expect("a prefix").to_owned();
-    (http_table, prefix)
+    let wrote = crate::fixture::powertools_wrote("pt").await;
+    let prefix = wrote.text("http");
+    (wrote.http_table, prefix)
 }
 
 /// `payload` through the `orders-api` process polling `api`: its answer.

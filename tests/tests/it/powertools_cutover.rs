@@ -181,38 +181,17 @@ struct Written {
 /// Run Powertools for AWS Lambda (Python) against DynamoDB Local: it makes
 /// two tables and writes its records (tests/powertools/write_records.py).
 async fn powertools_wrote() -> Written {
-    let python = std::env::var("IDEMPOTENCY_TEST_POWERTOOLS_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "IDEMPOTENCY_TEST_POWERTOOLS_PYTHON is not set: these tests read records written by \
-             Powertools for AWS Lambda (Python). Run them with `make test`, or set it to the \
-             Python of .tools/bench-venv (scripts/bench-venv.sh installs it)."
-        )
-    });
-    let http_table = integration_tests::unique_name("pt-http");
-    let event_table = integration_tests::unique_name("pt-event");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/powertools/write_records.py");
-    let out = tokio::process::Command::new(&python)
-        .arg(script)
-        .arg(&http_table)
-        .arg(&event_table)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("run {python} {script}: {e}"));
-    assert!(
-        out.status.success(),
-        "Powertools did not write its records: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: Value = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
-    let text = |name: &str| printed[name].as_str().expect("a prefix").to_owned();
+    let wrote = crate::fixture::powertools_wrote("pt").await;
+    let text = |name: &str| wrote.text(name);
+    let printed = &wrote.printed;
     // Powertools names records `<function>.<module>.<qualified name>#<hash>`.
     assert!(
         text("http").starts_with("orders-api.__main__."),
         "{printed}"
     );
     Written {
-        http_table,
-        event_table,
+        http_table: wrote.http_table.clone(),
+        event_table: wrote.event_table.clone(),
         http_prefix: text("http"),
         event_prefix: text("event"),
         event_partition: text("event_partition"),
