@@ -34,9 +34,11 @@ def section(data: dict) -> str:
             "## Cut-over window from Powertools",
             "",
             f"A first execution through the HTTP middleware on DynamoDB Local ({data['n']} per variant, "
-            "taken in turn; this library's table without stream or index). While the window is open a "
-            "claim that finds no record of its own reads the Powertools record of the same key: one "
-            "strongly consistent `GetItem` (1 read unit for a record up to 4 KB, or none found). "
+            "taken in turn; this library's table without stream or index). While the window is open "
+            "every claim that would run the handler (a first execution, a takeover, a resumed claim) "
+            "reads the Powertools record of the same key: one strongly consistent `GetItem` (1 read "
+            "unit for a record up to 4 KB, or none found); so does a duplicate of a record the "
+            "sweeper failed. "
             "A key Powertools completed costs that read and one write once, then replays from this "
             "library's record.",
             "",

@@ -200,11 +200,11 @@ impl IdempotencyConfig {
 
     /// Cut over from Powertools for AWS Lambda (Python) without running any
     /// key twice: until [`records`' window](crate::store::dynamodb::PowertoolsRecords::until)
-    /// ends, a claim that finds no record of its own reads the record
-    /// Powertools left for the same key, replays a completed one and answers
-    /// a running one as in progress (docs/powertools.md, "Cutting over").
-    /// One strongly consistent read per first execution while the window
-    /// is open; nothing after.
+    /// ends, every claim that would run the handler (a first execution, a
+    /// takeover, a resumed claim) reads the record Powertools left for the
+    /// same key, replays a completed one and answers a running one as in
+    /// progress (docs/powertools.md, "Cutting over"). One strongly
+    /// consistent read per claim while the window is open; nothing after.
     #[cfg(feature = "powertools")]
     #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
     pub fn powertools_records(
