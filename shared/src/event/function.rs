@@ -229,7 +229,10 @@ impl IdempotentFunction {
     /// its key frees (released, or its lease ended). Never waits past the
     /// registered invocation's deadline less 1 s; off by default (Python
     /// Powertools issue 2490 asks for it). Useful for direct invocations
-    /// whose caller wants the answer, not an error.
+    /// whose caller wants the answer, not an error. Inside a cut-over
+    /// window, while Powertools' record of the key says in progress, each
+    /// poll reads that record alone, and the claim is tried again once it
+    /// no longer does.
     pub fn wait_for(mut self, max_wait: Duration) -> Self {
         self.wait_for = Some(max_wait).filter(|w| !w.is_zero());
         self
