@@ -224,7 +224,9 @@ def check_bounds(template, check):
     for name, resource in template["Resources"].items():
         props = resource.get("Properties", {})
         variables = props.get("Environment", {}).get("Variables", {})
-        if "IDEMPOTENCY_MAX_LEASE_SECONDS" in variables:
+        # The sweeper takes no lease: it reads the writers' cap only to
+        # check it against the stream's retention.
+        if "IDEMPOTENCY_MAX_LEASE_SECONDS" in variables and "SWEEP_POLICY" not in variables:
             timeout = props.get("Timeout", template["Globals"]["Function"]["Timeout"])
             check(
                 min_lease >= timeout + lease_margin_s,
@@ -288,6 +290,10 @@ ENGINE_TEMPLATES = {
 # saves.
 SWEEPER_POSITIONS = ["~sweeper/stream/*", "~sweeper/catch-up"]
 DYNAMODB_ONLY_ENV = {"IDEMPOTENCY_TABLE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS"}
+# What the sweeper reads only to check the writers' longest lease against
+# the DynamoDB stream's retention: the other engines' sweepers list through
+# the store and have no use for it.
+STREAM_SWEEPER_ONLY_ENV = {"IDEMPOTENCY_MAX_LEASE_SECONDS"}
 
 
 def sub_text(node):
@@ -353,7 +359,9 @@ def check_engine_template(path, spec, base, check):
         for key in ("Timeout", "Events", "EventInvokeConfig", "Description"):
             labelled(props.get(key) == base_props.get(key), f"{name}: {key} as in template.yaml")
         env = props.get("Environment", {}).get("Variables", {})
-        base_env = {k: v for k, v in base_props.get("Environment", {}).get("Variables", {}).items() if k not in DYNAMODB_ONLY_ENV}
+        base_variables = base_props.get("Environment", {}).get("Variables", {})
+        dynamodb_only = DYNAMODB_ONLY_ENV | (STREAM_SWEEPER_ONLY_ENV if "SWEEP_POLICY" in base_variables else set())
+        base_env = {k: v for k, v in base_variables.items() if k not in dynamodb_only}
         # The functions use the same settings: a renamed or dropped one here
         # would silently change the example's contract on this engine.
         kept = {k: v for k, v in env.items() if k not in spec["extra_env"]}
