@@ -62,7 +62,9 @@ fail() {
   exit 1
 }
 
-cargo build --quiet -p lambda-idempotency-cli
+# With the tools, so it shares their build of every dependency
+# (scripts/workspace-hack.py).
+cargo build --quiet -p tools -p lambda-idempotency-cli --bin lambda-idempotency
 cli="$target_dir/debug/lambda-idempotency"
 # The operator's view (cli/README.md): each command must succeed and
 # show what the step left behind, or the demo fails.

@@ -27,6 +27,6 @@ rm -f "$log"
 RELIABILITY_PROPERTY_LOG="$log" FAULT_HARNESS_SIZE="$size" \
   IDEMPOTENCY_TEST_POWERTOOLS_PYTHON="$bench_python" \
   scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
-  cargo test --quiet -p integration-tests --test it -- fuzz:: model:: fault_harness::
+  cargo test --quiet --workspace --test it -- fuzz:: model:: fault_harness::
 scripts/dynamodb-local.sh "$target_dir/debug/reliability" "$size" "$target_dir/debug/orders-api" "$out" "$log" >/dev/null
 echo "reliability ($size): no violations; report in $out"
