@@ -48,10 +48,10 @@ export CARGO_TARGET_DIR="$target_dir"
 source scripts/bootstrap-check.sh
 
 if ! command -v readelf >/dev/null; then
-  [ "$(id -u)" -eq 0 ] || die "readelf is missing: install binutils (apt-get install binutils)"
   say "installing binutils (apt) for readelf"
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends binutils >&2
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends binutils >&2
 fi
 if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
   say "installing the Rust target aarch64-unknown-linux-gnu (rustup)"

@@ -49,6 +49,8 @@
 #   SAM_LOCAL_ARCH=x86_64 scripts/sam-local.sh
 #   SAM_LOCAL_BOOTSTRAPS=DIR scripts/sam-local.sh  # DIR/OrdersApiFunction/bootstrap, ...
 #   SAM_LOCAL_ALLOW_SKIP=1 make test  # on a machine that cannot run dockerd
+#   SAM_LOCAL_INSTALL_ONLY=1 scripts/sam-local.sh  # the installs alone (make
+#                                    # test makes them while it compiles)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd -P) # physical, as cargo records it in the debug info
@@ -294,6 +296,10 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing ${missing[*]} (apt)"
   apt_install "${missing[@]}"
+fi
+if [ -n "${SAM_LOCAL_INSTALL_ONLY:-}" ]; then
+  say "installed what a run needs (SAM_LOCAL_INSTALL_ONLY)"
+  exit 0
 fi
 
 # shellcheck source=scripts/python-tools.sh

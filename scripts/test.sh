@@ -81,10 +81,12 @@ await() {
 # The installs, one after another (apt allows one at a time): the Python tools
 # (SAM CLI, cargo-lambda, zig), Powertools for AWS Lambda (Python; the
 # cut-over tests read records it writes itself, tests/powertools/), moto,
-# Java and DynamoDB Local, Redis, PostgreSQL; each engine is started once.
+# Java and DynamoDB Local, Redis, PostgreSQL (each engine started once), and
+# what `sam local` needs (Docker, qemu, the arm64 Rust target).
 job installs 0 bash -c 'set -e
   source scripts/python-tools.sh; source scripts/bench-venv.sh
-  scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh true'
+  scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh true
+  SAM_LOCAL_INSTALL_ONLY=1 SAM_LOCAL_ALLOW_SKIP=1 scripts/sam-local.sh'
 
 step "dependency features"
 # Every debug build below shares one build of each dependency.
