@@ -6,14 +6,13 @@
 #     version, resolved against the packaged library);
 #  2. both archives unpacked into a workspace of their own (this Cargo.lock,
 #     the library patched in for the CLI) and built from there, so a file
-#     left out of a package fails here: the library's documentation as
-#     docs.rs builds it (all features, `--cfg docsrs`, every intra-doc link
-#     resolved, warnings denied; a feature-gated item must carry its feature's
-#     badge), then `cargo check` of both with every feature.
-#
-# Type-checked rather than compiled (cargo's own verification compiles each
-# crate alone, two more builds of the AWS SDK); the test builds compiled this
-# code already.
+#     left out of a package fails here: both crates compiled (cargo's own
+#     verification, done here instead, so that the build shares every
+#     dependency with the test build: the workspace also holds a copy of
+#     functions/workspace-hack), then the library's documentation as docs.rs
+#     builds it (all features, `--cfg docsrs`, every intra-doc link
+#     resolved, warnings denied), where a feature-gated item must carry its
+#     feature's badge.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -39,30 +38,47 @@ for crate in "$lib" "$cli"; do
   [ -n "$archive" ] || { say "no $crate.crate under $target_dir/package after the dry run"; exit 1; }
   tar -xzf "$archive" -C "$work"
 done
+mkdir -p "$work/workspace-hack"
+cp functions/workspace-hack/lib.rs "$work/workspace-hack/"
+sed -e "s|^lambda-idempotency = { path = \"[^\"]*\"|lambda-idempotency = { path = \"../$lib\"|" \
+  -e 's/\.workspace = true/ = "2021"/; s/^rust-version = "2021"/rust-version = "1.95"/; s/^license = "2021"/license = "MIT OR Apache-2.0"/' \
+  functions/workspace-hack/Cargo.toml >"$work/workspace-hack/Cargo.toml"
 cat >"$work/Cargo.toml" <<TOML
 [workspace]
 resolver = "2"
-members = ["$lib", "$cli"]
+members = ["$lib", "$cli", "workspace-hack"]
 
 [patch.crates-io]
 lambda-idempotency = { path = "$lib" }
 TOML
+# This workspace's profiles, so that the units are the same.
+sed -n '/^\[profile/,$p' Cargo.toml >>"$work/Cargo.toml"
 cp Cargo.lock "$work/Cargo.lock"
 
 cd "$work"
-export CARGO_TARGET_DIR="$target_dir/publish-check"
-# Nightly rustdoc features as docs.rs uses them, on this stable toolchain
-# (set for the check as well: build scripts that look for a nightly compiler
-# then see the same one, and the two commands share every dependency).
-export RUSTC_BOOTSTRAP=1
-RUSTDOCFLAGS="--cfg docsrs -D warnings" cargo doc --workspace --all-features --no-deps
-docs="$target_dir/publish-check/doc/lambda_idempotency"
+# In the test build's target directory. The CLI's binary lands where the
+# workspace's own one was (the same code); cargo links that one back on its
+# next build.
+CARGO_TARGET_DIR="$target_dir" cargo build --workspace 2>&1 | tee "$work/build.log" >&2
+# The packaged crates are all it compiled: every dependency came from the
+# test build (a dependency compiled here means the copy of workspace-hack no
+# longer matches; scripts/workspace-hack.py).
+compiled=$(sed -n 's/^ *Compiling \([^ ]*\) .*/\1/p' "$work/build.log" \
+  | grep -vxE 'lambda-idempotency|lambda-idempotency-cli|workspace-hack' || true)
+[ -z "$compiled" ] || say "NOTE: compiled again for the packaged crates: $(echo "$compiled" | tr '\n' ' ')"
+# Nightly rustdoc features as docs.rs uses them, on this stable toolchain:
+# for rustdoc alone, so that the dependencies' build scripts (which look for
+# a nightly compiler) see the compiler the test build saw, and their units
+# stay shared.
+printf '#!/bin/sh\nRUSTC_BOOTSTRAP=1 exec rustdoc "$@"\n' >"$work/rustdoc"
+chmod +x "$work/rustdoc"
+CARGO_TARGET_DIR="$target_dir" RUSTDOC="$work/rustdoc" RUSTDOCFLAGS="--cfg docsrs -D warnings" \
+  cargo doc -p lambda-idempotency --all-features --no-deps
+docs="$target_dir/doc/lambda_idempotency"
 # One item each behind a feature: its page names the feature.
 for page in store/redis/struct.RedisStore.html store/postgres/struct.PostgresStore.html; do
   grep -q 'Available on <strong>crate feature' "$docs/$page" \
     || { say "$page shows no feature badge (docs.rs metadata: all-features, --cfg docsrs)"; exit 1; }
 done
-cargo check --workspace --all-features
-say "both crates package, and build from their archives; the library's docs as docs.rs makes them"
-rm -rf "$target_dir/publish-check"
+say "both crates package and build from their archives; the library's docs as docs.rs makes them"
 cd "$root"

@@ -31,10 +31,15 @@ RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
 }
 export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# shellcheck source=scripts/target-dir.sh
+source scripts/target-dir.sh
+jobs="$target_dir/make-test"
+rm -rf "$jobs" && mkdir -p "$jobs"
 # The free disk and its size, for the lines below.
 disk() { df -h --output=avail,size "$1" | tail -1 | awk '{print $1 " free of " $2}'; }
-# Each step's start: seconds since this command began, and the disk left.
-step() { echo "make test: [$SECONDS s, $(disk .)] $*" >&2; }
+# Each step's start: seconds since this command began, and the disk left,
+# also kept in $jobs/steps.log.
+step() { echo "make test: [$SECONDS s, $(disk .)] $*" | tee -a "$jobs/steps.log" >&2; }
 step "start"
 stopped() {
   local status=$?
@@ -44,10 +49,6 @@ stopped() {
 }
 trap stopped EXIT
 
-# shellcheck source=scripts/target-dir.sh
-source scripts/target-dir.sh
-jobs="$target_dir/make-test"
-rm -rf "$jobs" && mkdir -p "$jobs"
 declare -A job_name=() job_start=()
 # job NAME NICE COMMAND...: COMMAND in the background (its own process group,
 # at that niceness), output to $jobs/NAME.log.
@@ -57,7 +58,7 @@ job() {
   setsid nice -n "$niceness" "$@" >"$jobs/$name.log" 2>&1 </dev/null &
   job_name[$!]=$name
   job_start[$!]=$SECONDS
-  echo "make test: [$SECONDS s] $name: started in the background (log: $jobs/$name.log)" >&2
+  echo "make test: [$SECONDS s] $name: started in the background (log: $jobs/$name.log)" | tee -a "$jobs/steps.log" >&2
 }
 # await NAME: waits for the job, shows its log's end if it failed.
 await() {
@@ -71,7 +72,7 @@ await() {
       echo "make test: $1 failed (exit $rc; whole log: $jobs/$1.log)" >&2
       exit "$rc"
     fi
-    echo "make test: [$SECONDS s] $1: done in $((SECONDS - job_start[$pid])) s" >&2
+    echo "make test: [$SECONDS s] $1: done in $((SECONDS - job_start[$pid])) s" | tee -a "$jobs/steps.log" >&2
     return 0
   done
   echo "make test: no job $1" >&2
@@ -82,11 +83,13 @@ await() {
 # (SAM CLI, cargo-lambda, zig), Powertools for AWS Lambda (Python; the
 # cut-over tests read records it writes itself, tests/powertools/), moto,
 # Java and DynamoDB Local, Redis, PostgreSQL (each engine started once), and
-# what `sam local` needs (Docker, qemu, the arm64 Rust target).
+# what `sam local` needs to run the rehearsal's bootstraps (Docker, qemu,
+# the arm64 Rust target).
 job installs 0 bash -c 'set -e
   source scripts/python-tools.sh; source scripts/bench-venv.sh
   scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh true
-  SAM_LOCAL_INSTALL_ONLY=1 SAM_LOCAL_ALLOW_SKIP=1 scripts/sam-local.sh'
+  SAM_LOCAL_INSTALL_ONLY=1 SAM_LOCAL_ALLOW_SKIP=1 SAM_LOCAL_BOOTSTRAPS="$target_dir/sam-build-bootstraps" \
+    scripts/sam-local.sh'
 
 step "dependency features"
 # Every debug build below shares one build of each dependency.
@@ -188,4 +191,4 @@ step "sam local"
 # rather than building the functions again. Where the machine cannot run it
 # (no root), it fails and says why, unless SAM_LOCAL_ALLOW_SKIP=1.
 SAM_LOCAL_BOOTSTRAPS="$bootstraps" scripts/sam-local.sh
-echo "make test: all green in $SECONDS s; $(du -sh "$target_dir" | cut -f1) in $target_dir, $(disk "$target_dir")"
+step "all green in $SECONDS s; $(du -sh "$target_dir" | cut -f1) in $target_dir (steps: $jobs/steps.log)"
