@@ -1,12 +1,14 @@
 .PHONY: test
-# scripts/test.sh, in order: every test (unit, the integration suite in shards,
-# doc) against DynamoDB Local, a local S3 server, Redis (a server and a
-# cluster) and PostgreSQL (with PgBouncer), all installed and started for the
-# run; clippy (default, all features, the library without HTTP); fmt; cargo
-# doc with warnings denied; cargo package; the minimum Rust version; sam
-# validate --lint of the three templates; the new-project template; the SAM
-# transform and IAM checks; the deploy rehearsal (deploy-check); sam-local;
-# the reliability run at a reduced size; the demo (docs/testing.md).
+# scripts/test.sh: the builds (clippy lints the workspace as it compiles;
+# one build of each dependency, scripts/workspace-hack.py), every test
+# (unit, the integration suite in shards, doc) against DynamoDB Local, a
+# local S3 server, Redis (a server and a cluster) and PostgreSQL (with
+# PgBouncer), all installed and started for the run; reliability at a
+# reduced size; clippy of the library without HTTP; fmt; the publish dry
+# run of both crates with docs.rs-like docs; the minimum Rust version; sam
+# validate --lint of the three templates; the SAM transform and IAM checks;
+# the new-project template; the demo; the deploy rehearsal (its release
+# build made while the tests run); sam-local (docs/testing.md).
 test:
 	scripts/test.sh
 
