@@ -31,6 +31,18 @@ RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
 }
 export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# CLIPPY_ARGS is how cargo-clippy hands its arguments to clippy-driver; were
+# that ever to change, the lints would quietly stop failing the build. So a
+# crate with one clippy warning must fail to build here.
+canary=$(mktemp -d)
+mkdir -p "$canary/src"
+printf '[package]\nname = "canary"\nversion = "0.0.0"\nedition = "2021"\n[workspace]\n' >"$canary/Cargo.toml"
+printf 'pub fn empty(v: &[u8]) -> bool {\n    v.len() == 0\n}\n' >"$canary/src/lib.rs"
+if (cd "$canary" && CARGO_TARGET_DIR="$canary/target" cargo build --quiet 2>/dev/null); then
+  echo "make test: clippy-driver did not deny a clippy warning (len_zero): CLIPPY_ARGS no longer reaches it" >&2
+  exit 1
+fi
+rm -rf "$canary"
 # shellcheck source=scripts/target-dir.sh
 source scripts/target-dir.sh
 jobs="$target_dir/make-test"
