@@ -283,6 +283,7 @@ async fn times_past_the_year_9999_show_as_its_last_second() {
         now_ms: now,
         lease_expires_at_ms: u64::MAX - 1,
         expires_at_s: u64::MAX,
+        origin: None,
     };
     env.store.claim(&forever).await.unwrap();
     env.claim("live", "owner-l", 600_000).await;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cache::LocalCache;
-use crate::claim::Leases;
+use crate::lifecycle::Leases;
 use crate::metrics::{Event, Metrics};
 use crate::store::Store;
 
@@ -38,12 +38,6 @@ macro_rules! config_options {
             /// oversized responses ([`IdempotencyConfig::metrics`](crate::IdempotencyConfig::metrics)).
             /// Off by default.
             metrics(metrics: crate::metrics::Metrics);
-            /// Cut over from Powertools for AWS Lambda (Python) without
-            /// running any key twice
-            /// ([`IdempotencyConfig::powertools_records`](crate::IdempotencyConfig::powertools_records)).
-            #[cfg(feature = "powertools")]
-            #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
-            powertools_records(records: crate::store::dynamodb::PowertoolsRecords);
         }
     };
 }
@@ -113,9 +107,6 @@ pub struct IdempotencyConfig {
     cache_max_bytes: Option<usize>,
     pub(crate) metrics: Option<Metrics>,
     pub(crate) disabled: bool,
-    /// The records of Powertools to read during a cut-over.
-    #[cfg(feature = "powertools")]
-    pub(crate) powertools: Option<Arc<crate::store::dynamodb::PowertoolsRecords>>,
 }
 
 impl IdempotencyConfig {
@@ -132,8 +123,6 @@ impl IdempotencyConfig {
             cache_max_bytes: None,
             metrics: None,
             disabled: false,
-            #[cfg(feature = "powertools")]
-            powertools: None,
         }
     }
 
@@ -195,23 +184,6 @@ impl IdempotencyConfig {
         if let Some(cache) = &self.cache {
             self.cache = Some(Arc::new(cache.with_max_bytes(max_bytes)));
         }
-        self
-    }
-
-    /// Cut over from Powertools for AWS Lambda (Python) without running any
-    /// key twice: until [`records`' window](crate::store::dynamodb::PowertoolsRecords::until)
-    /// ends, every claim that would run the handler (a first execution, a
-    /// takeover, a resumed claim) reads the record Powertools left for the
-    /// same key, replays a completed one and answers a running one as in
-    /// progress (docs/powertools.md, "Cutting over"). One strongly
-    /// consistent read per claim while the window is open; nothing after.
-    #[cfg(feature = "powertools")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
-    pub fn powertools_records(
-        mut self,
-        records: crate::store::dynamodb::PowertoolsRecords,
-    ) -> Self {
-        self.powertools = Some(Arc::new(records));
         self
     }
 

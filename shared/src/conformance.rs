@@ -63,6 +63,7 @@ fn request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
         now_ms: now,
         lease_expires_at_ms: now + lease_ms,
         expires_at_s: now / 1000 + 3600,
+        origin: None,
     }
 }
 

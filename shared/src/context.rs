@@ -285,7 +285,7 @@ impl IdempotencyContext {
     /// let store = Arc::new(MemoryStore::new());
     /// let request = ClaimRequest {
     ///     record_id: "r1".into(), fingerprint: "fp".into(), owner: "me".into(),
-    ///     now_ms: 1_000, lease_expires_at_ms: 31_000, expires_at_s: 3_600,
+    ///     now_ms: 1_000, lease_expires_at_ms: 31_000, expires_at_s: 3_600, origin: None,
     /// };
     /// let ClaimOutcome::Claimed(lease) = store.claim(&request).await? else { unreachable!() };
     /// let ctx = IdempotencyContext::from_lease(store.clone(), lease);

@@ -89,14 +89,12 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cache;
-mod claim;
 mod clock;
 pub mod config;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod conformance;
 pub mod context;
-mod cutover;
 mod error;
 pub mod event;
 pub mod fingerprint;
@@ -107,6 +105,7 @@ pub mod http;
 mod json;
 #[cfg(feature = "http")]
 mod key;
+mod lifecycle;
 pub mod metrics;
 pub mod problem;
 mod record;

@@ -133,6 +133,18 @@ pub enum StoredBody {
 }
 
 impl StoredBody {
+    /// A copy of an HTTP body.
+    #[cfg(feature = "http")]
+    pub(crate) fn of_http(body: &Body) -> StoredBody {
+        match body {
+            Body::Empty => StoredBody::Empty,
+            Body::Text(s) => StoredBody::Text(s.clone()),
+            Body::Binary(b) => StoredBody::Binary(b.clone()),
+            // `Body` is non-exhaustive; anything new is kept as its bytes.
+            other => StoredBody::Binary(other.as_ref().to_vec()),
+        }
+    }
+
     /// The tag stored beside the body bytes.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -210,17 +222,10 @@ impl StoredResponse {
             .iter()
             .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
             .collect();
-        let body = match response.body() {
-            Body::Empty => StoredBody::Empty,
-            Body::Text(s) => StoredBody::Text(s.clone()),
-            Body::Binary(b) => StoredBody::Binary(b.clone()),
-            // `Body` is non-exhaustive; anything new is kept as its bytes.
-            other => StoredBody::Binary(other.as_ref().to_vec()),
-        };
         StoredResponse {
             status: response.status().as_u16(),
             headers,
-            body,
+            body: StoredBody::of_http(response.body()),
         }
     }
 

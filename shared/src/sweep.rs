@@ -514,6 +514,7 @@ mod tests {
             now_ms: now,
             lease_expires_at_ms: now + lease_ms,
             expires_at_s,
+            origin: None,
         };
         match store.claim(&request).await.unwrap() {
             ClaimOutcome::Claimed(lease) => lease,

@@ -53,6 +53,7 @@ async fn main() {
                     now_ms: now,
                     lease_expires_at_ms: now + 1,
                     expires_at_s: now / 1000 + 3600,
+                    origin: None,
                 };
                 match store.claim(&request).await {
                     Ok(ClaimOutcome::Claimed(_)) => {}

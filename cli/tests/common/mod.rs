@@ -55,6 +55,7 @@ pub async fn claim(store: &(impl Store + ?Sized), key: &str, owner: &str, lease_
         now_ms: now,
         lease_expires_at_ms: now + lease_ms,
         expires_at_s: now / 1000 + 3600,
+        origin: None,
     };
     match store.claim(&request).await.expect("claim") {
         ClaimOutcome::Claimed(lease) => lease,

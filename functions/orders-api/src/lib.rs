@@ -32,8 +32,8 @@ use http::{header, StatusCode};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
-    http::Idempotency, store::dynamodb::PowertoolsRecords, store::offload::S3Offload, DynamoStore,
-    IdempotencyContext, IdempotencyLayer, Store, TenantSource,
+    http::Idempotency, store::offload::S3Offload, store::powertools::PowertoolsRecords,
+    DynamoStore, IdempotencyContext, IdempotencyLayer, Store, TenantSource,
 };
 use serde::Deserialize;
 use tower::Layer;
@@ -281,12 +281,17 @@ pub fn idempotency_layer(store: impl Store + 'static, config: &Config) -> Idempo
     }
 }
 
-/// `layer` with the cut-over from Powertools of `config` (if any), whose
-/// records `client` reads.
-pub fn with_cutover(layer: IdempotencyLayer, client: &Client, config: &Config) -> IdempotencyLayer {
+/// `store` with the cut-over from Powertools of `config` (if any) around
+/// it, reading Powertools' records through `client`.
+pub fn with_cutover(store: Arc<dyn Store>, client: &Client, config: &Config) -> Arc<dyn Store> {
     match &config.powertools {
-        Some(cutover) => layer.powertools_records(cutover.records(client.clone())),
-        None => layer,
+        Some(cutover) => Arc::new(
+            lambda_idempotency::store::powertools::PowertoolsCutover::new(
+                store,
+                cutover.records(client.clone()),
+            ),
+        ),
+        None => store,
     }
 }
 
@@ -305,8 +310,8 @@ fn tenant_source(config: &Config) -> TenantSource {
 /// client: [`app_with_s3`]).
 pub fn app(client: Client, config: &Config) -> Idempotency<Orders> {
     let store = DynamoStore::new(client.clone(), config.idempotency_table.clone());
-    with_cutover(idempotency_layer(store, config), &client, config)
-        .layer(Orders::new(client, config))
+    let store = with_cutover(Arc::new(store), &client, config);
+    idempotency_layer(store, config).layer(Orders::new(client, config))
 }
 
 /// The whole function as deployed: [`app`], with responses too large for the
@@ -325,14 +330,16 @@ pub fn app_with_store(
     s3: aws_sdk_s3::Client,
     config: &Config,
 ) -> Idempotency<Orders> {
-    let layer = match &config.offload {
-        Some(offload) => idempotency_layer(
-            S3Offload::new(store, s3, &offload.bucket).key_prefix(&offload.prefix),
-            config,
-        ),
-        None => idempotency_layer(store, config),
+    let store: Arc<dyn Store> = match &config.offload {
+        Some(offload) => {
+            Arc::new(S3Offload::new(store, s3, &offload.bucket).key_prefix(&offload.prefix))
+        }
+        None => store,
     };
-    with_cutover(layer, &client, config).layer(Orders::new(client, config))
+    // The cut-over outermost: it reads how each request was sent, and its
+    // copies of Powertools' outcomes go through the offload like any other.
+    let store = with_cutover(store, &client, config);
+    idempotency_layer(store, config).layer(Orders::new(client, config))
 }
 
 /// The router and handlers.

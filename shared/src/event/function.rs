@@ -4,26 +4,23 @@ mod wait;
 
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use self::wait::Claimed;
 use super::error::EventError;
-use crate::claim;
 use crate::config::IdempotencyConfig;
 use crate::context::IdempotencyContext;
-use crate::error::ErrorKind;
 use crate::hash::hex;
 use crate::json::check_pointer;
+use crate::lifecycle::{Finished, Guard};
 use crate::metrics::Event;
-use crate::record::{Record, Status, StoredBody, StoredResponse};
+use crate::record::{Record, StoredBody, StoredResponse};
 use crate::scope::record_id;
-use crate::store::{CompleteRequest, Completion, Lease, Store};
+use crate::store::{ClaimOrigin, Store};
 
 type KeyFn = dyn Fn(&serde_json::Value) -> Option<String> + Send + Sync;
 
@@ -422,65 +419,31 @@ impl IdempotentFunction {
             });
         };
         let id = self.record_id_of(&key);
-        if let Some(cached) = self
-            .config
-            .cache
-            .as_ref()
-            .and_then(|c| c.get(&id, crate::clock::now_ms() / 1000))
-        {
-            if cached.fingerprint == fingerprint {
-                self.config.count(Event::CacheHit);
-                return self.replay(id, &cached);
-            }
-            self.config.count(Event::FingerprintMismatch);
-            return Err(EventError::PayloadMismatch {
-                record_id: id,
-                existing: Some(Box::new((*cached).clone())),
-            });
-        }
-        let lease = self.claim(id, fingerprint.clone(), &key).await?;
-        let lease = match lease {
-            Claimed::Run(lease) => lease,
+        let guard = match self.claim(id, fingerprint, &key).await? {
+            Claimed::Run(guard) => guard,
             Claimed::Replay(record) => return self.replay(record.id.clone(), &record),
         };
-        let context = IdempotencyContext::from_lease(self.config.store.clone(), lease.clone());
-        let outcome = AssertUnwindSafe(f(arg, Some(context.clone())))
-            .catch_unwind()
-            .await;
-        let output = match outcome {
-            Ok(Ok(output)) => output,
-            Ok(Err(err)) => {
-                self.give_up(&lease, &context, "the function failed").await;
-                return Err(EventError::Handler(err));
-            }
-            Err(panic) => {
-                // Free the key for the retry now rather than at the lease's
-                // end, then let the panic go on to the runtime.
-                self.give_up(&lease, &context, "the function panicked")
-                    .await;
-                std::panic::resume_unwind(panic);
-            }
-        };
+        let context = guard.context().clone();
+        let (guard, output) = guard
+            .run(f(arg, Some(context)))
+            .await
+            .map_err(EventError::Handler)?;
         // Serialised before the await: the future holds no `&O` (which would
         // ask `O: Sync` of every caller).
         let json = serde_json::to_string(&output);
-        self.complete(&lease, &context, &fingerprint, json).await?;
+        self.complete(guard, json).await?;
         Ok(output)
     }
 
-    /// Record `output` as the outcome of `lease`, with the deferred writes.
-    /// An outcome that is not recorded fails the call (so the event source
-    /// delivers it again) unless the work provably stands.
+    /// Record `output` as the outcome of the claim `guard` holds, with the
+    /// deferred writes. An outcome that is not recorded fails the call (so
+    /// the event source delivers it again) unless the work provably stands.
     async fn complete<E>(
         &self,
-        lease: &Lease,
-        context: &IdempotencyContext,
-        fingerprint: &str,
+        guard: Guard<'_>,
         json: serde_json::Result<String>,
     ) -> Result<(), EventError<E>> {
-        let id = &lease.record_id;
-        let writes = context.take_writes();
-        let transactional = !writes.is_empty();
+        let id = guard.lease().record_id.clone();
         let stored = match json {
             Ok(json) => StoredResponse::new(200, Vec::new(), StoredBody::Text(json)),
             Err(source) => {
@@ -499,93 +462,24 @@ impl IdempotentFunction {
                 )
             }
         };
-        let expires =
-            (crate::clock::now_ms() / 1000).saturating_add(self.config.expires_after.as_secs());
-        let err = match self
-            .config
-            .store
-            .complete(CompleteRequest::new(lease, &stored, expires).with_writes(writes))
-            .await
-        {
-            Ok(Completion::Stored) => {
-                if let Some(cache) = &self.config.cache {
-                    cache.put(Record {
-                        id: id.clone(),
-                        status: Status::Completed,
-                        fingerprint: fingerprint.to_owned(),
-                        attempt: lease.attempt,
-                        owner: lease.owner.clone(),
-                        lease_expires_at_ms: 0,
-                        expires_at_s: expires,
-                        response: Some(stored),
-                        checkpoint: None,
-                    });
-                }
-                return Ok(());
-            }
-            Ok(Completion::Oversized { bytes }) => {
-                self.config.count(Event::OversizedResponse);
-                tracing::warn!(record_id = %id, bytes, "output too large to store; duplicates will get EventError::OutputTooLarge");
-                return Ok(());
-            }
-            Err(e) if e.is_fenced() && !transactional => {
-                // The work is done and this output is its true outcome; the
-                // newer attempt's outcome is the one that replays.
-                self.config.count(Event::FencedWrite);
-                tracing::warn!(record_id = %id, attempt = lease.attempt, "completion fenced: a newer attempt took over this key");
-                return Ok(());
-            }
-            Err(e) => e,
-        };
-        match err.kind() {
-            ErrorKind::TransactionCancelled
-            | ErrorKind::TransactionRejected
-            | ErrorKind::InvalidConfig => {
-                // Definitely nothing committed: free the key for the retry.
-                tracing::warn!(record_id = %id, error = %err, "completion refused; nothing written");
-                self.release(lease, "its transactional completion was refused")
-                    .await;
-            }
-            ErrorKind::RecordGone => {
-                // Released by an operator (or expired) while the function
-                // ran: nothing is stored, so the event must come again and
-                // run (or replay) under a new claim.
-                self.config.count(Event::FencedWrite);
-                tracing::warn!(record_id = %id, attempt = lease.attempt, error = %err, "completion not stored: the record is gone; the event is reported failed")
-            }
-            ErrorKind::Fenced => {
-                self.config.count(Event::FencedWrite);
-                tracing::warn!(record_id = %id, attempt = lease.attempt, "transactional completion fenced: a newer attempt took over, nothing of this one committed")
-            }
-            _ => {
-                // Unknown whether it committed: the lease decides, and the
-                // retry either replays or takes over.
-                self.config.count(Event::StoreError);
-                tracing::error!(record_id = %id, error = %err, "could not record the outcome; the key frees when its lease ends")
-            }
+        match guard.finish(stored).await {
+            Finished::Stored | Finished::Oversized => Ok(()),
+            // The work is done and this output is its true outcome; the
+            // newer attempt's outcome is the one that replays.
+            Finished::Lost {
+                error,
+                transactional: false,
+            } if error.is_fenced() => Ok(()),
+            // Nothing recorded (the record gone, the transaction fenced or
+            // refused) or unknown whether it was: the event is reported
+            // failed, to come again and run, replay or take over.
+            Finished::Lost { error, .. }
+            | Finished::Refused(error)
+            | Finished::Unknown { error, .. } => Err(EventError::CompletionFailed {
+                record_id: id,
+                source: error,
+            }),
         }
-        Err(EventError::CompletionFailed {
-            record_id: id.clone(),
-            source: err,
-        })
-    }
-
-    /// Give the claim up after a failure (see [`claim::give_up`]), counted.
-    async fn give_up(&self, lease: &Lease, context: &IdempotencyContext, why: &str) {
-        if let Some(released) =
-            claim::give_up(self.config.store.as_ref(), lease, context, why).await
-        {
-            self.config.count(released.event());
-        }
-    }
-
-    /// Release `lease` (fenced) so the retry runs again (logged there).
-    async fn release(&self, lease: &Lease, why: &str) {
-        self.config.count(
-            claim::release(self.config.store.as_ref(), lease, why)
-                .await
-                .event(),
-        );
     }
 
     /// The output a completed `record` replays, through the replay hook.
@@ -683,15 +577,15 @@ impl Key {
         }
     }
 
-    /// What Powertools hashed for this key: a string, or the value whose
-    /// JSON the key is.
-    pub(crate) fn powertools(&self) -> Option<crate::cutover::PowertoolsKey> {
+    /// The value this key was taken from, for a store layer that reads
+    /// it ([`ClaimOrigin`]): a string, or the value whose JSON the key is.
+    pub(crate) fn origin(&self) -> Option<ClaimOrigin> {
         let key = if self.json_text {
             serde_json::from_str(&self.value).ok()?
         } else {
             serde_json::Value::String(self.value.clone())
         };
-        Some(crate::cutover::PowertoolsKey { key, payload: None })
+        Some(ClaimOrigin::Event { key })
     }
 }
 

@@ -1,11 +1,9 @@
 //! [`Idempotency`]: the middleware service, and what it does with a request.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use http::{HeaderValue, Response};
 use lambda_http::{Body, IntoResponse, Request, RequestExt};
 use tower::Service;
@@ -14,17 +12,15 @@ use tracing::Instrument;
 use super::layer::{Config, HookFn, StatusFn};
 use super::{route_of, Tenant};
 use super::{stored_by_default, ResponseFuture, REPLAYED_HEADER};
-use crate::claim::{self, Found};
-use crate::clock::{millis, now_ms};
-use crate::context::IdempotencyContext;
-use crate::cutover::{self, PowertoolsKey, Shape};
+use crate::clock::millis;
 use crate::error::{Error, ErrorKind};
 use crate::key;
+use crate::lifecycle::{self, Begun, Finished, Guard};
 use crate::metrics::Event;
 use crate::problem;
-use crate::record::{Record, Status, StoredResponse};
+use crate::record::{Record, StoredBody, StoredResponse};
 use crate::scope::{normalize_path, record_id};
-use crate::store::{ClaimRequest, CompleteRequest, Completion, Lease};
+use crate::store::ClaimOrigin;
 
 /// The middleware service made by [`IdempotencyLayer`](crate::IdempotencyLayer),
 /// whose docs say what it answers.
@@ -154,98 +150,31 @@ where
     // Every log line of this request carries the hashed record id, never the
     // raw key or body.
     let span = tracing::info_span!("idempotency", record_id = %id);
-
-    let now = now_ms();
-    if let Some(cached) = config
-        .shared
-        .cache
-        .as_ref()
-        .and_then(|c| c.get(&id, now / 1000))
-    {
-        return Ok(span.in_scope(|| {
-            if cached.fingerprint == fingerprint {
-                config.count(Event::CacheHit);
-                tracing::debug!("idempotent response replayed from the local cache");
-                replay(&config, &cached)
-            } else {
-                config.count(Event::FingerprintMismatch);
-                key_reused()
-            }
-        }));
-    }
     let deadline = req.lambda_context_ref().map(|c| c.deadline);
-    let (claim, capped) = match ClaimRequest::start(
-        id.clone(),
-        fingerprint.clone(),
-        deadline,
-        config.shared.leases,
-        config.shared.expires_after,
-    ) {
-        Ok(started) => started,
-        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
-    };
-    if capped {
-        config.count(Event::LeaseCapped);
-    }
-    let powertools = || powertools_key(&config, &req);
-    let lease = match cutover::claim(&config.shared, &claim, Shape::Http, powertools)
-        .instrument(span.clone())
-        .await
-    {
-        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
-        Ok(Found::Claimed(lease)) => lease,
-        Ok(found) => return Ok(span.in_scope(|| answer_existing(&config, found))),
-    };
-    config.count(Event::Claimed);
-    // The hot path logs at debug (logs are billed per byte); a takeover of
-    // an earlier attempt is rare and worth an info line.
-    span.in_scope(|| {
-        if lease.attempt > 1 {
-            tracing::info!(
-                attempt = lease.attempt,
-                resumes_from = lease.recovered.as_ref().map(|c| c.name.as_str()),
-                "idempotency key taken over from an earlier attempt"
-            )
-        } else {
-            tracing::debug!("idempotency key claimed")
-        }
-    });
-
-    let context = IdempotencyContext::from_lease(config.shared.store.clone(), lease.clone());
-    req.extensions_mut().insert(context.clone());
-    let called = AssertUnwindSafe(async { inner.call(req).await })
-        .catch_unwind()
+    let origin = || origin(&config, &req);
+    let begun = lifecycle::begin(&config.shared, id, fingerprint, deadline, origin)
         .instrument(span.clone())
         .await;
-    let response = match called {
-        Ok(Ok(response)) => response.into_response().await,
-        Ok(Err(err)) => {
-            give_up(&config, &lease, &context, "the handler returned an error")
-                .instrument(span)
-                .await;
-            return Err(err);
-        }
-        Err(panic) => {
-            // Free the key for the retry now rather than at the lease's end,
-            // then let the panic go on to the runtime as it would have.
-            give_up(&config, &lease, &context, "the handler panicked")
-                .instrument(span)
-                .await;
-            std::panic::resume_unwind(panic);
-        }
+    let guard = match begun {
+        Err(err) => return Ok(span.in_scope(|| unavailable(&config, &err))),
+        Ok(Begun::Run(guard)) => guard,
+        Ok(begun) => return Ok(span.in_scope(|| answer_existing(&config, begun))),
     };
-    finish(&config, &lease, &context, &fingerprint, response)
-        .instrument(span)
-        .await
+    req.extensions_mut().insert(guard.context().clone());
+    let (guard, response) = guard
+        .run(async { inner.call(req).await })
+        .instrument(span.clone())
+        .await?;
+    let response = response.into_response().await;
+    finish(&config, guard, response).instrument(span).await
 }
 
-/// Record the handler's response: release it when it asks for a retry,
-/// otherwise store it (with any deferred writes, in one transaction).
+/// Record the handler's response: give the key back when the status is
+/// not stored (a retry runs again), otherwise store it (with any deferred
+/// writes, in one transaction) and answer what that means for the client.
 async fn finish<E>(
     config: &Config,
-    lease: &Lease,
-    context: &IdempotencyContext,
-    fingerprint: &str,
+    guard: Guard<'_>,
     response: Response<Body>,
 ) -> Result<Response<Body>, E> {
     let status = response.status();
@@ -254,155 +183,69 @@ async fn finish<E>(
         None => stored_by_default(status),
     } || (config.store_server_errors && status.is_server_error());
     if !stored {
-        // Deferred writes are dropped with the outcome: nothing of this attempt commits.
-        context.take_writes();
-        give_up(
-            config,
-            lease,
-            context,
-            "the handler answered with a status that is not stored",
-        )
-        .await;
+        guard
+            .abandon("the handler answered with a status that is not stored")
+            .await;
         return Ok(response);
     }
-    let stored = StoredResponse::from_http(&response);
-    let expires_at = (now_ms() / 1000).saturating_add(config.shared.expires_after.as_secs());
-    let writes = context.take_writes();
-    let transactional = !writes.is_empty();
-    match config
-        .shared
-        .store
-        .complete(CompleteRequest::new(lease, &stored, expires_at).with_writes(writes))
-        .await
-    {
-        Ok(Completion::Stored) => {
-            tracing::debug!(
-                attempt = lease.attempt,
-                status = status.as_u16(),
-                transactional,
-                "idempotent response stored"
-            );
-            if let Some(cache) = &config.shared.cache {
-                cache.put(Record {
-                    id: lease.record_id.clone(),
-                    status: Status::Completed,
-                    fingerprint: fingerprint.to_owned(),
-                    attempt: lease.attempt,
-                    owner: lease.owner.clone(),
-                    lease_expires_at_ms: 0,
-                    expires_at_s: expires_at,
-                    response: Some(stored),
-                    checkpoint: None,
-                });
-            }
-        }
-        Ok(Completion::Oversized { bytes }) => {
-            config.count(Event::OversizedResponse);
-            tracing::warn!(
-                attempt = lease.attempt,
-                bytes,
-                "response too large to store; replays will get the response-too-large problem"
-            );
-        }
-        Err(err) if err.is_fenced() => {
-            config.count(Event::FencedWrite);
-            tracing::warn!(
-                attempt = lease.attempt,
-                "completion fenced: a newer attempt took over this key"
-            );
-            if transactional {
-                // Nothing of this attempt committed, so its response is not true.
-                return Ok(problem::response_retry_after(
-                    problem::IN_PROGRESS,
-                    "this request was taken over by a newer attempt before its writes committed; \
-                     retry to get that attempt's response",
-                    config.in_progress_retry_after.as_secs(),
-                ));
-            }
-            // The work is done and this response is its true outcome, so the
-            // client gets it; the newer attempt's outcome is the one that replays.
-        }
-        Err(err) if err.kind() == ErrorKind::RecordGone => {
-            // Released by an operator (or expired) while the handler ran:
-            // nothing is stored, so a duplicate runs again under a new claim.
-            config.count(Event::FencedWrite);
-            tracing::warn!(attempt = lease.attempt, error = %err, "completion not stored: the record is gone; this response is not replayed");
-            if transactional {
-                return Ok(problem::response(
-                    problem::TRANSACTION_CANCELLED,
-                    "this request's idempotency record was released before its writes \
-                     committed, so nothing was written; retry with the same Idempotency-Key \
-                     to run it again",
-                ));
-            }
-        }
-        Err(err) if err.kind() == ErrorKind::TransactionCancelled => {
-            tracing::warn!(attempt = lease.attempt, error = %err, "transactional completion cancelled; nothing written");
-            release(config, lease, "its transactional writes were cancelled").await;
-            return Ok(problem::response(
-                problem::TRANSACTION_CANCELLED,
-                &err.to_string(),
-            ));
-        }
-        Err(err)
-            if matches!(
-                err.kind(),
-                ErrorKind::TransactionRejected | ErrorKind::InvalidConfig
-            ) =>
-        {
-            // Refused before anything ran: nothing committed, so the key is
-            // free for a retry (which fails the same way until the handler
-            // is fixed, but never sits in progress).
-            tracing::error!(attempt = lease.attempt, error = %err, "transactional completion refused as invalid; nothing written");
-            release(
-                config,
-                lease,
-                "its transactional writes were refused as invalid",
-            )
-            .await;
-            return Ok(problem::response(
-                problem::TRANSACTION_REJECTED,
-                &err.to_string(),
-            ));
-        }
-        Err(err) => {
+    match guard.finish(StoredResponse::from_http(&response)).await {
+        Finished::Stored | Finished::Oversized => Ok(response),
+        // Nothing of this attempt committed, so its response is not true.
+        Finished::Lost {
+            error,
+            transactional: true,
+        } if error.is_fenced() => Ok(problem::response_retry_after(
+            problem::IN_PROGRESS,
+            "this request was taken over by a newer attempt before its writes committed; \
+             retry to get that attempt's response",
+            config.in_progress_retry_after.as_secs(),
+        )),
+        Finished::Lost {
+            transactional: true,
+            ..
+        } => Ok(problem::response(
+            problem::TRANSACTION_CANCELLED,
+            "this request's idempotency record was released before its writes \
+             committed, so nothing was written; retry with the same Idempotency-Key \
+             to run it again",
+        )),
+        // The work is done and this response is its true outcome, so the
+        // client gets it; a newer attempt's outcome is the one that replays,
+        // or, with the record gone, a duplicate runs again under a new claim.
+        Finished::Lost { .. } => Ok(response),
+        Finished::Refused(err) if err.kind() == ErrorKind::TransactionCancelled => Ok(
+            problem::response(problem::TRANSACTION_CANCELLED, &err.to_string()),
+        ),
+        Finished::Refused(err) => Ok(problem::response(
+            problem::TRANSACTION_REJECTED,
+            &err.to_string(),
+        )),
+        // Unknown whether the transaction committed; do not claim success.
+        Finished::Unknown {
+            error,
+            transactional: true,
+        } => {
             config.count(Event::StoreError);
-            tracing::error!(attempt = lease.attempt, error = %err, "could not store the idempotent response");
-            if transactional {
-                // Unknown whether the transaction committed; do not claim success.
-                return Ok(unavailable(config, &err));
-            }
-            // Not stored: the record stays in progress until its lease ends,
-            // then a retry (or the sweeper) resolves it.
+            Ok(unavailable(config, &error))
         }
+        // Not stored: the record stays in progress until its lease ends,
+        // then a retry (or the sweeper) resolves it.
+        Finished::Unknown { .. } => Ok(response),
     }
-    Ok(response)
 }
 
-/// The answer to a request whose claim found the record held or done.
-fn answer_existing(config: &Config, found: Found) -> Response<Body> {
-    match found {
-        Found::Mismatch(_) => {
-            config.count(Event::FingerprintMismatch);
-            key_reused()
-        }
-        Found::Completed(record) => match &record.response {
-            Some(_) => {
-                config.count(Event::Replayed);
-                tracing::debug!("idempotent response replayed");
-                let response = replay(config, &record);
-                if let Some(cache) = &config.shared.cache {
-                    cache.put(record);
-                }
-                response
-            }
-            // A completed record always has its response (the store's
-            // decoding makes sure); an in-progress answer is the safe one.
-            None => in_progress(config, Duration::ZERO),
-        },
-        Found::InProgress { retry_after, .. } => in_progress(config, retry_after),
+/// The answer to a request whose claim found the record held or done
+/// (counted already, but for the conflict).
+fn answer_existing(config: &Config, begun: Begun<'_>) -> Response<Body> {
+    match begun {
+        Begun::Mismatch(_) => key_reused(),
+        Begun::Replay(record) if record.response.is_some() => replay(config, &record),
+        // A completed record always has its response (the store's decoding
+        // makes sure); an in-progress answer is the safe one.
+        Begun::Replay(_) => in_progress(config, Duration::ZERO),
+        Begun::InProgress { retry_after, .. } => in_progress(config, retry_after),
         // Answered by the caller before this is called.
-        Found::Claimed(_) => in_progress(config, Duration::ZERO),
+        Begun::Run(_) => in_progress(config, Duration::ZERO),
     }
 }
 
@@ -446,8 +289,8 @@ fn key_reused() -> Response<Body> {
     )
 }
 
+/// The answer when the store failed (counted where it failed).
 fn unavailable(config: &Config, err: &Error) -> Response<Body> {
-    config.count(Event::StoreError);
     tracing::error!(error = %err, "idempotency store unavailable; request refused");
     problem::response_retry_after(
         problem::STORE_UNAVAILABLE,
@@ -455,22 +298,6 @@ fn unavailable(config: &Config, err: &Error) -> Response<Body> {
          retry with the same Idempotency-Key after Retry-After seconds",
         config.unavailable_retry_after.as_secs(),
     )
-}
-
-/// Give the claim up after a failure (see [`claim::give_up`]), counted.
-async fn give_up(config: &Config, lease: &Lease, context: &IdempotencyContext, why: &str) {
-    if let Some(released) = claim::give_up(config.shared.store.as_ref(), lease, context, why).await
-    {
-        config.count(released.event());
-    }
-}
-
-async fn release(config: &Config, lease: &Lease, why: &str) {
-    config.count(
-        claim::release(config.shared.store.as_ref(), lease, why)
-            .await
-            .event(),
-    );
 }
 
 /// The request's key, from its header or, with
@@ -488,31 +315,24 @@ fn read_key(config: &Config, req: &Request) -> Result<Option<key::IdempotencyKey
     }
 }
 
-/// What Powertools hashed for this request, for a cut-over (crate::cutover):
-/// the key as its `event_key_jmespath` selected it (the header's text as
-/// sent, quotes included, or the body's value at the pointer) and the body
-/// as its `payload_validation_jmespath="body"` selects it.
-fn powertools_key(config: &Config, req: &Request) -> Option<PowertoolsKey> {
-    #[cfg(feature = "powertools")]
-    {
-        let records = config.shared.powertools.as_deref()?;
-        let key = match &config.body_key {
-            None => cutover::header_as_powertools_saw_it(req.headers().get(&config.header)?)?,
-            Some(pointer) => serde_json::from_slice::<serde_json::Value>(req.body().as_ref())
-                .ok()?
-                .pointer(pointer)?
-                .clone(),
-        };
-        let payload = records
-            .validates_body()
-            .then(|| cutover::body_as_powertools_saw_it(req.body()));
-        Some(PowertoolsKey { key, payload })
-    }
-    #[cfg(not(feature = "powertools"))]
-    {
-        let _ = (config, req);
-        None
-    }
+/// How the request was sent, for a store layer that reads it
+/// ([`ClaimOrigin`]): the key as the client sent it (the header's text,
+/// quotes of the structured-field form included, or the body's JSON value
+/// at the key pointer) and the body. `None` for a header that is not text.
+fn origin(config: &Config, req: &Request) -> Option<ClaimOrigin> {
+    let key = match &config.body_key {
+        None => {
+            serde_json::Value::String(req.headers().get(&config.header)?.to_str().ok()?.to_owned())
+        }
+        Some(pointer) => serde_json::from_slice::<serde_json::Value>(req.body().as_ref())
+            .ok()?
+            .pointer(pointer)?
+            .clone(),
+    };
+    Some(ClaimOrigin::Http {
+        key,
+        body: StoredBody::of_http(req.body()),
+    })
 }
 
 /// Where the key is expected, for a `400` that says what to send.

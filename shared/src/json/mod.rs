@@ -8,8 +8,6 @@
 mod canonical;
 mod decimal;
 mod pointer;
-#[cfg(feature = "powertools")]
-mod python;
 
 pub(crate) use self::canonical::canonical_json;
 // Only the HTTP layer's body keys and the SQS and Kinesis payloads tell a
@@ -17,8 +15,6 @@ pub(crate) use self::canonical::canonical_json;
 #[cfg(any(feature = "http", feature = "sqs", feature = "kinesis"))]
 pub(crate) use self::canonical::{nesting_depth, MAX_DEPTH};
 pub(crate) use self::pointer::{check_pointer, select};
-#[cfg(feature = "powertools")]
-pub(crate) use self::python::dumps as python_dumps;
 // Only the event batches read one document at several pointers.
 #[cfg(any(
     feature = "sqs",

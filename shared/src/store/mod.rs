@@ -20,6 +20,9 @@ pub mod offload;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+#[cfg(feature = "powertools")]
+#[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
+pub mod powertools;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
@@ -49,6 +52,34 @@ pub struct ClaimRequest {
     pub lease_expires_at_ms: u64,
     /// TTL of the in-progress record, epoch seconds.
     pub expires_at_s: u64,
+    /// How the request was sent, before it was hashed: not written, read
+    /// by a store layer that migrates from another tool
+    /// ([`Store::reads_origin`]). The entry points fill it only for a
+    /// store that reads it; `None` otherwise.
+    pub origin: Option<ClaimOrigin>,
+}
+
+/// How the request behind a claim was sent, before this library hashed it
+/// into a record id and a fingerprint: what a store layer needs to find the
+/// same request in another tool's records (a cut-over from another
+/// idempotency library hashes the key as the caller sent it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClaimOrigin {
+    /// An HTTP request.
+    Http {
+        /// The key as sent: the header's text (quotes of a structured-field
+        /// string included), or the JSON value at the body's key pointer.
+        key: serde_json::Value,
+        /// The body as sent.
+        body: StoredBody,
+    },
+    /// A call of an event function.
+    Event {
+        /// The value the key was taken from: a string key as a string,
+        /// otherwise the JSON value (or values) the key's text is.
+        key: serde_json::Value,
+    },
 }
 
 /// Proof of a successful claim: what complete and release are fenced on.
@@ -376,7 +407,7 @@ pub struct ResolveRequest<'a> {
 /// let store = MemoryStore::new();
 /// let request = ClaimRequest {
 ///     record_id: "r1".into(), fingerprint: "fp".into(), owner: "me".into(),
-///     now_ms: 1_000, lease_expires_at_ms: 31_000, expires_at_s: 3_600,
+///     now_ms: 1_000, lease_expires_at_ms: 31_000, expires_at_s: 3_600, origin: None,
 /// };
 /// let ClaimOutcome::Claimed(lease) = store.claim(&request).await? else { unreachable!() };
 /// assert_eq!(lease.attempt, 1);
@@ -421,6 +452,14 @@ pub trait Store: SweepStore + Send + Sync + std::fmt::Debug {
     /// What this store is, for messages (`DynamoDB table `idempotency``).
     fn describe(&self) -> String {
         format!("{self:?}")
+    }
+
+    /// Does this store read [`ClaimRequest::origin`]? The entry points
+    /// describe how a request was sent (which costs a copy of its body)
+    /// only for a store that says so. A layer that wraps another store
+    /// forwards its answer, so a layer beneath it still gets the origin.
+    fn reads_origin(&self) -> bool {
+        false
     }
 }
 
@@ -570,6 +609,9 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn reads_origin(&self) -> bool {
+        (**self).reads_origin()
     }
 }
 

@@ -578,6 +578,10 @@ impl<S: Store> Store for S3Offload<S> {
             self.describe_offload()
         )
     }
+
+    fn reads_origin(&self) -> bool {
+        self.inner.reads_origin()
+    }
 }
 
 /// The sweeper's side goes to the inner store, except that a record read

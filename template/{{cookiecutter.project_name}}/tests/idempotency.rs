@@ -279,6 +279,7 @@ async fn the_sweeper_releases_a_key_whose_invocation_died() {
         now_ms: now,
         lease_expires_at_ms: now + 200,
         expires_at_s: now / 1000 + 3600,
+        origin: None,
     };
     let outcome = store.claim(&claim).await.expect("a claim");
     assert!(matches!(outcome, ClaimOutcome::Claimed(_)), "{outcome:?}");

@@ -210,6 +210,7 @@ async fn a_foreign_item_is_a_store_error_not_a_panic() {
             now_ms: now,
             lease_expires_at_ms: now + 1000,
             expires_at_s: now / 1000 + 60,
+            origin: None,
         })
         .await;
     let err = match outcome {

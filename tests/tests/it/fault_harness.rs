@@ -48,8 +48,8 @@ use lambda_http::{Body, Request, Response};
 use lambda_idempotency::event::EventError;
 use lambda_idempotency::event::SqsBatch;
 use lambda_idempotency::http::REPLAYED_HEADER;
-use lambda_idempotency::store::dynamodb::PowertoolsRecords;
 use lambda_idempotency::store::postgres::{PgType, PgWrite};
+use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
 use lambda_idempotency::store::{Status, SweepStore};
 use lambda_idempotency::sweep::{SweepPolicy, Sweeper};
 use lambda_idempotency::{
@@ -517,15 +517,19 @@ impl Run {
     }
 
     async fn config(&self) -> IdempotencyConfig {
-        let mut config = IdempotencyConfig::new(self.store.clone()).max_lease(LEASE);
-        match self.id.combo.feature {
-            Feature::LocalCache => config = config.local_cache(100, Duration::from_secs(600)),
-            Feature::Cutover | Feature::CutoverInProgress => {
-                config = config.powertools_records(self.powertools().await)
-            }
-            _ => {}
+        // The cut-over is a layer around the faulty store, so its own calls
+        // (the claim, the give-back, the copy) meet the plan's faults.
+        let config = match self.id.combo.feature {
+            Feature::Cutover | Feature::CutoverInProgress => IdempotencyConfig::new(
+                PowertoolsCutover::new(self.store.clone(), self.powertools().await),
+            ),
+            _ => IdempotencyConfig::new(self.store.clone()),
         }
-        config
+        .max_lease(LEASE);
+        match self.id.combo.feature {
+            Feature::LocalCache => config.local_cache(100, Duration::from_secs(600)),
+            _ => config,
+        }
     }
 
     /// The Powertools records of the cut-over, read through a client whose

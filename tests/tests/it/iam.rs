@@ -177,7 +177,7 @@ async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
 /// the read is recorded as the feature's; the claim is the harness's.
 #[tokio::test]
 async fn a_cut_over_from_powertools_reads_its_record() {
-    use lambda_idempotency::store::dynamodb::PowertoolsRecords;
+    use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
     let harness = integration_tests::client().await;
     let table = integration_tests::create_table(&harness).await;
     let records = PowertoolsRecords::new(
@@ -186,9 +186,11 @@ async fn a_cut_over_from_powertools_reads_its_record() {
         "orders-api.app.lambda_handler",
         std::time::SystemTime::now() + Duration::from_secs(3600),
     );
-    let function = IdempotentFunction::new(DynamoStore::new(harness, table), "consumer")
-        .key_pointers(["/id"])
-        .powertools_records(records);
+    let function = IdempotentFunction::new(
+        PowertoolsCutover::new(DynamoStore::new(harness, table), records),
+        "consumer",
+    )
+    .key_pointers(["/id"]);
     let out = ok(&function, "never-seen-by-powertools")
         .await
         .expect("ran");

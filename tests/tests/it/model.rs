@@ -133,6 +133,7 @@ async fn check(
                     now_ms: m.now,
                     lease_expires_at_ms: lease_end,
                     expires_at_s: ((m.now + RECORD_TTL_MS) / 1000).max(lease_end / 1000 + 1),
+                    origin: None,
                 };
                 let now_s = m.now / 1000;
                 let claimable = match &m.record {

@@ -376,6 +376,7 @@ async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again(
             now_ms: now,
             lease_expires_at_ms: now + 50,
             expires_at_s: now / 1000 + 3600,
+            origin: None,
         }
     };
     let mut responses = Vec::new();

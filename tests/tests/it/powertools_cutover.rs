@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use http::Response;
 use lambda_http::{Body, Request};
 use lambda_idempotency::event::{EventError, IdempotentFunction};
-use lambda_idempotency::store::dynamodb::PowertoolsRecords;
+use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
 use lambda_idempotency::store::{
     CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, RecordPage,
     Resolution, ResolveRequest, Status, StoredRecord, StuckPage, StuckRequest, SweepCursor,
@@ -269,9 +269,11 @@ fn assert_powertools_replay(replay: &Response<Body>) {
 async fn a_completed_powertools_record_is_replayed_and_becomes_ours(f: Fixture) {
     let w = powertools_wrote().await;
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     let replay = call(&mut svc, order("done-1", BODY)).await;
     assert_eq!(runs.count(), 0, "Powertools already ran it");
     assert_eq!(replay.status(), 201);
@@ -305,9 +307,11 @@ async fn a_completed_powertools_record_is_replayed_and_becomes_ours(f: Fixture) 
 async fn a_powertools_record_in_progress_is_409_and_the_key_stays_free(f: Fixture) {
     let w = powertools_wrote().await;
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     let answer = call(&mut svc, order("running-1", BODY)).await;
     assert_eq!(answer.status(), 409);
     assert_eq!(body_json(&answer)["type"], problem::IN_PROGRESS.uri);
@@ -328,9 +332,11 @@ async fn a_powertools_record_in_progress_is_409_and_the_key_stays_free(f: Fixtur
 async fn a_body_other_than_the_one_powertools_validated_is_422(f: Fixture) {
     let w = powertools_wrote().await;
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     let reused = call(&mut svc, order("done-2", r#"{"amount":1}"#)).await;
     assert_eq!(reused.status(), 422);
     assert_eq!(body_json(&reused)["type"], problem::KEY_REUSED.uri);
@@ -346,9 +352,11 @@ async fn a_body_other_than_the_one_powertools_validated_is_422(f: Fixture) {
 async fn keys_powertools_never_saw_run_and_after_the_window_nothing_is_read(f: Fixture) {
     let w = powertools_wrote().await;
     let runs = Runs::default();
-    let mut open = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut open = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     let fresh = call(&mut open, order("fresh-1", BODY)).await;
     assert_eq!(fresh.status(), 201);
     assert!(fresh.headers().get(REPLAYED_HEADER).is_none());
@@ -356,30 +364,32 @@ async fn keys_powertools_never_saw_run_and_after_the_window_nothing_is_read(f: F
     // The window over: done-3, which Powertools completed, runs here (the
     // cost of a window too short), and the Powertools table is not read,
     // which a table that no longer exists proves.
-    let mut closed = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(
-            PowertoolsRecords::new(
-                integration_tests::client().await,
-                "no-such-table",
-                &w.http_prefix,
-                SystemTime::now() - Duration::from_secs(1),
-            )
-            .validate_body(),
+    let mut closed = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        PowertoolsRecords::new(
+            integration_tests::client().await,
+            "no-such-table",
+            &w.http_prefix,
+            SystemTime::now() - Duration::from_secs(1),
         )
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+        .validate_body(),
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     let after = call(&mut closed, order("done-3", BODY)).await;
     assert_eq!(after.status(), 201);
     assert!(after.headers().get(REPLAYED_HEADER).is_none());
     assert_eq!(runs.count(), 2);
     // And a lookup that fails is a 503 that leaves the key free.
-    let mut broken = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(PowertoolsRecords::new(
+    let mut broken = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        PowertoolsRecords::new(
             integration_tests::client().await,
             "no-such-table",
             &w.http_prefix,
             open_window(),
-        ))
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+        ),
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     let refused = call(&mut broken, order("fresh-2", BODY)).await;
     assert_eq!(refused.status(), 503);
     assert_eq!(
@@ -407,9 +417,9 @@ async fn event_records(w: &Written) -> PowertoolsRecords {
 async fn event_outputs_powertools_stored_are_returned_without_running(f: Fixture) {
     let w = powertools_wrote().await;
     let records = event_records(&w).await;
-    let charge = IdempotentFunction::new(f.store.clone(), "charge")
-        .key_pointers(["/order_id"])
-        .powertools_records(records);
+    let charge =
+        IdempotentFunction::new(PowertoolsCutover::new(f.store.clone(), records), "charge")
+            .key_pointers(["/order_id"]);
     let runs = Runs::default();
     let run = |order: Value| {
         let runs = runs.clone();
@@ -435,9 +445,11 @@ async fn a_copy_that_failed_is_replayed_and_the_claim_given_back(f: Fixture) {
     let w = powertools_wrote().await;
     let store = BrokenCalls::new(f.store.clone());
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     store.fail_next_complete();
     // Powertools' outcome, replayed although this library could not keep it.
     assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
@@ -456,10 +468,12 @@ async fn a_takeover_after_a_copy_that_failed_reads_powertools_again(f: Fixture) 
     let w = powertools_wrote().await;
     let store = BrokenCalls::new(f.store.clone());
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(store.clone())
-        .max_lease(SHORT_LEASE)
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .max_lease(SHORT_LEASE)
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     // The copy of the completed record fails and so does the give-back:
     // this library's record stays in progress at attempt 1, undecided.
     store.fail_next_complete_and_release();
@@ -477,10 +491,12 @@ async fn a_takeover_after_a_give_back_that_failed_reads_powertools_again(f: Fixt
     let w = powertools_wrote().await;
     let store = BrokenCalls::new(f.store.clone());
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(store.clone())
-        .max_lease(SHORT_LEASE)
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .max_lease(SHORT_LEASE)
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     store.fail_next_release();
     assert_eq!(call(&mut svc, order("running-1", BODY)).await.status(), 409);
     past_the_lease().await;
@@ -495,25 +511,29 @@ async fn a_takeover_after_a_read_that_failed_reads_powertools_again(f: Fixture) 
     let w = powertools_wrote().await;
     let store = BrokenCalls::new(f.store.clone());
     let runs = Runs::default();
-    let mut unreadable = IdempotencyLayer::new(store.clone())
-        .max_lease(SHORT_LEASE)
-        .powertools_records(PowertoolsRecords::new(
+    let mut unreadable = IdempotencyLayer::new(PowertoolsCutover::new(
+        store.clone(),
+        PowertoolsRecords::new(
             integration_tests::client().await,
             "no-such-table",
             &w.http_prefix,
             open_window(),
-        ))
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+        ),
+    ))
+    .max_lease(SHORT_LEASE)
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     store.fail_next_release();
     assert_eq!(
         call(&mut unreadable, order("done-1", BODY)).await.status(),
         503
     );
     past_the_lease().await;
-    let mut svc = IdempotencyLayer::new(store.clone())
-        .max_lease(SHORT_LEASE)
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .max_lease(SHORT_LEASE)
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
     assert_eq!(runs.count(), 0, "Powertools already ran done-1");
 }
@@ -525,15 +545,17 @@ async fn a_takeover_after_an_invocation_died_reading_reads_powertools_again(f: F
     // invocation dies (its future dropped) while the read is in flight,
     // after its claim.
     let (port, held) = silent_server().await;
-    let mut hanging = IdempotencyLayer::new(f.store.clone())
-        .max_lease(SHORT_LEASE)
-        .powertools_records(PowertoolsRecords::new(
+    let mut hanging = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        PowertoolsRecords::new(
             integration_tests::client_for(format!("http://127.0.0.1:{port}"), 1).await,
             &w.http_table,
             &w.http_prefix,
             open_window(),
-        ))
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+        ),
+    ))
+    .max_lease(SHORT_LEASE)
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     let died = tokio::time::timeout(
         Duration::from_secs(2),
         call(&mut hanging, order("done-1", BODY)),
@@ -545,10 +567,12 @@ async fn a_takeover_after_an_invocation_died_reading_reads_powertools_again(f: F
     assert_eq!(ours.len(), 1, "the claim was made: {ours:?}");
     assert_eq!(ours[0].record.status, Status::InProgress);
     past_the_lease().await;
-    let mut svc = IdempotencyLayer::new(f.store.clone())
-        .max_lease(SHORT_LEASE)
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .max_lease(SHORT_LEASE)
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
     assert_eq!(runs.count(), 0, "Powertools already ran done-1");
 }
@@ -570,9 +594,11 @@ async fn a_takeover_that_resumes_from_a_recovery_point_reads_powertools_too(f: F
     let ours = our_records(&f).await;
     assert_eq!(ours.len(), 1, "{ours:?}");
     assert!(ours[0].record.checkpoint.is_some(), "{ours:?}");
-    let mut svc = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(handler);
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(handler);
     // The point proves this library's handler started, not that Powertools
     // never ran the key: Powertools' outcome is the one its client got.
     assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
@@ -583,9 +609,11 @@ async fn an_event_takeover_after_a_copy_that_failed_reads_powertools_again(f: Fi
     let w = powertools_wrote().await;
     let store = BrokenCalls::new(f.store.clone());
     let charge = IdempotentFunction::with_config(
-        lambda_idempotency::IdempotencyConfig::new(store.clone())
-            .max_lease(SHORT_LEASE)
-            .powertools_records(event_records(&w).await),
+        lambda_idempotency::IdempotencyConfig::new(PowertoolsCutover::new(
+            store.clone(),
+            event_records(&w).await,
+        ))
+        .max_lease(SHORT_LEASE),
         "charge",
     )
     .key_pointers(["/order_id"]);
@@ -612,9 +640,11 @@ async fn an_event_takeover_after_a_copy_that_failed_reads_powertools_again(f: Fi
 async fn a_quoted_key_finds_the_record_of_the_text_powertools_hashed(f: Fixture) {
     let w = powertools_wrote().await;
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     // The draft standard's own form: a structured-field string.
     let replay = call(&mut svc, order(r#""quoted-1""#, BODY)).await;
     assert_eq!(runs.count(), 0, "Powertools already ran \"quoted-1\"");
@@ -629,9 +659,11 @@ async fn a_quoted_key_finds_the_record_of_the_text_powertools_hashed(f: Fixture)
 async fn a_request_without_body_matches_the_null_body_powertools_validated(f: Fixture) {
     let w = powertools_wrote().await;
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     let request = http::Request::post("/orders")
         .header("idempotency-key", "nobody-1")
         .body(Body::Empty)
@@ -649,9 +681,11 @@ async fn a_request_without_body_matches_the_null_body_powertools_validated(f: Fi
 async fn a_base64_body_matches_the_text_powertools_validated(f: Fixture) {
     let w = powertools_wrote().await;
     let runs = Runs::default();
-    let mut svc = IdempotencyLayer::new(f.store.clone())
-        .powertools_records(http_records(&w, open_window()).await)
-        .layer(counting_handler(runs.clone(), Duration::ZERO));
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
     // lambda_http decodes an `isBase64Encoded` body into these bytes.
     let request = http::Request::post("/orders")
         .header("idempotency-key", "binary-1")
@@ -670,10 +704,12 @@ async fn a_base64_body_matches_the_text_powertools_validated(f: Fixture) {
 async fn waiting_on_a_key_powertools_holds_reads_only_its_record(f: Fixture) {
     let w = powertools_wrote().await;
     let store = BrokenCalls::new(f.store.clone());
-    let charge = IdempotentFunction::new(store.clone(), "charge")
-        .key_pointers(["/order_id"])
-        .powertools_records(event_records(&w).await)
-        .wait_for(Duration::from_millis(800));
+    let charge = IdempotentFunction::new(
+        PowertoolsCutover::new(store.clone(), event_records(&w).await),
+        "charge",
+    )
+    .key_pointers(["/order_id"])
+    .wait_for(Duration::from_millis(800));
     let runs = Runs::default();
     let out: Result<Value, EventError<String>> = charge
         .call(json!({"order_id": "o-3", "amount": 1}), |_| async {

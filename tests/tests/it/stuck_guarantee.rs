@@ -46,6 +46,7 @@ fn claimed_before(id: &str, ago_ms: u64) -> ClaimRequest {
         now_ms: then,
         lease_expires_at_ms: then + 60_000,
         expires_at_s: (now_ms() + DAY_MS) / 1000,
+        origin: None,
     }
 }
 

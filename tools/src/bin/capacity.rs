@@ -244,6 +244,7 @@ async fn sweeper(lab: &Lab) -> Result<Value> {
             now_ms: now,
             lease_expires_at_ms: now + 1,
             expires_at_s: now / 1000 + 3600,
+            origin: None,
         };
         let outcome = lab
             .direct

@@ -5,18 +5,17 @@
 use std::time::Duration;
 
 use super::IdempotentFunction;
-use crate::claim::Found;
 use crate::clock::millis;
-use crate::cutover::{self, Shape};
+use crate::error::ErrorKind;
 use crate::event::EventError;
+use crate::lifecycle::{self, Begun, Guard};
 use crate::metrics::Event;
 use crate::record::{Record, Status};
-use crate::store::{ClaimRequest, Lease};
 
 /// What a claim of the event path decided.
-pub(super) enum Claimed {
-    /// This invocation holds the key: run.
-    Run(Lease),
+pub(super) enum Claimed<'a> {
+    /// This invocation holds the key: run under the guard.
+    Run(Guard<'a>),
     /// The same payload completed: replay this record.
     Replay(Record),
 }
@@ -51,7 +50,7 @@ impl IdempotentFunction {
         id: String,
         fingerprint: String,
         key: &super::Key,
-    ) -> Result<Claimed, EventError<E>> {
+    ) -> Result<Claimed<'_>, EventError<E>> {
         let started = crate::clock::now_ms();
         let mut wait_until = self.wait_for.map(|w| {
             let until = started.saturating_add(millis(w));
@@ -62,40 +61,24 @@ impl IdempotentFunction {
         });
         let mut poll = WAIT_FIRST_POLL;
         loop {
-            let (claim, capped) = ClaimRequest::start(
+            let begun = lifecycle::begin(
+                &self.config,
                 id.clone(),
                 fingerprint.clone(),
                 self.deadline_ms,
-                self.config.leases,
-                self.config.expires_after,
+                || key.origin(),
             )
-            .map_err(EventError::Randomness)?;
-            if capped {
-                self.config.count(Event::LeaseCapped);
-            }
-            let powertools = || key.powertools();
-            let found = match cutover::claim(&self.config, &claim, Shape::Output, powertools).await
-            {
-                Ok(found) => found,
-                Err(err) => {
-                    self.config.count(Event::StoreError);
-                    return Err(EventError::Store(err));
-                }
+            .await
+            .map_err(|err| match err.kind() {
+                ErrorKind::Randomness => EventError::Randomness(err),
+                _ => EventError::Store(err),
+            })?;
+            let mut existing = match begun {
+                Begun::Run(guard) => return Ok(Claimed::Run(guard)),
+                Begun::Replay(record) => return Ok(Claimed::Replay(record)),
+                Begun::Mismatch(existing) => return Err(mismatch(existing)),
+                Begun::InProgress { existing, .. } => existing,
             };
-            let mut existing = match found {
-                Found::Claimed(lease) => {
-                    self.config.count(Event::Claimed);
-                    return Ok(Claimed::Run(lease));
-                }
-                Found::Completed(record) => return Ok(self.replayed(record)),
-                Found::Mismatch(existing) => return Err(self.mismatch(existing)),
-                Found::InProgress { existing, .. } => existing,
-            };
-            // Powertools holds the key (a cut-over): this library's store
-            // has nothing to watch, so the polls read Powertools' record
-            // alone, and the key is claimed again (and the record read once
-            // more) only once Powertools no longer holds it.
-            let powertools_holds = cutover::held_by_powertools(&existing, &claim);
             // In progress elsewhere: wait (when asked to) until the record
             // completes, or frees so that claiming again can win.
             loop {
@@ -127,22 +110,6 @@ impl IdempotentFunction {
                 };
                 tokio::time::sleep(Duration::from_millis(sleep)).await;
                 poll = (poll * 2).min(WAIT_MAX_POLL);
-                if powertools_holds {
-                    let now = crate::clock::now_ms();
-                    match cutover::powertools_holds_until(&self.config, key.powertools(), now).await
-                    {
-                        Ok(Some(until_ms)) => {
-                            existing.lease_expires_at_ms = until_ms;
-                            continue;
-                        }
-                        // Completed, expired or gone: a claim decides.
-                        Ok(None) => break,
-                        Err(err) => {
-                            self.config.count(Event::StoreError);
-                            return Err(EventError::Store(err));
-                        }
-                    }
-                }
                 let record = match self.config.store.get(&id).await {
                     Ok(stored) => stored.map(|s| s.record),
                     Err(err) => {
@@ -157,7 +124,8 @@ impl IdempotentFunction {
                     None => break,
                     Some(record) if record.expires_at_s.saturating_mul(1000) <= now => break,
                     Some(record) if record.fingerprint != fingerprint => {
-                        return Err(self.mismatch(Box::new(record)))
+                        self.config.count(Event::FingerprintMismatch);
+                        return Err(mismatch(Box::new(record)));
                     }
                     Some(record) if record.status == Status::Completed => {
                         return Ok(self.replayed(record))
@@ -170,8 +138,8 @@ impl IdempotentFunction {
         }
     }
 
-    /// A completed record found by a claim or a wait: counted and cached.
-    fn replayed(&self, record: Record) -> Claimed {
+    /// A completed record found by a wait: counted and cached.
+    fn replayed(&self, record: Record) -> Claimed<'_> {
         self.config.count(Event::Replayed);
         if let Some(cache) = &self.config.cache {
             if record.response.is_some() {
@@ -180,14 +148,13 @@ impl IdempotentFunction {
         }
         Claimed::Replay(record)
     }
+}
 
-    /// The key was first used with another payload: counted.
-    fn mismatch<E>(&self, existing: Box<Record>) -> EventError<E> {
-        self.config.count(Event::FingerprintMismatch);
-        EventError::PayloadMismatch {
-            record_id: existing.id.clone(),
-            existing: Some(existing),
-        }
+/// The key was first used with another payload.
+fn mismatch<E>(existing: Box<Record>) -> EventError<E> {
+    EventError::PayloadMismatch {
+        record_id: existing.id.clone(),
+        existing: Some(existing),
     }
 }
 

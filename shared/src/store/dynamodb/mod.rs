@@ -87,8 +87,6 @@ pub mod schema {
 
 mod codec;
 mod layout;
-#[cfg(feature = "powertools")]
-mod powertools;
 mod store;
 #[cfg(feature = "streams")]
 mod stream;
@@ -101,11 +99,6 @@ pub use stream::{
 
 use codec::{n, s};
 pub use layout::{KeyValue, TableLayout};
-#[cfg(feature = "powertools")]
-pub(crate) use powertools::PowertoolsRecord;
-#[cfg(feature = "powertools")]
-#[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
-pub use powertools::{PowertoolsHash, PowertoolsRecords};
 
 /// A [`Store`](crate::Store) on a DynamoDB table. Cheap to clone.
 ///

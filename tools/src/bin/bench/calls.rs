@@ -94,6 +94,7 @@ fn claim_request(key: &str, owner: String, fingerprint: &str) -> ClaimRequest {
         now_ms: now,
         lease_expires_at_ms: lease,
         expires_at_s: now / 1000 + 24 * 3600,
+        origin: None,
     }
 }
 

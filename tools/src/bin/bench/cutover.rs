@@ -12,7 +12,7 @@
 use std::time::{Duration, SystemTime};
 
 use integration_tests::RequestCounter;
-use lambda_idempotency::store::dynamodb::PowertoolsRecords;
+use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
 use lambda_idempotency::{DynamoStore, IdempotencyLayer};
 use serde_json::{json, Value};
 use tower::Layer;
@@ -66,12 +66,16 @@ pub(crate) async fn cutover(n: usize) -> Result<Value> {
     let hour = Duration::from_secs(3600);
     let services = [
         IdempotencyLayer::new(store.clone()).layer(handler(Duration::ZERO)),
-        IdempotencyLayer::new(store.clone())
-            .powertools_records(records(SystemTime::now() + hour))
-            .layer(handler(Duration::ZERO)),
-        IdempotencyLayer::new(store.clone())
-            .powertools_records(records(SystemTime::now() - Duration::from_secs(1)))
-            .layer(handler(Duration::ZERO)),
+        IdempotencyLayer::new(PowertoolsCutover::new(
+            store.clone(),
+            records(SystemTime::now() + hour),
+        ))
+        .layer(handler(Duration::ZERO)),
+        IdempotencyLayer::new(PowertoolsCutover::new(
+            store.clone(),
+            records(SystemTime::now() - Duration::from_secs(1)),
+        ))
+        .layer(handler(Duration::ZERO)),
     ];
     let mut fresh = Fresh::default();
     let mut samples = Samples::default();

@@ -47,8 +47,8 @@ impl PowertoolsHash {
 /// Where and how Powertools for AWS Lambda (Python) kept its idempotency
 /// records, for a cut-over without running anything twice.
 ///
-/// Given to [`IdempotencyConfig::powertools_records`](crate::IdempotencyConfig::powertools_records)
-/// (or the layer's and the function's method of the same name): until
+/// Given to [`PowertoolsCutover`](super::PowertoolsCutover) around the
+/// store this library writes to: until
 /// `until`, every claim that would run the handler (one that finds no
 /// record of its own, a takeover, a claim that resumes from a recovery
 /// point) looks up the Powertools record of the same key first. A
@@ -216,6 +216,11 @@ impl PowertoolsRecords {
         self
     }
 
+    /// The table Powertools kept its records in, for messages.
+    pub(crate) fn table(&self) -> &str {
+        &self.table
+    }
+
     /// When the lookups stop.
     pub fn until(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.until_ms)
@@ -234,7 +239,7 @@ impl PowertoolsRecords {
 
     /// Powertools' hash of `value`: of `json.dumps(value, sort_keys=True)`.
     pub(crate) fn hash_of(&self, value: &serde_json::Value) -> String {
-        self.hash.hex(&crate::json::python_dumps(value))
+        self.hash.hex(&super::python::dumps(value))
     }
 
     /// The id Powertools gave the record of key `key` (the value its
@@ -396,13 +401,12 @@ mod tests {
     #[cfg(feature = "http")]
     #[test]
     fn http_requests_hash_as_powertools_hashed_their_events() {
-        use crate::cutover::{body_as_powertools_saw_it, header_as_powertools_saw_it};
+        use super::super::result::body_as_powertools_saw_it;
+        use crate::record::StoredBody;
         let r = records();
-        let key = |text: &'static str| {
-            r.record_id(
-                &header_as_powertools_saw_it(&http::HeaderValue::from_static(text)).unwrap(),
-            )
-        };
+        // The HTTP entry point describes the header by its text as sent
+        // (`ClaimOrigin::Http`).
+        let key = |text: &'static str| r.record_id(&serde_json::Value::String(text.to_owned()));
         // {"headers": {"idempotency-key": "k1"}}
         assert_eq!(key("k1"), "fn.app.handler#b0c5b121e7cb24f7ce362a75c65bdbe7");
         // {"headers": {"idempotency-key": "\"k1\""}}: the quotes are hashed.
@@ -410,7 +414,9 @@ mod tests {
             key("\"k1\""),
             "fn.app.handler#d17830d256019f08a6b2225188c41dea"
         );
-        let body = |body: lambda_http::Body| r.hash_of(&body_as_powertools_saw_it(&body));
+        let body = |body: lambda_http::Body| {
+            r.hash_of(&body_as_powertools_saw_it(&StoredBody::of_http(&body)))
+        };
         // "body": "{\"amount\":2500}"
         assert_eq!(
             body(lambda_http::Body::from(r#"{"amount":2500}"#)),

@@ -1,21 +1,15 @@
-//! The claim core: how a claim is made and what its answer means, the same
-//! for the HTTP middleware and the event wrappers.
-//!
-//! A claim needs a clock (`clock.rs`), a lease that ends at the invocation's
-//! deadline plus a margin, capped ([`Leases`]), a fresh owner token
-//! ([`owner_token`]) and the one expiry rule (a record outlives its lease:
-//! [`ClaimRequest::start`]). Its answer is one of four ([`Found`]); a lease
-//! that is given up is [`release`]d, fenced.
+//! What a claim asks for: a lease that ends at the invocation's deadline
+//! plus a margin, capped ([`Leases`]), a fresh owner token ([`owner_token`])
+//! and the one expiry rule (a record outlives its lease:
+//! [`ClaimRequest::start`]).
 
 use std::time::Duration;
 
 use crate::clock::{millis, now_ms};
 
-use crate::context::IdempotencyContext;
 use crate::error::{Error, ErrorKind};
 use crate::hash::hex;
-use crate::record::{Record, Status};
-use crate::store::{ClaimOutcome, ClaimRequest, Lease, Store};
+use crate::store::ClaimRequest;
 
 /// How leases are drawn: until the invocation's deadline plus `margin`,
 /// never longer than `max_lease` (the whole lease where there is no deadline).
@@ -127,108 +121,10 @@ impl ClaimRequest {
             expires_at_s: (now / 1000)
                 .saturating_add(expires_after.as_secs())
                 .max(lease_end / 1000 + 1),
+            origin: None,
         };
         Ok((request, capped))
     }
-}
-
-/// What a claim found.
-#[derive(Debug)]
-pub(crate) enum Found {
-    /// This invocation holds the record: run.
-    Claimed(Lease),
-    /// The same request completed: its record, with the stored response.
-    Completed(Record),
-    /// The same request still runs elsewhere, for at most this long; the
-    /// record holding it.
-    InProgress {
-        // Only the HTTP middleware answers with a `Retry-After`.
-        #[cfg_attr(not(feature = "http"), allow(dead_code))]
-        retry_after: Duration,
-        existing: Box<Record>,
-    },
-    /// The key was first used by a different request: its record.
-    Mismatch(Box<Record>),
-}
-
-/// Claim `request` on `store` and say what that means.
-pub(crate) async fn claim(store: &dyn Store, request: &ClaimRequest) -> Result<Found, Error> {
-    Ok(match store.claim(request).await? {
-        ClaimOutcome::Claimed(lease) => Found::Claimed(lease),
-        ClaimOutcome::Exists(record) if record.fingerprint != request.fingerprint => {
-            Found::Mismatch(Box::new(record))
-        }
-        ClaimOutcome::Exists(record) if record.status == Status::Completed => {
-            Found::Completed(record)
-        }
-        ClaimOutcome::Exists(record) => Found::InProgress {
-            retry_after: Duration::from_millis(
-                record.lease_expires_at_ms.saturating_sub(request.now_ms),
-            ),
-            existing: Box::new(record),
-        },
-    })
-}
-
-/// What a release did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The record is gone: the next retry runs again.
-    Done,
-    /// A newer attempt holds the record; nothing was written.
-    Fenced,
-    /// The store failed; the record frees when its lease ends.
-    Failed,
-}
-
-impl Release {
-    /// The metric that counts this outcome.
-    pub(crate) fn event(self) -> crate::metrics::Event {
-        use crate::metrics::Event;
-        match self {
-            Release::Done => Event::Released,
-            Release::Fenced => Event::FencedWrite,
-            Release::Failed => Event::StoreError,
-        }
-    }
-}
-
-/// Release `lease` (fenced) so the next retry runs again, saying `why` in
-/// the log. A failure only delays that retry until the lease ends, so it is
-/// logged, not raised.
-pub(crate) async fn release(store: &dyn Store, lease: &Lease, why: &str) -> Release {
-    match store.release(lease).await {
-        Ok(()) => {
-            tracing::info!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key released");
-            Release::Done
-        }
-        Err(err) if err.is_fenced() => {
-            tracing::warn!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "release fenced: a newer attempt took over this key");
-            Release::Fenced
-        }
-        Err(err) => {
-            tracing::error!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, error = %err, "could not release the idempotency key; it frees when its lease ends");
-            Release::Failed
-        }
-    }
-}
-
-/// Give the claim up after a failure of its handler: [`release`]d (a
-/// record holding a recovery point is kept with its lease ended, see
-/// [`Store::release`]), unless a recovery point's write left unknown what
-/// committed: then the record is left to its lease (`None`), so the next
-/// attempt learns from the record itself whether the point committed.
-pub(crate) async fn give_up(
-    store: &dyn Store,
-    lease: &Lease,
-    context: &IdempotencyContext,
-    why: &str,
-) -> Option<Release> {
-    if context.outcome_unknown() {
-        tracing::warn!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key left to its lease: unknown whether its last recovery point committed, so the next attempt resumes from what the record holds");
-        return None;
-    }
-    Some(release(store, lease, why).await)
 }
 
 #[cfg(test)]

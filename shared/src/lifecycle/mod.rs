@@ -1,0 +1,140 @@
+//! The claim lifecycle, once for every entry point: the HTTP middleware
+//! and the event path only read keys and shape answers around it.
+//!
+//! ```text
+//! begin ──► local cache ──► claim (store, through its layers) ──┬─► Replay / InProgress / Mismatch
+//!                                                               └─► Run(guard)
+//! guard.run(handler) ──┬─► error or panic ──► abandon (release, fenced)
+//!                      └─► value ──► finish(outcome) ──► Stored | Oversized | Lost | Refused | Unknown
+//! ```
+//!
+//! Every rare-path rule lives here: what a release after committed work
+//! does, a record gone while the handler ran, fencing, a recovery point of
+//! unknown fate, and the metrics of each step. The off switch stays with
+//! the entry points, which then call their handler unwrapped.
+
+mod guard;
+mod lease;
+
+use std::time::Duration;
+
+use crate::config::IdempotencyConfig;
+use crate::error::Error;
+use crate::metrics::Event;
+use crate::record::{Record, Status};
+use crate::store::{ClaimOrigin, ClaimOutcome, ClaimRequest};
+
+pub(crate) use self::guard::{Finished, Guard};
+pub(crate) use self::lease::Leases;
+
+/// What [`begin`] decided.
+#[derive(Debug)]
+pub(crate) enum Begun<'a> {
+    /// This invocation holds the key: run the handler under the guard.
+    Run(Guard<'a>),
+    /// The same request completed: the record to replay (counted, and kept
+    /// in the local cache when it has its outcome).
+    Replay(Record),
+    /// The same request still runs elsewhere, for at most `retry_after`;
+    /// the record holding it.
+    InProgress {
+        // Only the HTTP middleware answers with a `Retry-After`.
+        #[cfg_attr(not(feature = "http"), allow(dead_code))]
+        retry_after: Duration,
+        existing: Box<Record>,
+    },
+    /// The key was first used by a different request: its record (counted).
+    Mismatch(Box<Record>),
+}
+
+/// Begin the lifecycle of record `record_id` for the request with
+/// `fingerprint`: replay it from the local cache, or claim it in the store
+/// with a lease drawn from the invocation's deadline. `origin` describes
+/// the request as it was sent, for a store layer that reads it
+/// ([`Store::reads_origin`](crate::Store::reads_origin)); it is only
+/// called then. A store that fails is counted and its error returned: the
+/// handler must not run.
+pub(crate) async fn begin<'a>(
+    config: &'a IdempotencyConfig,
+    record_id: String,
+    fingerprint: String,
+    deadline_ms: Option<u64>,
+    origin: impl FnOnce() -> Option<ClaimOrigin>,
+) -> Result<Begun<'a>, Error> {
+    if let Some(cached) = config
+        .cache
+        .as_ref()
+        .and_then(|c| c.get(&record_id, crate::clock::now_ms() / 1000))
+    {
+        if cached.fingerprint == fingerprint {
+            config.count(Event::CacheHit);
+            tracing::debug!("idempotent outcome replayed from the local cache");
+            return Ok(Begun::Replay((*cached).clone()));
+        }
+        config.count(Event::FingerprintMismatch);
+        tracing::debug!("idempotency key reused with a different request");
+        return Ok(Begun::Mismatch(Box::new((*cached).clone())));
+    }
+    let (mut request, capped) = ClaimRequest::start(
+        record_id,
+        fingerprint,
+        deadline_ms,
+        config.leases,
+        config.expires_after,
+    )
+    .inspect_err(|_| config.count(Event::StoreError))?;
+    if capped {
+        config.count(Event::LeaseCapped);
+    }
+    if config.store.reads_origin() {
+        request.origin = origin();
+    }
+    let outcome = match config.store.claim(&request).await {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            config.count(Event::StoreError);
+            return Err(err);
+        }
+    };
+    Ok(match outcome {
+        ClaimOutcome::Claimed(lease) => {
+            config.count(Event::Claimed);
+            // The hot path logs at debug (logs are billed per byte); a
+            // takeover of an earlier attempt is rare and worth an info line.
+            if lease.attempt > 1 {
+                tracing::info!(
+                    attempt = lease.attempt,
+                    resumes_from = lease.recovered.as_ref().map(|c| c.name.as_str()),
+                    "idempotency key taken over from an earlier attempt"
+                )
+            } else {
+                tracing::debug!("idempotency key claimed")
+            }
+            Begun::Run(Guard::new(config, lease))
+        }
+        ClaimOutcome::Exists(record) if record.fingerprint != request.fingerprint => {
+            config.count(Event::FingerprintMismatch);
+            tracing::debug!("idempotency key reused with a different request");
+            Begun::Mismatch(Box::new(record))
+        }
+        ClaimOutcome::Exists(record) if record.status == Status::Completed => {
+            // A completed record always has its outcome (the stores'
+            // decoding makes sure); the entry points answer one without it
+            // as they would an abandoned key.
+            if record.response.is_some() {
+                config.count(Event::Replayed);
+                tracing::debug!("idempotent outcome replayed");
+                if let Some(cache) = &config.cache {
+                    cache.put(record.clone());
+                }
+            }
+            Begun::Replay(record)
+        }
+        ClaimOutcome::Exists(record) => Begun::InProgress {
+            retry_after: Duration::from_millis(
+                record.lease_expires_at_ms.saturating_sub(request.now_ms),
+            ),
+            existing: Box::new(record),
+        },
+    })
+}
