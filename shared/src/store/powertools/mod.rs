@@ -32,7 +32,8 @@ mod python;
 mod records;
 mod result;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -75,7 +76,26 @@ use crate::record::{Record, Status, StoredResponse};
 pub struct PowertoolsCutover<S> {
     inner: S,
     records: Arc<PowertoolsRecords>,
+    /// The keys this layer answered as held by Powertools, by record id, so
+    /// that a duplicate waiting on one ([`Store::get`] polls) reads
+    /// Powertools' record alone: this library's store has nothing of it.
+    held: Arc<Mutex<HashMap<String, Held>>>,
 }
+
+/// A key Powertools held when a claim looked it up.
+#[derive(Debug, Clone)]
+struct Held {
+    /// Its key, as Powertools hashed it.
+    key: Value,
+    /// The fingerprint of the request that found it held.
+    fingerprint: String,
+}
+
+/// At most this many keys held by Powertools are remembered for waits; past
+/// it the memory starts afresh (a wait then reads this library's store, finds
+/// nothing, and claims again, which looks the key up again: slower, still
+/// right).
+const HELD_KEYS: usize = 1024;
 
 impl<S> PowertoolsCutover<S> {
     /// `inner`, with the Powertools records `records` read during the
@@ -85,6 +105,7 @@ impl<S> PowertoolsCutover<S> {
         PowertoolsCutover {
             inner,
             records: Arc::new(records),
+            held: Arc::default(),
         }
     }
 
@@ -101,6 +122,69 @@ impl<S> PowertoolsCutover<S> {
     /// The wrapped store, unwrapped.
     pub fn into_inner(self) -> S {
         self.inner
+    }
+
+    /// Remember that Powertools holds the key of `lease` (`key`), for waits.
+    fn remember_held(&self, lease: &Lease, key: &Value) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.len() >= HELD_KEYS {
+            held.clear();
+        }
+        held.insert(
+            lease.record_id.clone(),
+            Held {
+                key: key.clone(),
+                fingerprint: lease.fingerprint.clone(),
+            },
+        );
+    }
+
+    /// While Powertools holds `record_id` (a key this layer answered as held
+    /// by it): the record a wait sees, in progress until Powertools' own
+    /// expiry. `None` once it no longer holds it (completed, expired or
+    /// gone, or the window closed: a claim then decides), or for a key this
+    /// layer never answered so.
+    async fn held_by_powertools(
+        &self,
+        record_id: &str,
+        now_ms: u64,
+    ) -> Result<Option<StoredRecord>, Error> {
+        let held = {
+            let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            match held.get(record_id) {
+                Some(found) => found.clone(),
+                None => return Ok(None),
+            }
+        };
+        let until_ms = match self.records.open(now_ms) {
+            true => match Box::pin(self.records.find(&held.key, now_ms)).await? {
+                Some(PowertoolsRecord::InProgress { until_ms }) => Some(until_ms),
+                Some(PowertoolsRecord::Completed { .. }) | None => None,
+            },
+            false => None,
+        };
+        let Some(until_ms) = until_ms else {
+            self.held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(record_id);
+            return Ok(None);
+        };
+        Ok(Some(StoredRecord {
+            record: Record {
+                id: record_id.to_owned(),
+                status: Status::InProgress,
+                fingerprint: held.fingerprint,
+                attempt: 0,
+                owner: String::new(),
+                lease_expires_at_ms: until_ms,
+                expires_at_s: until_ms / 1000 + 1,
+                response: None,
+                checkpoint: None,
+            },
+            size_bytes: None,
+            write_units: None,
+        }))
     }
 }
 
@@ -168,6 +252,7 @@ impl<S: Store> PowertoolsCutover<S> {
             Some(PowertoolsRecord::InProgress { until_ms }) => {
                 self.give_back(&lease, "Powertools still holds the key")
                     .await;
+                self.remember_held(&lease, &key.key);
                 Ok(ClaimOutcome::Exists(record_of(
                     &lease,
                     Status::InProgress,
@@ -357,7 +442,15 @@ impl<S: SweepStore> SweepStore for PowertoolsCutover<S> {
     async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
         self.inner.settle(settlement, resolved).await
     }
+    /// A key Powertools holds (one this layer answered so) is read from
+    /// Powertools' record alone; any other from the wrapped store.
     async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        if let Some(held) = self
+            .held_by_powertools(record_id, crate::clock::now_ms())
+            .await?
+        {
+            return Ok(Some(held));
+        }
         self.inner.get(record_id).await
     }
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
