@@ -57,6 +57,7 @@
 //! | `conformance` | the store conformance suite (feature `test-util`) |
 //! | [`config`] | [`IdempotencyConfig`], the options both paths share, and the off switch |
 //! | [`context`] | [`IdempotencyContext`], what the handler sees |
+//! | [`lifecycle`] | the claim lifecycle every entry point runs ([`lifecycle::begin`], [`lifecycle::Guard`]), for an entry point of your own |
 //! | [`scope`] | [`scope::RecordScope`]: which record a key maps to |
 //! | [`fingerprint`] | [`Fingerprinter`]: what makes two requests the same |
 //! | [`metrics`], [`problem`] | CloudWatch EMF metrics, the problem documents |
@@ -76,7 +77,7 @@
 //! | `s3-offload` | responses over the store's item limit kept in S3 (`store::offload::S3Offload`), around any store |
 //! | `redis` | the Redis / Valkey store (`RedisStore`), TLS (`rediss://`) through rustls |
 //! | `postgres` | the PostgreSQL store (`PostgresStore`, `store::postgres::POSTGRES_SCHEMA`) |
-//! | `powertools` | a cut-over from Powertools for AWS Lambda (Python) on DynamoDB (`store::dynamodb::PowertoolsRecords`); turns on `dynamodb` |
+//! | `powertools` | a cut-over from Powertools for AWS Lambda (Python) on DynamoDB (`store::powertools::PowertoolsCutover`, a store layer); turns on `dynamodb` |
 //! | `test-util` | for tests: the store conformance suite (module `conformance`), the cases every engine of this crate passes, for a `Store` of your own |
 //!
 //! # Testing your handler
@@ -105,7 +106,7 @@ pub mod http;
 mod json;
 #[cfg(feature = "http")]
 mod key;
-mod lifecycle;
+pub mod lifecycle;
 pub mod metrics;
 pub mod problem;
 mod record;

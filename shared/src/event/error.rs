@@ -170,8 +170,8 @@ impl<E: fmt::Display + fmt::Debug> std::error::Error for EventError<E> {}
 impl<E> EventError<E> {
     /// The record that decided an [`InProgress`](EventError::InProgress) or
     /// [`PayloadMismatch`](EventError::PayloadMismatch) error (its status,
-    /// expiry and, for a completed one, its stored output), as a Powertools
-    /// user gets the existing record with these errors.
+    /// expiry and, for a completed one, its stored output), for a caller
+    /// that answers from it.
     pub fn existing_record(&self) -> Option<&Record> {
         match self {
             EventError::InProgress { existing, .. }

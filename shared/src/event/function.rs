@@ -194,8 +194,7 @@ impl IdempotentFunction {
 
     /// Adjust every replayed output (from the store or the local cache)
     /// before it is deserialised, with the completed record it replays from
-    /// (attempt, expiry, fingerprint): Powertools' `response_hook`. The
-    /// first run's own output is returned as the function made it.
+    /// (attempt, expiry, fingerprint). The first run's own output is returned as the function made it.
     ///
     /// ```
     /// use lambda_idempotency::{IdempotentFunction, MemoryStore};
@@ -224,12 +223,11 @@ impl IdempotentFunction {
     /// cut by a random part of up to half so that waiting duplicates do not
     /// poll in lockstep) for at most `max_wait`, then replay its output once it completes, or run when
     /// its key frees (released, or its lease ended). Never waits past the
-    /// registered invocation's deadline less 1 s; off by default (Python
-    /// Powertools issue 2490 asks for it). Useful for direct invocations
-    /// whose caller wants the answer, not an error. Inside a cut-over
-    /// window, while Powertools' record of the key says in progress, each
-    /// poll reads that record alone, and the claim is tried again once it
-    /// no longer does.
+    /// registered invocation's deadline less 1 s; off by default. Useful
+    /// for direct invocations whose caller wants the answer, not an error.
+    /// The polls are [`Store::get`](crate::Store::get)s, so a store layer
+    /// decides what they read (a cut-over reads the other tool's record of
+    /// a key that tool still holds).
     pub fn wait_for(mut self, max_wait: Duration) -> Self {
         self.wait_for = Some(max_wait).filter(|w| !w.is_zero());
         self

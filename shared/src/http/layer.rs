@@ -319,8 +319,7 @@ impl IdempotencyLayer {
     }
 
     /// Like [`replay_hook`](Self::replay_hook), with the completed record
-    /// the response replays from (its attempt, expiry, fingerprint), as
-    /// Powertools' response hook receives the idempotent record: for
+    /// the response replays from (its attempt, expiry, fingerprint): for
     /// example, an `Age` header from when the record expires.
     pub fn replay_hook_with_record<F>(mut self, hook: F) -> Self
     where

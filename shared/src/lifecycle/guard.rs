@@ -26,7 +26,7 @@ use crate::store::{CompleteRequest, Completion, Lease};
 /// committed part of its work, and only the lease's end is safe then; the
 /// drop is logged.
 #[derive(Debug)]
-pub(crate) struct Guard<'a> {
+pub struct Guard<'a> {
     config: &'a IdempotencyConfig,
     lease: Lease,
     context: IdempotencyContext,
@@ -37,7 +37,8 @@ pub(crate) struct Guard<'a> {
 /// for the answer. Counted and logged already; the entry point only shapes
 /// its answer from it.
 #[derive(Debug)]
-pub(crate) enum Finished {
+#[non_exhaustive]
+pub enum Finished {
     /// Recorded: duplicates replay it.
     Stored,
     /// Too large to keep: the record completed with the too-large marker,
@@ -48,7 +49,12 @@ pub(crate) enum Finished {
     /// released by an operator, or expired). With deferred writes
     /// (`transactional`) nothing of this attempt committed; without, its
     /// work stands and this outcome is true.
-    Lost { error: Error, transactional: bool },
+    Lost {
+        /// What the store answered.
+        error: Error,
+        /// Whether the outcome came with deferred writes.
+        transactional: bool,
+    },
     /// Refused before anything committed (deferred writes cancelled or
     /// rejected as invalid): the key was given back, so a retry runs again.
     Refused(Error),
@@ -56,9 +62,9 @@ pub(crate) enum Finished {
     /// writes) committed. The key frees when its lease ends, and the next
     /// attempt replays or takes over.
     Unknown {
+        /// What the store answered.
         error: Error,
-        // Only the HTTP middleware answers differently with deferred writes.
-        #[cfg_attr(not(feature = "http"), allow(dead_code))]
+        /// Whether the outcome came with deferred writes.
         transactional: bool,
     },
 }
@@ -75,12 +81,12 @@ impl<'a> Guard<'a> {
     }
 
     /// What the handler sees of this claim.
-    pub(crate) fn context(&self) -> &IdempotencyContext {
+    pub fn context(&self) -> &IdempotencyContext {
         &self.context
     }
 
     /// The lease this invocation holds.
-    pub(crate) fn lease(&self) -> &Lease {
+    pub fn lease(&self) -> &Lease {
         &self.lease
     }
 
@@ -89,10 +95,7 @@ impl<'a> Guard<'a> {
     /// the retry now, not at the lease's end) and goes on unwinding, as it
     /// would have without the guard; a value comes back with the guard, to
     /// [`finish`](Self::finish) or [`abandon`](Self::abandon).
-    pub(crate) async fn run<T, E>(
-        self,
-        work: impl Future<Output = Result<T, E>>,
-    ) -> Result<(Self, T), E> {
+    pub async fn run<T, E>(self, work: impl Future<Output = Result<T, E>>) -> Result<(Self, T), E> {
         match AssertUnwindSafe(work).catch_unwind().await {
             Ok(Ok(value)) => Ok((self, value)),
             Ok(Err(err)) => {
@@ -114,7 +117,7 @@ impl<'a> Guard<'a> {
     /// point's write left unknown what committed: then it is left to its
     /// lease, so the next attempt learns from the record itself whether the
     /// point committed.
-    pub(crate) async fn abandon(mut self, why: &str) {
+    pub async fn abandon(mut self, why: &str) {
         self.ended = true;
         drop(self.context.take_writes());
         if self.context.outcome_unknown() {
@@ -128,7 +131,7 @@ impl<'a> Guard<'a> {
     /// the same transaction, and say what came of it ([`Finished`]). A
     /// refused transaction gives the key back; every other failure leaves
     /// the record to its lease.
-    pub(crate) async fn finish(mut self, stored: StoredResponse) -> Finished {
+    pub async fn finish(mut self, stored: StoredResponse) -> Finished {
         self.ended = true;
         let (config, lease) = (self.config, &self.lease);
         let expires_at = (now_ms() / 1000).saturating_add(config.expires_after.as_secs());

@@ -12,6 +12,37 @@
 //! does, a record gone while the handler ran, fencing, a recovery point of
 //! unknown fate, and the metrics of each step. The off switch stays with
 //! the entry points, which then call their handler unwrapped.
+//!
+//! It is public for an entry point of your own (a framework this crate has
+//! no layer for, a Step Functions task): read the key, make the record id
+//! and fingerprint, then let the lifecycle decide.
+//!
+//! ```
+//! use lambda_idempotency::lifecycle::{self, Begun, Finished};
+//! use lambda_idempotency::store::{StoredBody, StoredResponse};
+//! use lambda_idempotency::{IdempotencyConfig, MemoryStore};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let config = IdempotencyConfig::new(MemoryStore::new());
+//! for attempt in 0..2 {
+//!     let begun = lifecycle::begin(&config, "task#42".into(), "fp".into(), None, || None)
+//!         .await
+//!         .expect("the store answers");
+//!     match begun {
+//!         Begun::Run(guard) => {
+//!             assert_eq!(attempt, 0, "the second attempt replays");
+//!             let (guard, out) = guard.run(async { Ok::<_, String>("done") }).await.unwrap();
+//!             let stored = StoredResponse::new(200, vec![], StoredBody::Text(out.into()));
+//!             assert!(matches!(guard.finish(stored).await, Finished::Stored));
+//!         }
+//!         Begun::Replay(record) => {
+//!             assert_eq!(record.response.unwrap().body.bytes(), b"done");
+//!         }
+//!         other => panic!("{other:?}"),
+//!     }
+//! }
+//! # });
+//! ```
 
 mod guard;
 mod lease;
@@ -24,12 +55,13 @@ use crate::metrics::Event;
 use crate::record::{Record, Status};
 use crate::store::{ClaimOrigin, ClaimOutcome, ClaimRequest};
 
-pub(crate) use self::guard::{Finished, Guard};
+pub use self::guard::{Finished, Guard};
 pub(crate) use self::lease::Leases;
 
 /// What [`begin`] decided.
 #[derive(Debug)]
-pub(crate) enum Begun<'a> {
+#[non_exhaustive]
+pub enum Begun<'a> {
     /// This invocation holds the key: run the handler under the guard.
     Run(Guard<'a>),
     /// The same request completed: the record to replay (counted, and kept
@@ -38,9 +70,10 @@ pub(crate) enum Begun<'a> {
     /// The same request still runs elsewhere, for at most `retry_after`;
     /// the record holding it.
     InProgress {
-        // Only the HTTP middleware answers with a `Retry-After`.
-        #[cfg_attr(not(feature = "http"), allow(dead_code))]
+        /// How long the holder's lease has left: when a retry may find the
+        /// outcome, or take the key over.
         retry_after: Duration,
+        /// The record holding the key.
         existing: Box<Record>,
     },
     /// The key was first used by a different request: its record (counted).
@@ -53,8 +86,9 @@ pub(crate) enum Begun<'a> {
 /// the request as it was sent, for a store layer that reads it
 /// ([`Store::reads_origin`](crate::Store::reads_origin)); it is only
 /// called then. A store that fails is counted and its error returned: the
-/// handler must not run.
-pub(crate) async fn begin<'a>(
+/// handler must not run. The off switch
+/// ([`IdempotencyConfig::is_disabled`]) is the caller's to check.
+pub async fn begin<'a>(
     config: &'a IdempotencyConfig,
     record_id: String,
     fingerprint: String,

@@ -2,7 +2,8 @@
 //! (docs/testing.md, "The fault harness").
 //!
 //! A case is a feature combination (the surface a user calls: the HTTP
-//! layer, `IdempotentFunction` or `SqsBatch`, and one feature turned on),
+//! layer, `IdempotentFunction` or `SqsBatch`, or the claim lifecycle they
+//! share driven directly, and one feature turned on),
 //! what its first execution does (completes, fails, or its process dies
 //! mid-handler), a schedule of retries (a retry inside the lease and one
 //! past it; or a sweep under the `release` or the `fail` policy past the
@@ -48,9 +49,10 @@ use lambda_http::{Body, Request, Response};
 use lambda_idempotency::event::EventError;
 use lambda_idempotency::event::SqsBatch;
 use lambda_idempotency::http::REPLAYED_HEADER;
+use lambda_idempotency::lifecycle::{self, Begun, Finished};
 use lambda_idempotency::store::postgres::{PgType, PgWrite};
 use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
-use lambda_idempotency::store::{Status, SweepStore};
+use lambda_idempotency::store::{Status, StoredBody, StoredResponse, SweepStore};
 use lambda_idempotency::sweep::{SweepPolicy, Sweeper};
 use lambda_idempotency::{
     IdempotencyConfig, IdempotencyContext, IdempotencyLayer, IdempotentFunction, MemoryStore, Store,
@@ -73,6 +75,9 @@ enum Surface {
     Http,
     Function,
     Sqs,
+    /// The lifecycle under every entry point (`lambda_idempotency::lifecycle`),
+    /// driven as an entry point of a user's own would.
+    Core,
 }
 
 /// The one feature a combination turns on.
@@ -149,6 +154,7 @@ fn combos(transactional: bool, cutover: bool) -> Vec<Combo> {
         &[Plain, RecoveryPoints, LocalCache, BodyKey, WaitFor],
     );
     add(Surface::Sqs, &[Plain, RecoveryPoints, BodyKey]);
+    add(Surface::Core, &[Plain, RecoveryPoints, LocalCache]);
     if transactional {
         add(Surface::Http, &[Transactional]);
     }
@@ -342,6 +348,7 @@ enum Instance {
     // Boxed: a function is much larger than the other variants.
     Function(Box<IdempotentFunction>),
     Sqs(Arc<SqsBatch>),
+    Core(Arc<IdempotencyConfig>),
 }
 
 type HarnessService = tower::util::BoxCloneService<Request, Response<Body>, lambda_http::Error>;
@@ -571,6 +578,7 @@ impl Run {
         let config = self.config().await;
         let feature = self.id.combo.feature;
         match self.id.combo.surface {
+            Surface::Core => Instance::Core(Arc::new(config)),
             Surface::Http => {
                 let handler = self.handler();
                 let service = tower::service_fn(move |req: Request| {
@@ -676,6 +684,10 @@ impl Run {
                         .call_with_context(arg, |_, ctx| async move { handler.execute(ctx).await })
                         .await;
                     Answer::Output(out.map_err(|e| e.to_string()))
+                }
+                Instance::Core(config) => {
+                    let id = format!("fault-harness-core#{key}");
+                    Answer::Output(core(&config, id, body, &handler).await)
                 }
                 Instance::Sqs(batch) => {
                     let mut message = SqsMessage::default();
@@ -896,6 +908,45 @@ impl Run {
                 .violations
                 .push("effect: a repeat of the effect used another derived key");
         }
+    }
+}
+
+/// One call through the lifecycle alone, as an entry point of a user's own
+/// makes it: the payload's text is its fingerprint, the output is stored as
+/// its JSON text, and the answers are the event path's.
+async fn core(
+    config: &IdempotencyConfig,
+    id: String,
+    body: String,
+    handler: &Handler,
+) -> Result<Value, String> {
+    let begun = lifecycle::begin(config, id, body, None, || None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let record = match begun {
+        Begun::Run(guard) => {
+            let ctx = guard.context().clone();
+            let (guard, output) = guard.run(handler.execute(Some(ctx))).await?;
+            let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(output.to_string()));
+            return match guard.finish(stored).await {
+                Finished::Stored | Finished::Oversized => Ok(output),
+                // A newer attempt holds the key; this output is the work's
+                // true outcome.
+                Finished::Lost {
+                    error,
+                    transactional: false,
+                } if error.is_fenced() => Ok(output),
+                other => Err(format!("not recorded: {other:?}")),
+            };
+        }
+        Begun::Replay(record) => record,
+        other => return Err(format!("not run: {other:?}")),
+    };
+    match &record.response {
+        Some(stored) if stored.status == 200 => {
+            serde_json::from_slice(stored.body.bytes()).map_err(|e| e.to_string())
+        }
+        other => Err(format!("replayed a problem: {other:?}")),
     }
 }
 

@@ -18,7 +18,7 @@ pub enum KeyValue {
         /// Text before the record id (`"IDEMPOTENCY#"`).
         prefix: String,
     },
-    /// The same value for every record (Powertools' `static_pk_value`): all
+    /// The same value for every record (a static partition value): all
     /// records share one partition, which a Query reads (the other key then
     /// holds the record id).
     Static(String),
@@ -63,7 +63,7 @@ impl KeyValue {
 /// ```
 /// use lambda_idempotency::store::dynamodb::{KeyValue, TableLayout};
 ///
-/// // Powertools' layout with a sort key: pk = "idempotency", sk = record id.
+/// // One partition, the record id in the sort key: pk = "idempotency", sk = record id.
 /// let layout = TableLayout::default()
 ///     .partition_key("pk", KeyValue::fixed("idempotency"))
 ///     .sort_key("sk", KeyValue::record_id())
@@ -152,7 +152,7 @@ impl TableLayout {
         self
     }
 
-    /// Powertools' `sort_key_attr` with `static_pk_value`: every record in
+    /// A sort key under a static partition value: every record in
     /// the partition `partition_value` of the partition key (its name as set
     /// by [`key_attr`](Self::key_attr)), the record id in the sort key `name`.
     pub fn sort_key_attr(
@@ -178,15 +178,15 @@ impl TableLayout {
         self
     }
 
-    /// The request fingerprint (S), Powertools' payload validation hash;
-    /// default `fingerprint`.
+    /// The request fingerprint (S), the payload validation hash; default
+    /// `fingerprint`.
     pub fn validation_attr(mut self, name: impl Into<String>) -> Self {
         self.fingerprint = name.into();
         self
     }
 
-    /// The lease end, epoch milliseconds (N), Powertools' in-progress
-    /// expiry; default `lease_expires_at`.
+    /// The lease end, epoch milliseconds (N), the in-progress expiry;
+    /// default `lease_expires_at`.
     pub fn in_progress_expiry_attr(mut self, name: impl Into<String>) -> Self {
         self.lease_expires_at = name.into();
         self
@@ -210,7 +210,7 @@ impl TableLayout {
         self
     }
 
-    /// The stored response body (B), Powertools' `data_attr`; default
+    /// The stored response body (B), the result's data; default
     /// `response_body`. The response's other parts keep their names (see
     /// [`response_attrs`](Self::response_attrs)).
     pub fn data_attr(mut self, name: impl Into<String>) -> Self {

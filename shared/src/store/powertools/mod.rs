@@ -24,9 +24,23 @@
 //! that resumes from a recovery point (docs/DESIGN.md, "Cutting over from
 //! Powertools").
 //!
-//! The DynamoDB layout options of [`DynamoStore`](crate::DynamoStore)
-//! (`static_pk_value`, `sort_key_attr`, the attribute names) also read a
-//! table that keeps Powertools' own layout, see docs/powertools.md.
+//! A duplicate that waits ([`IdempotentFunction::wait_for`](crate::IdempotentFunction::wait_for))
+//! on a key Powertools still holds polls Powertools' record alone: the
+//! layer remembers the keys it answered as held by Powertools, and its
+//! [`Store::get`] reads their Powertools record until it no longer says in
+//! progress; the claim is then tried again.
+//!
+//! The DynamoDB layout options ([`TableLayout`](crate::store::dynamodb::TableLayout),
+//! `DynamoStore`'s attribute names) also read and write a table kept in
+//! Powertools' own layout: its `static_pk_value` is a static partition
+//! value, its `sort_key_attr` the sort key under it, its payload
+//! validation hash the fingerprint attribute, its in-progress expiry the
+//! lease end, its `data_attr` the response body (docs/powertools.md).
+//! [`IdempotencyLayer::replay_hook_with_record`](crate::IdempotencyLayer::replay_hook_with_record)
+//! and [`IdempotentFunction::replay_hook`](crate::IdempotentFunction::replay_hook)
+//! are what Powertools calls its response hook, and
+//! [`EventError::existing_record`](crate::event::EventError::existing_record)
+//! the existing record its errors carry.
 
 mod python;
 mod records;
