@@ -24,19 +24,24 @@ impl<S> IdempotentEvent<S> {
         IdempotentEvent { inner, function }
     }
 
-    /// The wrapped service.
+    /// The function this runs once per key, unwrapped: the layer is gone.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The function this runs once per key.
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
-    /// The wrapped service, mutably.
+    /// The function this runs once per key, to change in place.
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
+    /// How it reads keys and what it shares with the HTTP layer.
+    pub fn function(&self) -> &IdempotentFunction {
+        &self.function
     }
 }
 
