@@ -1183,6 +1183,11 @@ fn engine_combos(transactional: bool) -> (Vec<Combo>, Vec<First>) {
             surface: Surface::Http,
             feature: Feature::RecoveryPoints,
         },
+        // The lifecycle the entry points share, driven directly.
+        Combo {
+            surface: Surface::Core,
+            feature: Feature::Plain,
+        },
     ];
     if transactional {
         subset.push(Combo {
