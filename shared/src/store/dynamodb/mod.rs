@@ -107,6 +107,11 @@ pub(crate) use powertools::PowertoolsRecord;
 #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
 pub use powertools::{PowertoolsHash, PowertoolsRecords};
 
+/// Ids of the items the sweeper keeps in the table (its places in the
+/// stream, `stream.rs`); no record id (a hex hash) starts with it, so the
+/// scans of `sweep.rs` and the stream's listing skip them.
+const SWEEPER_ITEM_PREFIX: &str = "~sweeper/";
+
 /// A [`Store`](crate::Store) on a DynamoDB table. Cheap to clone.
 ///
 /// ```no_run
