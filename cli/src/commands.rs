@@ -7,13 +7,15 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{Record, Resolution, Status, StoredRecord, StuckRecord, StuckRequest, SweepCursor},
+    store::{
+        now_ms, Record, Resolution, Status, StoredRecord, StuckRecord, StuckRequest, SweepCursor,
+    },
     sweep::{SweepPolicy, Sweeper},
 };
 use serde_json::{json, Value};
 
 use crate::connect::{connect, Connected};
-use crate::view::{self, now_ms};
+use crate::view;
 use crate::{Cli, Command, Failure, InspectArgs, ListArgs, ResolveArgs, StatsArgs};
 
 /// Records read per page.

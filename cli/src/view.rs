@@ -7,7 +7,7 @@
 //! progress). `inspect` adds fields; none is ever renamed.
 
 use std::io::IsTerminal;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use base64::Engine;
 use comfy_table::{Cell, Color, ContentArrangement, Table};
@@ -233,12 +233,4 @@ pub(crate) fn detail_table(found: &StoredRecord, now_ms: u64, grace_ms: u64) -> 
         out.push_str(&body_text(&response.body));
     }
     out
-}
-
-/// Now, epoch milliseconds.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }

@@ -10,13 +10,13 @@ use std::time::Duration;
 use assert_cmd::Command;
 use common::{
     assert_late_completion_is_gone, assert_live_lease_refused, assert_released, id, json_lines,
-    now_ms, record_ids, stderr, stdout, stuck_lines, succeeded,
+    record_ids, stderr, stdout, stuck_lines, succeeded,
 };
 use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
-    store::{Checkpoint, CheckpointRequest, Lease, Status, StuckRecord, SweepStore},
+    store::{now_ms, Checkpoint, CheckpointRequest, Lease, Status, StuckRecord, SweepStore},
     sweep::{SweepPolicy, Sweeper},
     DynamoStore, IdempotencyLayer, Store,
 };

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
+    store::now_ms,
     sweep::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore,
 };
@@ -18,11 +19,7 @@ async fn sweep(
     event: LambdaEvent<serde_json::Value>,
 ) -> Result<SweepSummary, Error> {
     let summary = sweeper.sweep(Some(event.context.deadline)).await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    println!("{}", summary.emf("sweeper", now));
+    println!("{}", summary.emf("sweeper", now_ms()));
     Ok(summary)
 }
 

@@ -3,8 +3,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The caller's clock, epoch milliseconds (0 before 1970).
-pub(crate) fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch: the clock every record's times are
+/// written in (a lease's end; seconds of it for an expiry), and the reading a
+/// store's conditions compare them with ([`ClaimRequest::now_ms`](crate::store::ClaimRequest::now_ms)).
+/// 0 when the system clock is set before 1970.
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(millis)

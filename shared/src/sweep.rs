@@ -65,6 +65,15 @@ pub struct SweepSummary {
     /// in `errors`, and the records stuck meanwhile are caught up by a
     /// bounded scan over the next sweeps (`remaining` until it is done).
     pub trimmed: bool,
+    /// Expired records the engine's housekeeping deleted
+    /// ([`Sweeper::housekeeping`]): PostgreSQL's rows; always 0 where the
+    /// engine expires records itself, or with the housekeeping off.
+    pub expired_deleted: u64,
+    /// True when the housekeeping failed (counted in `errors`, logged with
+    /// the store's error): the expired records left stay, harmless to
+    /// idempotency since claims treat them as absent, until a later sweep
+    /// deletes them.
+    pub housekeeping_failed: bool,
 }
 
 impl SweepSummary {
@@ -83,6 +92,7 @@ impl SweepSummary {
                 ("SweepErrors", self.errors),
                 ("SweepRemaining", u64::from(self.remaining)),
                 ("SweepTrimmed", u64::from(self.trimmed)),
+                ("SweepExpiredDeleted", self.expired_deleted),
             ],
             timestamp_ms,
         )
@@ -135,11 +145,17 @@ pub struct Sweeper {
     stop_before: Duration,
     failed_expires_after: Duration,
     concurrency: usize,
+    housekeeping: bool,
 }
+
+/// Records deleted per [`SweepStore::delete_expired`] call of the
+/// housekeeping: one bounded statement, short enough to leave the sweep's
+/// deadline in reach.
+const EXPIRED_BATCH: usize = 500;
 
 impl Sweeper {
     /// Defaults: release, 60 s grace, pages of 100, stop 2 s before the
-    /// deadline, failed records replay for 24 hours.
+    /// deadline, failed records replay for 24 hours, no housekeeping.
     pub fn new(store: impl Store + 'static) -> Self {
         Sweeper {
             store: Arc::new(store),
@@ -149,6 +165,7 @@ impl Sweeper {
             stop_before: Duration::from_secs(2),
             failed_expires_after: Duration::from_secs(24 * 3600),
             concurrency: 16,
+            housekeeping: false,
         }
     }
 
@@ -157,8 +174,7 @@ impl Sweeper {
         self.store.describe()
     }
 
-    /// The store this sweeper resolves records of, for the housekeeping a
-    /// schedule runs beside the sweep ([`SweepStore::delete_expired`]).
+    /// The store this sweeper resolves records of.
     pub fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }
@@ -196,6 +212,20 @@ impl Sweeper {
     /// How long a record failed by the sweeper replays its problem.
     pub fn failed_expires_after(mut self, ttl: Duration) -> Self {
         self.failed_expires_after = ttl;
+        self
+    }
+
+    /// Whether each sweep, once its stuck records are resolved, also runs
+    /// the engine's housekeeping (default `false`): deleting the expired
+    /// records an engine keeps until someone deletes them (PostgreSQL's
+    /// rows; [`SweepStore::delete_expired`]), see
+    /// [`delete_expired`](Self::delete_expired). Reported as
+    /// [`SweepSummary::expired_deleted`] and
+    /// [`SweepSummary::housekeeping_failed`]. Where the engine expires
+    /// records itself (DynamoDB's TTL, Redis key expiry, the in-memory store)
+    /// it costs no request.
+    pub fn housekeeping(mut self, on: bool) -> Self {
+        self.housekeeping = on;
         self
     }
 
@@ -259,12 +289,13 @@ impl Sweeper {
     /// counted in [`SweepSummary::errors`] (a shard whose page could not be
     /// read is left for the next sweep, which sets `remaining`), so one
     /// throttled request costs one record, not the whole run.
+    ///
+    /// With [`housekeeping`](Self::housekeeping) on, the time left after
+    /// the stuck records also deletes expired records; a failure there is
+    /// counted in `errors` and sets `housekeeping_failed`.
     pub async fn sweep(&self, deadline_ms: Option<u64>) -> SweepSummary {
         let mut summary = SweepSummary::default();
-        let clock = Clock {
-            deadline_ms,
-            margin_ms: u64::try_from(self.stop_before.as_millis()).unwrap_or(u64::MAX),
-        };
+        let clock = self.clock(deadline_ms);
         let mut settlements = Vec::new();
         let mut resolved = Vec::new();
         self.sweep_pages(&clock, &mut summary, &mut settlements, &mut resolved)
@@ -290,7 +321,84 @@ impl Sweeper {
                 }
             }
         }
+        if self.housekeeping {
+            let (deleted, failure) = self.delete_expired_within(&clock).await;
+            summary.expired_deleted = deleted;
+            if deleted > 0 {
+                tracing::info!(deleted, "sweep: expired idempotency records deleted");
+            }
+            if let Some(err) = failure {
+                tracing::error!(error = %err, "sweep: the housekeeping failed");
+                summary.errors += 1;
+                summary.housekeeping_failed = true;
+            }
+        }
         summary
+    }
+
+    /// The engine's housekeeping alone, as a sweep with
+    /// [`housekeeping`](Self::housekeeping) on runs it: delete the expired
+    /// records the engine keeps ([`SweepStore::delete_expired`]), 500 at a
+    /// time, until none is left or `stop_before` ahead of `deadline_ms`
+    /// (epoch ms; `None` = no deadline). Returns how many went; 0, with no
+    /// request, where the engine expires records itself. Claims treat
+    /// expired records as absent already: this only gives their space back.
+    ///
+    /// # Errors
+    ///
+    /// The store's error (or the deadline reached during a call), with how
+    /// many records went before it; the rest stay until a later run.
+    pub async fn delete_expired(&self, deadline_ms: Option<u64>) -> Result<u64, Error> {
+        match self.delete_expired_within(&self.clock(deadline_ms)).await {
+            (deleted, None) => Ok(deleted),
+            (_, Some(err)) => Err(err),
+        }
+    }
+
+    /// Batches of [`EXPIRED_BATCH`] until one comes back short or no call
+    /// may start any more: how many records went, and the failure that
+    /// stopped it, if one did.
+    async fn delete_expired_within(&self, clock: &Clock) -> (u64, Option<Error>) {
+        let mut deleted = 0;
+        loop {
+            let Some(left) = clock.left() else {
+                return (deleted, None);
+            };
+            let now_s = crate::clock::now_ms() / 1000;
+            let failure = match bounded(left, self.store.delete_expired(now_s, EXPIRED_BATCH)).await
+            {
+                Some(Ok(batch)) => {
+                    deleted += batch;
+                    if batch < EXPIRED_BATCH as u64 {
+                        return (deleted, None);
+                    }
+                    continue;
+                }
+                Some(Err(err)) => err,
+                None => Error::new(
+                    ErrorKind::StoreUnavailable,
+                    "the call did not finish before the sweep's deadline",
+                ),
+            };
+            let err = Error::new(
+                failure.kind(),
+                format!(
+                    "deleting the expired records of {} failed after {deleted} went: {failure}; \
+                     the rest stay (claims treat them as absent, they only take space) until a \
+                     later run: check the store's address and its DELETE permission on the records",
+                    self.store.describe(),
+                ),
+            );
+            return (deleted, Some(err));
+        }
+    }
+
+    /// The time a sweep with this deadline has left.
+    fn clock(&self, deadline_ms: Option<u64>) -> Clock {
+        Clock {
+            deadline_ms,
+            margin_ms: u64::try_from(self.stop_before.as_millis()).unwrap_or(u64::MAX),
+        }
     }
 
     async fn sweep_pages(
@@ -604,6 +712,24 @@ mod tests {
         assert_eq!(failed.status, Status::Completed);
         assert_eq!(failed.response.unwrap().status, 500);
         assert!(store.get("expired-again").is_none());
+    }
+
+    #[tokio::test]
+    async fn housekeeping_where_the_engine_expires_records_itself_deletes_nothing() {
+        let store = MemoryStore::new();
+        claim(&store, "expired", 600_000, 1).await;
+        let sweeper = Sweeper::new(store.clone()).housekeeping(true);
+        let summary = sweeper.sweep(None).await;
+        assert_eq!(
+            (
+                summary.expired_deleted,
+                summary.errors,
+                summary.housekeeping_failed
+            ),
+            (0, 0, false),
+            "{summary:?}"
+        );
+        assert_eq!(sweeper.delete_expired(None).await.unwrap(), 0);
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lambda_idempotency::{
-    store::{ClaimOutcome, ClaimRequest},
+    store::{now_ms, ClaimOutcome, ClaimRequest},
     sweep::{SweepPolicy, Sweeper},
     Store,
 };
@@ -100,11 +100,4 @@ async fn main() {
         summary.pages,
         requests as f64 / items as f64
     );
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

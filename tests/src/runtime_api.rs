@@ -18,6 +18,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
+use lambda_idempotency::store::now_ms;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 /// What an invocation ended with.
@@ -217,11 +218,4 @@ async fn init_error(body: Bytes) -> StatusCode {
         String::from_utf8_lossy(&body)
     );
     StatusCode::ACCEPTED
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

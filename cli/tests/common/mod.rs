@@ -1,22 +1,15 @@
-//! Helpers both CLI test targets use: the clock, record ids, the CLI's
+//! Helpers both CLI test targets use: record ids, the CLI's
 //! output, and real records made through a store and through the middleware.
-
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{ClaimOutcome, ClaimRequest, CompleteRequest, Lease, StoredBody, StoredResponse},
+    store::{
+        now_ms, ClaimOutcome, ClaimRequest, CompleteRequest, Lease, StoredBody, StoredResponse,
+    },
     ErrorKind, IdempotencyLayer, Store,
 };
 use serde_json::Value;
 use tower::{Layer, ServiceExt};
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
 
 /// The id the middleware gives `POST /orders` with `key`, anonymous.
 pub fn id(key: &str) -> String {

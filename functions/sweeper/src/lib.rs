@@ -27,6 +27,7 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
+    store::now_ms,
     sweep::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, Store,
 };
@@ -162,65 +163,27 @@ impl Config {
 
     /// The sweeper these settings describe on `store` (the engine
     /// `IDEMPOTENCY_STORE_URL` names), which lists its stuck records itself.
+    /// Each sweep also runs the store's housekeeping
+    /// ([`Sweeper::housekeeping`]): on PostgreSQL it deletes expired rows in
+    /// bounded batches; elsewhere it sends nothing.
     pub fn sweeper_on(&self, store: impl Store + 'static) -> Sweeper {
-        Sweeper::new(store).policy(self.policy).grace(self.grace)
+        Sweeper::new(store)
+            .policy(self.policy)
+            .grace(self.grace)
+            .housekeeping(true)
     }
 }
 
-/// Rows deleted per statement by [`delete_expired`].
-const EXPIRED_BATCH: usize = 500;
-
-/// The store's housekeeping ([`SweepStore::delete_expired`](lambda_idempotency::store::SweepStore::delete_expired)): PostgreSQL keeps
-/// expired rows until something deletes them (claims already treat them as
-/// absent), so delete them in batches of 500 until none is left or
-/// `deadline_ms` is 2 s away. Returns how many went; on engines that expire
-/// records themselves (DynamoDB, Redis) one call that deletes nothing.
-///
-/// # Errors
-///
-/// The store's error, naming what to check: the rows stay (harmless to
-/// idempotency, they only take space) until a later run deletes them.
-pub async fn delete_expired(
-    store: &dyn Store,
-    deadline_ms: u64,
-) -> Result<u64, lambda_runtime::Error> {
-    let mut deleted = 0;
-    loop {
-        let now_ms = now_ms();
-        if now_ms.saturating_add(2_000) >= deadline_ms {
-            return Ok(deleted);
-        }
-        let batch = store
-            .delete_expired(now_ms / 1000, EXPIRED_BATCH)
-            .await
-            .map_err(|e| {
-                format!(
-                    "deleting expired idempotency rows failed after {deleted} rows: {e}; check \
-                     IDEMPOTENCY_STORE_URL and the role's DELETE privilege on the table"
-                )
-            })?;
-        deleted += batch;
-        if batch < EXPIRED_BATCH as u64 {
-            return Ok(deleted);
-        }
-    }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-/// Handle one scheduled invocation: sweep until done or near the deadline.
+/// Handle one scheduled invocation: sweep until done or near the deadline,
+/// then delete expired rows (the housekeeping, PostgreSQL's) in the time left.
 ///
 /// The summary and its EMF line are written even when some requests failed
 /// (`errors`, also a metric to alarm on). The invocation fails only when no
 /// read of the listing succeeded and at least one failed (`pages` 0,
 /// `errors` above 0): the stream, the sparse index or the engine could not
 /// be read at all (a wrong table name, missing permissions, the store down),
-/// so that misconfiguration shows up as a failed invocation.
+/// so that misconfiguration shows up as a failed invocation; or when the
+/// housekeeping failed (`housekeeping_failed`: the role may not delete).
 pub async fn handle(
     sweeper: &Sweeper,
     event: LambdaEvent<serde_json::Value>,
@@ -236,6 +199,16 @@ pub async fn handle(
              function's permissions on them",
             sweeper.store_description(),
             summary.errors
+        )
+        .into());
+    }
+    if summary.housekeeping_failed {
+        return Err(format!(
+            "deleting expired idempotency records of {} failed after {} rows (see the error \
+             log line); the rest stay, harmless, until a later run: check \
+             IDEMPOTENCY_STORE_URL and the role's DELETE privilege on the table",
+            sweeper.store_description(),
+            summary.expired_deleted
         )
         .into());
     }

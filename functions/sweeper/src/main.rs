@@ -26,17 +26,7 @@ async fn main() -> Result<(), Error> {
     };
     lambda_runtime::run(service_fn(|event: LambdaEvent<serde_json::Value>| {
         let sweeper = sweeper.clone();
-        async move {
-            let deadline = event.context.deadline;
-            let summary = sweeper::handle(&sweeper, event).await?;
-            // The engine's housekeeping: PostgreSQL's expired rows; nothing
-            // on engines that expire records themselves.
-            let deleted = sweeper::delete_expired(sweeper.store(), deadline).await?;
-            if deleted > 0 {
-                tracing::info!(deleted, "expired idempotency records deleted");
-            }
-            Ok::<_, Error>(summary)
-        }
+        async move { sweeper::handle(&sweeper, event).await }
     }))
     .await
 }

@@ -32,6 +32,7 @@ mod url;
 pub use self::url::{
     open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
 };
+pub use crate::clock::now_ms;
 use crate::error::{Error, ErrorKind};
 pub use crate::record::{
     Checkpoint, Record, Status, StoredBody, StoredResponse, MAX_BODY_BYTES, WRITE_UNIT_BYTES,

@@ -14,6 +14,7 @@ use lambda_http::{service_fn, Body, Error, Request, Response};
 use lambda_idempotency::{
     http::Idempotency,
     metrics::Metrics,
+    store::now_ms,
     sweep::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, IdempotencyContext, IdempotencyLayer, Store,
 };
@@ -236,11 +237,7 @@ impl SweeperConfig {
 /// all (a wrong table, a missing permission), so that shows as an error.
 pub async fn sweep(sweeper: &Sweeper, deadline_ms: u64) -> Result<SweepSummary, Error> {
     let summary = sweeper.sweep(Some(deadline_ms)).await;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
-    println!("{}", summary.emf("sweeper", now_ms));
+    println!("{}", summary.emf("sweeper", now_ms()));
     tracing::info!(?summary, "sweep finished");
     if summary.pages == 0 && summary.errors > 0 {
         return Err(format!(

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{
 use lambda_http::{service_fn, Body, Request, Response};
 use lambda_idempotency::problem;
 use lambda_idempotency::store::dynamodb::schema;
-use lambda_idempotency::store::{ClaimOutcome, ClaimRequest, SweepStore};
+use lambda_idempotency::store::{now_ms, ClaimOutcome, ClaimRequest, SweepStore};
 use lambda_idempotency::{DynamoStore, Store};
 use tower::{Layer, ServiceExt};
 
@@ -115,13 +115,6 @@ fn problem_type(response: &Response<Body>) -> String {
         .ok()
         .and_then(|problem| problem["type"].as_str().map(str::to_owned))
         .unwrap_or_else(|| String::from_utf8_lossy(&body(response)).into_owned())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .expect("the clock is after 1970")
 }
 
 #[tokio::test]

@@ -2,10 +2,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 pub use integration_tests::{post, Handler};
 use lambda_http::{Body, Request, Response};
+/// The suites' clock is the library's.
+pub use lambda_idempotency::store::now_ms;
 use lambda_idempotency::{
     store::{ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, StoredResponse},
     sweep::Sweeper,
@@ -118,13 +120,6 @@ macro_rules! on_both_stores {
     };
 }
 pub(crate) use on_both_stores;
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
 
 /// Complete `lease` on `store` with `response`, kept for an hour: the
 /// completion store tests make when the expiry is not what they test.

@@ -481,8 +481,8 @@ async fn expired_rows_are_deleted_in_bounded_batches_and_live_ones_kept() {
     assert_eq!(ids, ["live"]);
 }
 
-/// The sweeper function's housekeeping goes through the `Store` trait, as
-/// the sweeper holds its store, so it runs without naming the engine:
+/// The sweeper's housekeeping goes through the store contract
+/// (`SweepStore::delete_expired`), so it runs without naming the engine:
 /// PostgreSQL's expired rows are deleted (live ones kept), while DynamoDB
 /// and Redis, which expire records themselves, are sent nothing and report
 /// nothing deleted.
@@ -493,12 +493,7 @@ async fn the_sweepers_housekeeping_deletes_expired_rows_on_postgres_and_nothing_
     claim_lease(&store, "live", "a", 60_000).await;
     let deadline = now + 60_000;
     let on_postgres = Sweeper::new(store.clone());
-    assert_eq!(
-        sweeper::delete_expired(on_postgres.store(), deadline)
-            .await
-            .unwrap(),
-        3
-    );
+    assert_eq!(on_postgres.delete_expired(Some(deadline)).await.unwrap(), 3);
     let page = store.scan(None, 100).await.unwrap();
     let ids: Vec<_> = page.records.iter().map(|r| r.record.id.as_str()).collect();
     assert_eq!(ids, ["live"]);
@@ -506,24 +501,145 @@ async fn the_sweepers_housekeeping_deletes_expired_rows_on_postgres_and_nothing_
     let (dynamo, requests) = integration_tests::dynamo_store().await;
     let before = requests.get();
     let on_dynamo = Sweeper::new(dynamo);
-    assert_eq!(
-        sweeper::delete_expired(on_dynamo.store(), deadline)
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(on_dynamo.delete_expired(Some(deadline)).await.unwrap(), 0);
     assert_eq!(
         requests.get(),
         before,
         "DynamoDB's TTL expires records: no request"
     );
     let on_redis = Sweeper::new(integration_tests::redis_store().await);
-    assert_eq!(
-        sweeper::delete_expired(on_redis.store(), deadline)
-            .await
-            .unwrap(),
-        0
+    assert_eq!(on_redis.delete_expired(Some(deadline)).await.unwrap(), 0);
+}
+
+/// A sweep with the housekeeping on resolves the stuck records, then
+/// deletes every expired row, batch after batch (501 rows: a full batch and
+/// one more), and reports them; live rows stay. Off (the default), the
+/// expired rows stay. On the server and through PgBouncer.
+#[tokio::test]
+async fn a_sweep_with_housekeeping_deletes_expired_rows_and_reports_them() {
+    for url in [
+        integration_tests::postgres_url(),
+        integration_tests::postgres_pooler_url(),
+    ] {
+        let store = integration_tests::postgres_store_at(&url).await;
+        claim_expired(&store, 501).await;
+        claim_lease(&store, "live", "a", 60_000).await;
+        claim_lease(&store, "stuck", "crashed", 1).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let deadline = Some(now_ms() + 60_000);
+
+        let without = Sweeper::new(store.clone())
+            .grace(Duration::ZERO)
+            .sweep(deadline)
+            .await;
+        assert_eq!(
+            (without.released, without.expired_deleted, without.errors),
+            (1, 0, 0),
+            "{url}: {without:?}"
+        );
+        let mut count = 0;
+        let mut cursor = None;
+        loop {
+            let page = store.scan(cursor, 1000).await.unwrap();
+            count += page.records.len();
+            cursor = page.next;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        assert_eq!(count, 502, "{url}: off, the expired rows stay");
+
+        claim_lease(&store, "stuck-again", "crashed", 1).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let summary = Sweeper::new(store.clone())
+            .grace(Duration::ZERO)
+            .housekeeping(true)
+            .sweep(deadline)
+            .await;
+        assert_eq!(
+            (
+                summary.found,
+                summary.released,
+                summary.expired_deleted,
+                summary.errors
+            ),
+            (1, 1, 501, 0),
+            "{url}: {summary:?}"
+        );
+        assert!(!summary.housekeeping_failed);
+        let page = store.scan(None, 100).await.unwrap();
+        let ids: Vec<_> = page.records.iter().map(|r| r.record.id.as_str()).collect();
+        assert_eq!(ids, ["live"], "{url}");
+        let emf: serde_json::Value =
+            serde_json::from_str(&summary.emf("sweeper", now_ms())).unwrap();
+        assert_eq!(emf["SweepExpiredDeleted"], 501, "{url}");
+    }
+}
+
+/// The housekeeping keeps the sweep's deadline: a sweep with no time left
+/// deletes nothing, and the expired rows wait for the next one.
+#[tokio::test]
+async fn a_sweep_out_of_time_leaves_expired_rows_to_the_next_housekeeping() {
+    let store = integration_tests::postgres_store().await;
+    claim_expired(&store, 3).await;
+    let sweeper = Sweeper::new(store.clone()).housekeeping(true);
+    // The deadline is within `stop_before` (2 s): no call may start.
+    let late = sweeper.sweep(Some(now_ms())).await;
+    assert_eq!((late.expired_deleted, late.errors), (0, 0), "{late:?}");
+    assert!(!late.housekeeping_failed);
+    assert_eq!(store.scan(None, 100).await.unwrap().records.len(), 3);
+    let next = sweeper.sweep(Some(now_ms() + 60_000)).await;
+    assert_eq!(next.expired_deleted, 3, "{next:?}");
+}
+
+/// A failed housekeeping is counted and reported, never taken for success:
+/// the sweep counts an error and sets `housekeeping_failed` (the expired
+/// rows stay), and the sweeper function fails its invocation, naming the
+/// privilege to check, as it did when it ran the housekeeping itself.
+#[tokio::test]
+async fn a_failed_housekeeping_fails_the_sweep_function_and_keeps_the_rows() {
+    use integration_tests::fault_store::{Fault, FaultPlan, FaultStore};
+
+    let store = integration_tests::postgres_store().await;
+    claim_expired(&store, 3).await;
+    // The listings pass unnumbered and no record was claimed through the
+    // fault store, so its first numbered call is the housekeeping's.
+    let failing = || {
+        FaultStore::new(
+            store.clone(),
+            FaultPlan::failing(0, Fault::Refused).without_listings(),
+        )
+    };
+    let summary = Sweeper::new(failing())
+        .housekeeping(true)
+        .sweep(Some(now_ms() + 60_000))
+        .await;
+    assert!(summary.housekeeping_failed, "{summary:?}");
+    assert_eq!((summary.errors, summary.expired_deleted), (1, 0));
+    assert_eq!(store.scan(None, 100).await.unwrap().records.len(), 3);
+
+    let config = sweeper::Config {
+        engine: Default::default(),
+        table: String::new(),
+        policy: SweepPolicy::Release,
+        grace: Duration::ZERO,
+        index: false,
+        streams_endpoint: None,
+    };
+    let mut context = lambda_runtime::Context::default();
+    context.deadline = now_ms() + 60_000;
+    let err = sweeper::handle(
+        &config.sweeper_on(failing()),
+        lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("expired") && err.contains("DELETE privilege"),
+        "{err}"
     );
+    assert_eq!(store.scan(None, 100).await.unwrap().records.len(), 3);
 }
 
 #[tokio::test]

@@ -25,7 +25,7 @@ use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use lambda_http::Request;
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{ClaimRequest, CompleteRequest},
+    store::{now_ms, ClaimRequest, CompleteRequest},
     sweep::Sweeper,
     DynamoStore, IdempotencyLayer, Store,
 };
@@ -234,7 +234,7 @@ async fn sweeper(lab: &Lab) -> Result<Value> {
     let before = lab.units();
     sweep().await;
     let idle = per_call(lab.units(), before, 1);
-    let now = lambda_now_ms();
+    let now = now_ms();
     for i in 0..200u64 {
         let id = RecordScope::new("POST", "/orders", &format!("sweep-{i}")).record_id();
         let request = ClaimRequest {
@@ -276,13 +276,6 @@ async fn sweeper(lab: &Lab) -> Result<Value> {
     }
     let busy = per_call(lab.units(), before, 1);
     Ok(json!({"idle_sweep": idle, "sweep_of_100_stuck": busy}))
-}
-
-fn lambda_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Powertools' kinds at one size: its script runs each phase in its own

@@ -100,6 +100,11 @@ pub use stream::{
 use codec::{n, s};
 pub use layout::{KeyValue, TableLayout};
 
+/// Ids of the items the sweeper keeps in the table (its places in the
+/// stream, `stream.rs`); no record id (a hex hash) starts with it, so the
+/// scans of `sweep.rs` and the stream's listing skip them.
+const SWEEPER_ITEM_PREFIX: &str = "~sweeper/";
+
 /// A [`Store`](crate::Store) on a DynamoDB table. Cheap to clone.
 ///
 /// ```no_run

@@ -371,13 +371,13 @@ mod tests {
 
     #[test]
     fn position_items_are_the_sweeper_items_scans_skip() {
-        assert!(POSITION_PREFIX.starts_with(super::super::sweep::SWEEPER_ITEM_PREFIX));
+        assert!(POSITION_PREFIX.starts_with(super::super::SWEEPER_ITEM_PREFIX));
         // The layout refuses key and expiry attributes of these names.
         assert_eq!(
             super::super::layout::POSITION_ATTRS,
             [POSITION, CARRY, LISTED_AT]
         );
-        assert!(CATCH_UP_ID.starts_with(super::super::sweep::SWEEPER_ITEM_PREFIX));
+        assert!(CATCH_UP_ID.starts_with(super::super::SWEEPER_ITEM_PREFIX));
     }
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {

@@ -10,17 +10,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::codec::{decode, item_size, n, number, s};
 use super::schema::SWEEP_SHARDS;
-use super::{DynamoStore, TableLayout};
+use super::{DynamoStore, TableLayout, SWEEPER_ITEM_PREFIX};
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, Status};
 use crate::store::{
     resolver_owner, Lease, RecordPage, Resolution, Resolve, ResolveRequest, Settlement, Store,
     StoredRecord, StuckPage, StuckRecord, StuckRequest, SweepCursor, SweepStore,
 };
-
-/// Ids of the items the sweeper keeps in the table (its places in the
-/// stream); no record id (a hex hash) starts with it.
-pub(super) const SWEEPER_ITEM_PREFIX: &str = "~sweeper/";
 
 #[async_trait::async_trait]
 impl SweepStore for DynamoStore {

@@ -3,12 +3,10 @@
 //! and its replay through the middleware, and the library's exact requests
 //! issued alone through `Store`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
-    store::{ClaimOutcome, ClaimRequest, CompleteRequest, Status, StoredResponse},
+    store::{now_ms, ClaimOutcome, ClaimRequest, CompleteRequest, Status, StoredResponse},
     DynamoStore, Store,
 };
 use tower::Service;
@@ -96,13 +94,6 @@ fn claim_request(key: &str, owner: String, fingerprint: &str) -> ClaimRequest {
         expires_at_s: now / 1000 + 24 * 3600,
         origin: None,
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// The library's own requests, issued alone: claim of an absent record,

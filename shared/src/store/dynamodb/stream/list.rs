@@ -8,8 +8,7 @@ use aws_sdk_dynamodbstreams::types::{
     AttributeValue as StreamValue, OperationType, ShardIteratorType,
 };
 
-use super::super::sweep::SWEEPER_ITEM_PREFIX;
-use super::super::DynamoStore;
+use super::super::{DynamoStore, SWEEPER_ITEM_PREFIX};
 use super::{
     Candidate, CatchUp, Plan, ShardPlan, Start, CARRY, CATCH_UP_ID, CATCH_UP_PAGES,
     EMPTY_PAGES_AT_THE_PRESENT, MAX_READS_PER_LISTING, MAX_READS_PER_SHARD, POSITION,
