@@ -89,7 +89,7 @@ impl SweepSummary {
     }
 }
 
-/// Finds and resolves the stuck records of a [`Store`].
+/// Finds and resolves the stuck records of a [`SweepStore`].
 ///
 /// The sweeper's policy, loop, deadline and summary are the same for every
 /// store: finding and resolving stuck records are store capabilities
@@ -128,7 +128,7 @@ impl SweepSummary {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Sweeper {
-    store: Arc<dyn Store>,
+    store: Arc<dyn SweepStore>,
     policy: SweepPolicy,
     grace: Duration,
     page_size: usize,
@@ -140,7 +140,7 @@ pub struct Sweeper {
 impl Sweeper {
     /// Defaults: release, 60 s grace, pages of 100, stop 2 s before the
     /// deadline, failed records replay for 24 hours.
-    pub fn new(store: impl Store + 'static) -> Self {
+    pub fn new(store: impl SweepStore + 'static) -> Self {
         Sweeper {
             store: Arc::new(store),
             policy: SweepPolicy::Release,
@@ -159,7 +159,7 @@ impl Sweeper {
 
     /// The store this sweeper resolves records of, for the housekeeping a
     /// schedule runs beside the sweep ([`SweepStore::delete_expired`]).
-    pub fn store(&self) -> &dyn Store {
+    pub fn store(&self) -> &dyn SweepStore {
         self.store.as_ref()
     }
 

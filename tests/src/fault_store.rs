@@ -414,6 +414,9 @@ impl<S: Store> Store for FaultStore<S> {
     fn describe(&self) -> String {
         format!("{} (fault harness)", self.inner.describe())
     }
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        self.faulted(CallKind::Get, self.inner.get(record_id)).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -454,10 +457,6 @@ impl<S: Store> SweepStore for FaultStore<S> {
     async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
         self.faulted(CallKind::Settle, self.inner.settle(settlement, resolved))
             .await
-    }
-
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        self.faulted(CallKind::Get, self.inner.get(record_id)).await
     }
 
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {

@@ -556,6 +556,12 @@ impl Store for AppliedButFenced {
     ) -> Result<(), lambda_idempotency::Error> {
         self.0.checkpoint(request).await
     }
+    async fn get(
+        &self,
+        record_id: &str,
+    ) -> Result<Option<lambda_idempotency::store::StoredRecord>, lambda_idempotency::Error> {
+        self.0.get(record_id).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -571,12 +577,6 @@ impl SweepStore for AppliedButFenced {
         request: lambda_idempotency::store::ResolveRequest<'_>,
     ) -> Result<lambda_idempotency::store::Resolution, lambda_idempotency::Error> {
         self.0.resolve_stuck(request).await
-    }
-    async fn get(
-        &self,
-        record_id: &str,
-    ) -> Result<Option<lambda_idempotency::store::StoredRecord>, lambda_idempotency::Error> {
-        self.0.get(record_id).await
     }
     async fn scan(
         &self,

@@ -138,6 +138,13 @@ impl Store for BrokenCalls {
     ) -> Result<(), lambda_idempotency::Error> {
         self.inner.checkpoint(request).await
     }
+    async fn get(
+        &self,
+        record_id: &str,
+    ) -> Result<Option<StoredRecord>, lambda_idempotency::Error> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(record_id).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -150,13 +157,6 @@ impl SweepStore for BrokenCalls {
         request: ResolveRequest<'_>,
     ) -> Result<Resolution, lambda_idempotency::Error> {
         self.inner.resolve_stuck(request).await
-    }
-    async fn get(
-        &self,
-        record_id: &str,
-    ) -> Result<Option<StoredRecord>, lambda_idempotency::Error> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(record_id).await
     }
     async fn scan(
         &self,
