@@ -16,7 +16,7 @@ use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
-    store::{Checkpoint, CheckpointRequest, Lease, Status, StuckRecord, SweepStore},
+    store::{Checkpoint, CheckpointRequest, Lease, Status, StuckRecord},
     sweep::{SweepPolicy, Sweeper},
     DynamoStore, IdempotencyLayer, Store,
 };

@@ -49,13 +49,25 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    run_case!(make_store, first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress);
+    run_case!(
+        make_store,
+        first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress
+    );
     run_case!(make_store, completed_record_is_returned_with_its_response);
-    run_case!(make_store, release_deletes_so_the_next_claim_gets_a_higher_attempt);
-    run_case!(make_store, takeover_after_lease_expiry_fences_the_stale_owner);
+    run_case!(
+        make_store,
+        release_deletes_so_the_next_claim_gets_a_higher_attempt
+    );
+    run_case!(
+        make_store,
+        takeover_after_lease_expiry_fences_the_stale_owner
+    );
     run_case!(make_store, takeover_requires_the_same_fingerprint);
     run_case!(make_store, expired_record_is_reclaimed);
-    run_case!(make_store, repeated_claim_by_the_same_owner_counts_as_claimed);
+    run_case!(
+        make_store,
+        repeated_claim_by_the_same_owner_counts_as_claimed
+    );
     run_case!(make_store, complete_and_release_by_a_stranger_are_fenced);
     run_case!(make_store, get_returns_the_record_as_stored_or_none);
 }

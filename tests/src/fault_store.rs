@@ -82,7 +82,7 @@ pub enum CallKind {
     Resolve,
     /// [`SweepStore::settle`].
     Settle,
-    /// [`SweepStore::get`] (a `wait_for` poll; passed through unnumbered).
+    /// [`Store::get`] (a `wait_for` poll; passed through unnumbered).
     Get,
     /// [`SweepStore::scan`].
     Scan,
@@ -420,7 +420,7 @@ impl<S: Store> Store for FaultStore<S> {
 }
 
 #[async_trait::async_trait]
-impl<S: Store> SweepStore for FaultStore<S> {
+impl<S: SweepStore> SweepStore for FaultStore<S> {
     async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
         let shifted = StuckRequest {
             cutoff_ms: self.shift_ms(request.cutoff_ms),

@@ -27,8 +27,9 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
+    store::SweepStore,
     sweep::{SweepPolicy, SweepSummary, Sweeper},
-    DynamoStore, Store,
+    DynamoStore,
 };
 use lambda_runtime::LambdaEvent;
 
@@ -162,7 +163,7 @@ impl Config {
 
     /// The sweeper these settings describe on `store` (the engine
     /// `IDEMPOTENCY_STORE_URL` names), which lists its stuck records itself.
-    pub fn sweeper_on(&self, store: impl Store + 'static) -> Sweeper {
+    pub fn sweeper_on(&self, store: impl SweepStore + 'static) -> Sweeper {
         Sweeper::new(store).policy(self.policy).grace(self.grace)
     }
 }
@@ -170,7 +171,7 @@ impl Config {
 /// Rows deleted per statement by [`delete_expired`].
 const EXPIRED_BATCH: usize = 500;
 
-/// The store's housekeeping ([`SweepStore::delete_expired`](lambda_idempotency::store::SweepStore::delete_expired)): PostgreSQL keeps
+/// The store's housekeeping ([`SweepStore::delete_expired`]): PostgreSQL keeps
 /// expired rows until something deletes them (claims already treat them as
 /// absent), so delete them in batches of 500 until none is left or
 /// `deadline_ms` is 2 s away. Returns how many went; on engines that expire
@@ -181,7 +182,7 @@ const EXPIRED_BATCH: usize = 500;
 /// The store's error, naming what to check: the rows stay (harmless to
 /// idempotency, they only take space) until a later run deletes them.
 pub async fn delete_expired(
-    store: &dyn Store,
+    store: &dyn SweepStore,
     deadline_ms: u64,
 ) -> Result<u64, lambda_runtime::Error> {
     let mut deleted = 0;

@@ -38,13 +38,13 @@ pub mod memory;
 #[cfg(feature = "s3-offload")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3-offload")))]
 pub mod offload;
+pub mod operate;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
-pub mod operate;
 pub(crate) mod rules;
 mod url;
 
@@ -416,5 +416,3 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
         (**self).describe()
     }
 }
-
-

@@ -4,7 +4,7 @@
 //! Optional for a store of your own: the hot path ([`Store`]) is enough for
 //! HTTP and event idempotency; the sweeper and the CLI require this side.
 
-use super::{StoredRecord, StoredResponse, Store};
+use super::{Store, StoredRecord, StoredResponse};
 use crate::error::Error;
 
 /// A record stuck in progress, as a store's listing of them shows it: what
@@ -85,7 +85,6 @@ pub struct StuckPage {
     pub trimmed: bool,
 }
 
-
 /// One page of a full listing of the records ([`SweepStore::scan`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordPage {
@@ -97,7 +96,6 @@ pub struct RecordPage {
     /// application's items in a shared table, or corrupt ones; logged).
     pub skipped: u64,
 }
-
 
 /// How to resolve a stuck record.
 #[derive(Debug, Clone, Copy)]
@@ -129,7 +127,6 @@ pub enum Resolution {
     /// Not touched: re-claimed, completed or resolved by someone else meanwhile.
     Fenced,
 }
-
 
 /// One page of a listing of stuck records ([`SweepStore::stuck`]): the
 /// records in progress whose lease ended before `cutoff_ms`.

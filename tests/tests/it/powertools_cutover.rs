@@ -50,7 +50,7 @@ on_both_stores!(
 /// give-back), and what a wait costs.
 #[derive(Debug)]
 struct BrokenCalls {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn SweepStore>,
     /// How many of the next completions and releases fail (nothing written).
     failing_completes: AtomicU64,
     failing_releases: AtomicU64,
@@ -61,7 +61,7 @@ struct BrokenCalls {
 }
 
 impl BrokenCalls {
-    fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+    fn new(inner: Arc<dyn SweepStore>) -> Arc<Self> {
         Arc::new(BrokenCalls {
             inner,
             failing_completes: AtomicU64::new(0),

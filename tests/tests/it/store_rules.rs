@@ -2,7 +2,7 @@
 
 use lambda_idempotency::{
     conformance,
-    store::{CompleteRequest, StoredBody, StoredResponse, SweepStore},
+    store::{CompleteRequest, StoredBody, StoredResponse},
     Store,
 };
 

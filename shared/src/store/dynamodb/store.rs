@@ -556,7 +556,10 @@ impl DynamoStore {
 }
 
 /// `record` with the billed size of `item`, the item it was decoded from.
-pub(super) fn sized(record: Record, item: &HashMap<String, AttributeValue>) -> Result<StoredRecord, Error> {
+pub(super) fn sized(
+    record: Record,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<StoredRecord, Error> {
     let size = item_size(item);
     Ok(StoredRecord {
         record,

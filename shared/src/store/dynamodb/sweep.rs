@@ -8,9 +8,9 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::store::sized;
 use super::codec::{decode, n, number, s};
 use super::schema::SWEEP_SHARDS;
+use super::store::sized;
 use super::{DynamoStore, TableLayout};
 use crate::error::{Error, ErrorKind};
 use crate::record::Status;

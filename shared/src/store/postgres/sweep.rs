@@ -12,8 +12,8 @@ use super::{to_i64, PostgresStore};
 use crate::error::{Error, ErrorKind};
 use crate::store::rules::fit;
 use crate::store::{
-    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StuckPage,
-    StuckRecord, StuckRequest, SweepCursor, SweepStore,
+    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StuckPage, StuckRecord,
+    StuckRequest, SweepCursor, SweepStore,
 };
 
 #[async_trait::async_trait]

@@ -7,13 +7,13 @@ use std::sync::atomic::Ordering;
 
 use ::redis::Value;
 
-use super::store::unsized_record;
 use super::codec::{bytes, decode, hash_fields, number, text};
+use super::store::unsized_record;
 use super::{Connection, RedisStore, SCRIPTS, SHARDS};
 use crate::error::{Error, ErrorKind};
 use crate::store::{
-    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StuckPage,
-    StuckRecord, StuckRequest, SweepCursor, SweepStore,
+    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StuckPage, StuckRecord,
+    StuckRequest, SweepCursor, SweepStore,
 };
 
 /// Index entries one call of `stuck.lua` looks up at most: a script blocks
