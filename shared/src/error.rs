@@ -110,9 +110,10 @@ impl Error {
         )
     }
 
-    /// A [`ErrorKind::RecordGone`] error: a completion or recovery point of
-    /// attempt `attempt` of record `record_id` found no record at all
-    /// (released by an operator, or expired), and wrote nothing.
+    /// A [`ErrorKind::RecordGone`] error: a completion by attempt `attempt`
+    /// of record `record_id` found no record at all (released by an
+    /// operator, or expired), and wrote nothing (rule 2 of
+    /// [`Store`](crate::Store)).
     pub fn record_gone(record_id: &str, attempt: u64) -> Self {
         Self::new(
             ErrorKind::RecordGone,
