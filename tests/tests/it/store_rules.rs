@@ -23,7 +23,9 @@ on_both_stores!(
 
 // The cases are the crate's conformance suite (`lambda_idempotency::conformance`,
 // feature `test-util`), the one a store of a user's own runs: here on every
-// engine of the crate.
+// engine of the crate, both halves (the hot path's cases take the fixture's
+// store as a `Store`, `scan_pages_through_every_record_once` as the
+// `SweepStore` it also is).
 async fn first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress(f: Fixture) {
     conformance::first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress(&*f.store)
         .await;
