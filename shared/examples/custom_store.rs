@@ -161,9 +161,7 @@ impl Store for HashMapStore {
             // Rule 4: a recovery point stays for the next retry, which may
             // take the record over from now on (its lease ended a
             // millisecond ago, strictly before any later claim's clock).
-            record.lease_expires_at_ms = record
-                .lease_expires_at_ms
-                .min(now_ms().saturating_sub(1));
+            record.lease_expires_at_ms = record.lease_expires_at_ms.min(now_ms().saturating_sub(1));
         } else {
             records.remove(&lease.record_id);
         }

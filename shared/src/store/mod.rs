@@ -12,7 +12,7 @@
 //!
 //! The contract is in two parts: [`Store`], the hot path (claim, recovery
 //! point, completion, give-back, and reading one record), is all HTTP and
-//! event idempotency need; [`SweepStore`] (in [`operate`]), the sweeper's and
+//! event idempotency need; [`SweepStore`], the sweeper's and
 //! operators' side (stuck records, their resolution, a listing of every
 //! record, housekeeping), is optional and required only by
 //! [`Sweeper`](crate::sweep::Sweeper), the CLI and [`open_url`].
@@ -38,7 +38,7 @@ pub mod memory;
 #[cfg(feature = "s3-offload")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3-offload")))]
 pub mod offload;
-pub mod operate;
+mod operate;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
@@ -248,9 +248,9 @@ impl<'a> CheckpointRequest<'a> {
 /// [`Store::get`] (one record by id) is on this hot path, not the sweep
 /// side, because an entry point needs it to wait: an event function whose
 /// claim finds the record in progress polls it with `get` until that attempt
-/// completes or its lease ends (`wait_for`), and an HTTP request that meets
-/// its own request in progress will re-attach the same way. It is one
-/// consistent read by key, which every engine has.
+/// completes or its lease ends (`wait_for`), and a re-attach of an HTTP
+/// request to its own attempt in progress would poll the same way. It is
+/// one consistent read by key, which every engine has.
 ///
 /// Report failures with [`Error`]'s public constructors ([`Error::fenced`],
 /// [`Error::record_gone`], [`Error::store_unavailable`],
