@@ -5,7 +5,7 @@
 //! The suite is in two parts, like the store contract: [`run`], the hot
 //! path, needs only a [`Store`] (claims, completions, releases, fencing,
 //! expiry, `get`); [`run_sweep`] needs a [`SweepStore`] too (the listing of
-//! every record). Each case takes a store that holds no record yet and
+//! every record, the fenced resolution of a stuck one). Each case takes a store that holds no record yet and
 //! panics, naming what differed, when the store breaks a rule; `run` and
 //! `run_sweep` run their cases, each on a fresh store from your factory (use
 //! a new table, key prefix or schema per store, as record ids repeat between
@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use crate::clock::now_ms;
 use crate::error::{Error, ErrorKind};
+use crate::store::{resolver_owner, Resolution, Resolve, ResolveRequest, StuckRecord};
 use crate::store::{
     ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, Record, Status, Store,
     StoredBody, StoredResponse, SweepStore,
@@ -83,6 +84,7 @@ where
     Fut: Future<Output = S>,
 {
     run_case!(make_store, scan_pages_through_every_record_once);
+    run_case!(make_store, resolve_stuck_fences_the_attempt_it_replaces);
 }
 
 /// A claim of record `id` by `owner`, its lease ending in `lease_ms`, its
@@ -323,6 +325,62 @@ pub async fn scan_pages_through_every_record_once(store: &dyn SweepStore) {
     ids.sort();
     assert_eq!(seen, ids);
     assert!(pages >= 3, "pages of at most 3: {pages}");
+}
+
+/// Rule 5: a stuck record failed by a resolution completes under a new owner
+/// ([`resolver_owner`]), so the late completion of the attempt it replaced
+/// is fenced; a second resolution of what the listing saw is fenced; a
+/// released one is gone.
+pub async fn resolve_stuck_fences_the_attempt_it_replaces(store: &dyn SweepStore) {
+    let stale = claimed(store.claim(&request("r", "a", 50)).await.unwrap());
+    let abandoned = claimed(store.claim(&request("s", "a", 50)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    // What a listing of stuck records would have seen of each.
+    let mut seen = Vec::new();
+    for lease in [&stale, &abandoned] {
+        let found = store.get(&lease.record_id).await.unwrap().expect("claimed");
+        seen.push(StuckRecord {
+            id: lease.record_id.clone(),
+            attempt: lease.attempt,
+            owner: lease.owner.clone(),
+            lease_expires_at_ms: found.record.lease_expires_at_ms,
+            has_checkpoint: false,
+        });
+    }
+    let now = now_ms();
+    let problem = StoredResponse::new(500, vec![], StoredBody::Text("abandoned".into()));
+    let fail = ResolveRequest {
+        record: &seen[0],
+        how: Resolve::Fail {
+            response: &problem,
+            expires_at_s: now / 1000 + 60,
+        },
+        cutoff_ms: now,
+        now_ms: now,
+    };
+    assert_eq!(store.resolve_stuck(fail).await.unwrap(), Resolution::Failed);
+    let err = complete(store, &stale).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+    let found = store.get("r").await.unwrap().expect("failed record");
+    assert_eq!(found.record.status, Status::Completed);
+    assert_eq!(found.record.owner, resolver_owner("a"));
+    assert_eq!(found.record.response, Some(problem.clone()));
+    assert_eq!(
+        store.resolve_stuck(fail).await.unwrap(),
+        Resolution::Fenced,
+        "the record is no longer what the listing saw"
+    );
+
+    let release = ResolveRequest {
+        record: &seen[1],
+        how: Resolve::Release,
+        ..fail
+    };
+    assert_eq!(
+        store.resolve_stuck(release).await.unwrap(),
+        Resolution::Released
+    );
+    assert_eq!(store.get("s").await.unwrap(), None);
 }
 
 #[cfg(test)]
