@@ -137,6 +137,9 @@ for package in json.load(sys.stdin)["packages"]:
             print("--test", target["name"])
 ')
 step "every test target but the integration suite"
+# `--examples` runs the examples' tests too: shared/examples/custom_store.rs
+# runs the store conformance suite on a store of its own (its `test-util`
+# feature is on here, through workspace-hack), so a case that fails fails this.
 # shellcheck disable=SC2086 # `--test NAME` pairs
 scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
   cargo test --workspace --lib --bins --examples --benches $other_tests

@@ -1,6 +1,6 @@
-//! The commands: each reads through the library's `Store` (the sweeper's
-//! discovery, `get`, `scan`) and writes only through the sweeper's fenced
-//! resolutions.
+//! The commands: each reads through the library's `SweepStore` (the
+//! sweeper's discovery, `scan`; `get` of the `Store` it extends) and writes
+//! only through the sweeper's fenced resolutions.
 
 use std::time::Duration;
 

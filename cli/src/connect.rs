@@ -9,15 +9,15 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkErro
 use aws_sdk_dynamodb::Client;
 use lambda_idempotency::{
     store::dynamodb::{schema, streams_endpoint, DYNAMODB_ENDPOINT_ENV},
-    store::{open_url, OpenOptions, UrlStore},
-    DynamoStore, Store,
+    store::{open_url, OpenOptions, SweepStore, UrlStore},
+    DynamoStore,
 };
 
 use crate::{Failure, StoreArgs};
 
 /// The store, and what its engine says about it.
 pub(crate) struct Connected {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn SweepStore>,
     /// The engine: `dynamodb`, `redis` or `postgres`.
     pub(crate) engine: &'static str,
     /// DynamoDB's item count (refreshed about every six hours); `None` on

@@ -16,7 +16,7 @@ use integration_tests::fault_proxy::{Fault, FaultPlan, FaultProxy};
 use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
-    store::{now_ms, Checkpoint, CheckpointRequest, Lease, Status, StuckRecord, SweepStore},
+    store::{now_ms, Checkpoint, CheckpointRequest, Lease, Status, StuckRecord},
     sweep::{SweepPolicy, Sweeper},
     DynamoStore, IdempotencyLayer, Store,
 };

@@ -2,16 +2,22 @@
 //! suite a store of your own can run (feature `test-util`): the cases every
 //! engine of this crate runs in its own tests.
 //!
-//! Each case takes a store that holds no record yet and panics, naming what
-//! differed, when the store breaks a rule; [`run`] runs them all, each on a
-//! fresh store from your factory (use a new table, key prefix or schema per
-//! store, as record ids repeat between cases).
+//! The suite is in two parts, like the store contract: [`run`], the hot
+//! path, needs only a [`Store`] (claims, completions, releases, fencing,
+//! expiry, `get`); [`run_sweep`] needs a [`SweepStore`] too (the listing of
+//! every record, the fenced resolution of a stuck one). Each case takes a store that holds no record yet and
+//! panics, naming what differed, when the store breaks a rule; `run` and
+//! `run_sweep` run their cases, each on a fresh store from your factory (use
+//! a new table, key prefix or schema per store, as record ids repeat between
+//! cases). `examples/custom_store.rs` runs `run` on a store of its own.
 //!
 //! ```
 //! use lambda_idempotency::{conformance, MemoryStore};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! conformance::run(|| async { MemoryStore::new() }).await;
+//! // MemoryStore is a SweepStore too:
+//! conformance::run_sweep(|| async { MemoryStore::new() }).await;
 //! # });
 //! ```
 
@@ -20,36 +26,65 @@ use std::time::Duration;
 
 use crate::clock::now_ms;
 use crate::error::{Error, ErrorKind};
+use crate::store::{resolver_owner, Resolution, Resolve, ResolveRequest, StuckRecord};
 use crate::store::{
     ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, Record, Status, Store,
-    StoredBody, StoredResponse,
+    StoredBody, StoredResponse, SweepStore,
 };
 
-/// Run every case, each on a fresh store from `make_store`; panics at the
-/// first case the store fails, naming it.
+/// Run `$name(&store)` on a fresh store from `$make_store`, logged by name.
+macro_rules! run_case {
+    ($make_store:ident, $name:ident) => {{
+        let store = $make_store().await;
+        tracing::info!(case = stringify!($name), "conformance case");
+        $name(&store).await;
+    }};
+}
+
+/// Run every case of the hot path (a [`Store`]'s rules 1 to 4, and `get`),
+/// each on a fresh store from `make_store`; panics at the first case the
+/// store fails, naming it.
 pub async fn run<S, F, Fut>(make_store: F)
 where
     S: Store,
     F: Fn() -> Fut,
     Fut: Future<Output = S>,
 {
-    macro_rules! case {
-        ($name:ident) => {{
-            let store = make_store().await;
-            tracing::info!(case = stringify!($name), "conformance case");
-            $name(&store).await;
-        }};
-    }
-    case!(first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress);
-    case!(completed_record_is_returned_with_its_response);
-    case!(release_deletes_so_the_next_claim_gets_a_higher_attempt);
-    case!(takeover_after_lease_expiry_fences_the_stale_owner);
-    case!(takeover_requires_the_same_fingerprint);
-    case!(expired_record_is_reclaimed);
-    case!(repeated_claim_by_the_same_owner_counts_as_claimed);
-    case!(complete_and_release_by_a_stranger_are_fenced);
-    case!(get_returns_the_record_as_stored_or_none);
-    case!(scan_pages_through_every_record_once);
+    run_case!(
+        make_store,
+        first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress
+    );
+    run_case!(make_store, completed_record_is_returned_with_its_response);
+    run_case!(
+        make_store,
+        release_deletes_so_the_next_claim_gets_a_higher_attempt
+    );
+    run_case!(
+        make_store,
+        takeover_after_lease_expiry_fences_the_stale_owner
+    );
+    run_case!(make_store, takeover_requires_the_same_fingerprint);
+    run_case!(make_store, expired_record_is_reclaimed);
+    run_case!(
+        make_store,
+        repeated_claim_by_the_same_owner_counts_as_claimed
+    );
+    run_case!(make_store, complete_and_release_by_a_stranger_are_fenced);
+    run_case!(make_store, get_returns_the_record_as_stored_or_none);
+}
+
+/// Run every case of the sweeping and operating side (a [`SweepStore`]),
+/// each on a fresh store from `make_store`; panics at the first case the
+/// store fails, naming it. A store that implements both traits runs [`run`]
+/// and this.
+pub async fn run_sweep<S, F, Fut>(make_store: F)
+where
+    S: SweepStore,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    run_case!(make_store, scan_pages_through_every_record_once);
+    run_case!(make_store, resolve_stuck_fences_the_attempt_it_replaces);
 }
 
 /// A claim of record `id` by `owner`, its lease ending in `lease_ms`, its
@@ -268,7 +303,7 @@ pub async fn get_returns_the_record_as_stored_or_none(store: &dyn Store) {
 }
 
 /// `scan` pages through every record once, pages of at most the limit.
-pub async fn scan_pages_through_every_record_once(store: &dyn Store) {
+pub async fn scan_pages_through_every_record_once(store: &dyn SweepStore) {
     let mut ids: Vec<String> = (0..7).map(|i| format!("r{i}")).collect();
     for id in &ids {
         claimed(store.claim(&request(id, "a", 60_000)).await.unwrap());
@@ -293,6 +328,62 @@ pub async fn scan_pages_through_every_record_once(store: &dyn Store) {
     assert!(pages >= 3, "pages of at most 3: {pages}");
 }
 
+/// Rule 5: a stuck record failed by a resolution completes under a new owner
+/// ([`resolver_owner`]), so the late completion of the attempt it replaced
+/// is fenced; a second resolution of what the listing saw is fenced; a
+/// released one is gone.
+pub async fn resolve_stuck_fences_the_attempt_it_replaces(store: &dyn SweepStore) {
+    let stale = claimed(store.claim(&request("r", "a", 50)).await.unwrap());
+    let abandoned = claimed(store.claim(&request("s", "a", 50)).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    // What a listing of stuck records would have seen of each.
+    let mut seen = Vec::new();
+    for lease in [&stale, &abandoned] {
+        let found = store.get(&lease.record_id).await.unwrap().expect("claimed");
+        seen.push(StuckRecord {
+            id: lease.record_id.clone(),
+            attempt: lease.attempt,
+            owner: lease.owner.clone(),
+            lease_expires_at_ms: found.record.lease_expires_at_ms,
+            has_checkpoint: false,
+        });
+    }
+    let now = now_ms();
+    let problem = StoredResponse::new(500, vec![], StoredBody::Text("abandoned".into()));
+    let fail = ResolveRequest {
+        record: &seen[0],
+        how: Resolve::Fail {
+            response: &problem,
+            expires_at_s: now / 1000 + 60,
+        },
+        cutoff_ms: now,
+        now_ms: now,
+    };
+    assert_eq!(store.resolve_stuck(fail).await.unwrap(), Resolution::Failed);
+    let err = complete(store, &stale).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced);
+    let found = store.get("r").await.unwrap().expect("failed record");
+    assert_eq!(found.record.status, Status::Completed);
+    assert_eq!(found.record.owner, resolver_owner("a"));
+    assert_eq!(found.record.response, Some(problem.clone()));
+    assert_eq!(
+        store.resolve_stuck(fail).await.unwrap(),
+        Resolution::Fenced,
+        "the record is no longer what the listing saw"
+    );
+
+    let release = ResolveRequest {
+        record: &seen[1],
+        how: Resolve::Release,
+        ..fail
+    };
+    assert_eq!(
+        store.resolve_stuck(release).await.unwrap(),
+        Resolution::Released
+    );
+    assert_eq!(store.get("s").await.unwrap(), None);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,11 +391,12 @@ mod tests {
     use crate::store::memory::MemoryStore;
     use crate::store::{
         CheckpointRequest, Completion, RecordPage, Resolution, ResolveRequest, StoredRecord,
-        StuckPage, StuckRequest, SweepCursor, SweepStore,
+        StuckPage, StuckRequest, SweepCursor,
     };
 
     /// A store that breaks rule 1: its claim succeeds whatever it finds, so
-    /// two owners can hold one key at once. The suite must not pass it.
+    /// two owners can hold one key at once. The suite must not pass it. It
+    /// implements the hot path only, which is all [`run`] needs.
     #[derive(Debug, Default)]
     struct ClaimsEverything(MemoryStore);
 
@@ -331,26 +423,49 @@ mod tests {
         async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
             self.0.checkpoint(request).await
         }
+        async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+            Store::get(&self.0, record_id).await
+        }
     }
 
-    /// Its records are the in-memory store's, read as they are.
+    /// A store whose `scan` ignores its limit and lists everything in one
+    /// page: the sweep suite must not pass it.
+    #[derive(Debug, Default)]
+    struct ScansInOnePage(MemoryStore);
+
     #[async_trait::async_trait]
-    impl SweepStore for ClaimsEverything {
+    impl Store for ScansInOnePage {
+        async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
+            self.0.claim(request).await
+        }
+        async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
+            self.0.complete(request).await
+        }
+        async fn release(&self, lease: &Lease) -> Result<(), Error> {
+            self.0.release(lease).await
+        }
+        async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
+            self.0.checkpoint(request).await
+        }
+        async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+            Store::get(&self.0, record_id).await
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl SweepStore for ScansInOnePage {
         async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
             self.0.stuck(request).await
         }
         async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
             self.0.resolve_stuck(request).await
         }
-        async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-            SweepStore::get(&self.0, record_id).await
-        }
         async fn scan(
             &self,
             cursor: Option<SweepCursor>,
-            limit: usize,
+            _limit: usize,
         ) -> Result<RecordPage, Error> {
-            self.0.scan(cursor, limit).await
+            self.0.scan(cursor, usize::MAX).await
         }
     }
 
@@ -361,7 +476,14 @@ mod tests {
     }
 
     #[tokio::test]
+    #[should_panic(expected = "page.records.len() <= 3")]
+    async fn a_store_whose_scan_ignores_its_limit_fails_the_sweep_suite() {
+        run_sweep(|| async { ScansInOnePage::default() }).await;
+    }
+
+    #[tokio::test]
     async fn the_in_memory_store_passes_the_suite() {
         run(|| async { MemoryStore::new() }).await;
+        run_sweep(|| async { MemoryStore::new() }).await;
     }
 }

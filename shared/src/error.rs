@@ -81,8 +81,14 @@ impl Error {
         }
     }
 
-    /// Build a [`ErrorKind::StoreUnavailable`] error; for implementors of
-    /// [`Store`](crate::Store) outside this crate.
+    // The constructors below are public so that a store outside this crate
+    // reports what went wrong in the same kinds the engines of this crate
+    // do: the claim lifecycle decides on the kind (a fence is not an outage).
+
+    /// A [`ErrorKind::StoreUnavailable`] error: the store could not be
+    /// reached, throttled past its retries, or answered with a server error.
+    /// Retryable. `message` says what failed and what to do; `source` is the
+    /// engine's error.
     pub fn store_unavailable(
         message: impl Into<String>,
         source: impl Into<Box<dyn StdError + Send + Sync + 'static>>,
@@ -90,8 +96,10 @@ impl Error {
         Self::with_source(ErrorKind::StoreUnavailable, message, source)
     }
 
-    /// Build a [`ErrorKind::Fenced`] error; for implementors of
-    /// [`Store`](crate::Store) outside this crate.
+    /// A [`ErrorKind::Fenced`] error: a completion, release or recovery point
+    /// of attempt `attempt` of record `record_id` found the record held by
+    /// another attempt or owner (rule 2 of [`Store`](crate::Store)), and
+    /// wrote nothing.
     pub fn fenced(record_id: &str, attempt: u64) -> Self {
         Self::new(
             ErrorKind::Fenced,
@@ -102,15 +110,75 @@ impl Error {
         )
     }
 
-    /// Build a [`ErrorKind::RecordGone`] error; for implementors of
-    /// [`Store`](crate::Store) outside this crate.
+    /// A [`ErrorKind::RecordGone`] error: a completion by attempt `attempt`
+    /// of record `record_id` found no record at all (released by an
+    /// operator, or expired), and wrote nothing (rule 2 of
+    /// [`Store`](crate::Store)).
     pub fn record_gone(record_id: &str, attempt: u64) -> Self {
         Self::new(
             ErrorKind::RecordGone,
             format!(
-                "record {record_id} is gone (released by an operator, or expired) while attempt                  {attempt} still ran, so this write was not stored; a duplicate of the request                  runs again"
+                "record {record_id} is gone (released by an operator, or expired) while attempt \
+                 {attempt} still ran, so this write was not stored; a duplicate of the request \
+                 runs again"
             ),
         )
+    }
+
+    /// A [`ErrorKind::CorruptRecord`] error: what the store holds for a
+    /// record cannot be decoded as one. `message` names the record and what
+    /// was wrong with it.
+    ///
+    /// ```
+    /// use lambda_idempotency::{Error, ErrorKind};
+    ///
+    /// let err = Error::corrupt_record("record r1: field `attempt` is \"two\", not a number");
+    /// assert_eq!(err.kind(), ErrorKind::CorruptRecord);
+    /// assert!(!err.is_retryable());
+    /// assert!(err.to_string().contains("attempt"));
+    /// ```
+    pub fn corrupt_record(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::CorruptRecord, message)
+    }
+
+    /// A [`ErrorKind::InvalidConfig`] error: the store is set up in a way it
+    /// cannot work with (a missing table, a bad URL, deferred writes handed
+    /// to a store without transactions). `message` says what to change.
+    pub fn invalid_config(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidConfig, message)
+    }
+
+    /// A [`ErrorKind::TransactionCancelled`] error: a transaction of a
+    /// completion or recovery point with the handler's deferred writes was
+    /// cancelled by one of those writes' conditions; nothing was written.
+    pub fn transaction_cancelled(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::TransactionCancelled, message)
+    }
+
+    /// A [`ErrorKind::TransactionRejected`] error: the engine refused such a
+    /// transaction as invalid before running it (too many writes, two on
+    /// one item); nothing was written.
+    pub fn transaction_rejected(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::TransactionRejected, message)
+    }
+
+    /// This error with `source` as its cause (the engine's error behind a
+    /// [`corrupt_record`](Self::corrupt_record), say), which
+    /// [`std::error::Error::source`] returns.
+    ///
+    /// ```
+    /// use lambda_idempotency::{Error, ErrorKind};
+    ///
+    /// let parse = "two".parse::<u64>().unwrap_err();
+    /// let err = Error::corrupt_record("record r1: `attempt` is not a number").caused_by(parse);
+    /// assert_eq!(err.kind(), ErrorKind::CorruptRecord);
+    /// assert!(std::error::Error::source(&err).is_some());
+    /// ```
+    pub fn caused_by(self, source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        Error {
+            source: Some(source.into()),
+            ..self
+        }
     }
 
     /// The category of this error.

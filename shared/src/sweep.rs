@@ -99,7 +99,7 @@ impl SweepSummary {
     }
 }
 
-/// Finds and resolves the stuck records of a [`Store`].
+/// Finds and resolves the stuck records of a [`SweepStore`].
 ///
 /// The sweeper's policy, loop, deadline and summary are the same for every
 /// store: finding and resolving stuck records are store capabilities
@@ -138,7 +138,7 @@ impl SweepSummary {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Sweeper {
-    store: Arc<dyn Store>,
+    store: Arc<dyn SweepStore>,
     policy: SweepPolicy,
     grace: Duration,
     page_size: usize,
@@ -156,7 +156,7 @@ const EXPIRED_BATCH: usize = 500;
 impl Sweeper {
     /// Defaults: release, 60 s grace, pages of 100, stop 2 s before the
     /// deadline, failed records replay for 24 hours, no housekeeping.
-    pub fn new(store: impl Store + 'static) -> Self {
+    pub fn new(store: impl SweepStore + 'static) -> Self {
         Sweeper {
             store: Arc::new(store),
             policy: SweepPolicy::Release,
@@ -175,7 +175,7 @@ impl Sweeper {
     }
 
     /// The store this sweeper resolves records of.
-    pub fn store(&self) -> &dyn Store {
+    pub fn store(&self) -> &dyn SweepStore {
         self.store.as_ref()
     }
 

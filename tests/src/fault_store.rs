@@ -82,7 +82,7 @@ pub enum CallKind {
     Resolve,
     /// [`SweepStore::settle`].
     Settle,
-    /// [`SweepStore::get`] (a `wait_for` poll; passed through unnumbered).
+    /// [`Store::get`] (a `wait_for` poll; passed through unnumbered).
     Get,
     /// [`SweepStore::scan`].
     Scan,
@@ -414,10 +414,16 @@ impl<S: Store> Store for FaultStore<S> {
     fn describe(&self) -> String {
         format!("{} (fault harness)", self.inner.describe())
     }
+    fn reads_origin(&self) -> bool {
+        self.inner.reads_origin()
+    }
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        self.faulted(CallKind::Get, self.inner.get(record_id)).await
+    }
 }
 
 #[async_trait::async_trait]
-impl<S: Store> SweepStore for FaultStore<S> {
+impl<S: SweepStore> SweepStore for FaultStore<S> {
     async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
         let shifted = StuckRequest {
             cutoff_ms: self.shift_ms(request.cutoff_ms),
@@ -454,10 +460,6 @@ impl<S: Store> SweepStore for FaultStore<S> {
     async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
         self.faulted(CallKind::Settle, self.inner.settle(settlement, resolved))
             .await
-    }
-
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        self.faulted(CallKind::Get, self.inner.get(record_id)).await
     }
 
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {

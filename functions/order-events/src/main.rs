@@ -15,7 +15,8 @@ async fn main() -> Result<(), Error> {
     let consumer = order_events::Consumer::from_lookup_with_store(
         aws_sdk_dynamodb::Client::new(&aws),
         Some(aws_sdk_s3::Client::new(&aws)),
-        store.map(|s| s.into_store()),
+        // Every engine a URL opens sweeps too; the consumer needs its hot path.
+        store.map(|s| s.into_store() as std::sync::Arc<dyn lambda_idempotency::Store>),
         |name| std::env::var(name).ok(),
     )
     .map_err(cannot_start)?;

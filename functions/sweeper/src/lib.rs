@@ -27,9 +27,9 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
-    store::now_ms,
+    store::{now_ms, SweepStore},
     sweep::{SweepPolicy, SweepSummary, Sweeper},
-    DynamoStore, Store,
+    DynamoStore,
 };
 use lambda_runtime::LambdaEvent;
 
@@ -166,7 +166,7 @@ impl Config {
     /// Each sweep also runs the store's housekeeping
     /// ([`Sweeper::housekeeping`]): on PostgreSQL it deletes expired rows in
     /// bounded batches; elsewhere it sends nothing.
-    pub fn sweeper_on(&self, store: impl Store + 'static) -> Sweeper {
+    pub fn sweeper_on(&self, store: impl SweepStore + 'static) -> Sweeper {
         Sweeper::new(store)
             .policy(self.policy)
             .grace(self.grace)

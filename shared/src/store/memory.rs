@@ -216,15 +216,15 @@ impl Store for MemoryStore {
         }
         Ok(())
     }
-}
 
-#[async_trait::async_trait]
-impl SweepStore for MemoryStore {
     async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         self.count();
         Ok(self.records().get(record_id).cloned().map(unsized_record))
     }
+}
 
+#[async_trait::async_trait]
+impl SweepStore for MemoryStore {
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         self.count();
         let records = self.records();
@@ -311,7 +311,7 @@ impl SweepStore for MemoryStore {
     }
 }
 
-/// A record as [`SweepStore::get`] returns it here: memory has no billed size.
+/// A record as [`Store::get`] returns it here: memory has no billed size.
 fn unsized_record(record: Record) -> StoredRecord {
     StoredRecord {
         record,

@@ -9,6 +9,27 @@
 //!   handler's own SQL committed with the completion.
 //! - [`MemoryStore`](crate::MemoryStore): the same semantics in a `HashMap`, for
 //!   users' unit tests and property tests.
+//!
+//! The contract is in two parts: [`Store`], the hot path (claim, recovery
+//! point, completion, give-back, and reading one record), is all HTTP and
+//! event idempotency need; [`SweepStore`], the sweeper's and
+//! operators' side (stuck records, their resolution, a listing of every
+//! record, housekeeping), is optional and required only by
+//! [`Sweeper`](crate::sweep::Sweeper), the CLI and [`open_url`].
+//!
+//! # Implementing a store of your own
+//!
+//! Implement [`Store`]'s five required methods on your engine, obeying its
+//! rules; report failures with [`Error`]'s public constructors
+//! ([`Error::fenced`], [`Error::record_gone`], [`Error::store_unavailable`],
+//! [`Error::corrupt_record`], ...). Then run the conformance suite on it
+//! (`conformance::run`, feature `test-util`) in your tests: the cases every
+//! engine of this crate passes. Add [`SweepStore`] (and
+//! `conformance::run_sweep`) when you want the sweeper or the CLI on it.
+//! `examples/custom_store.rs` of this crate is a complete one, a `Mutex`ed
+//! `HashMap` with fencing by attempt and expiry by TTL, that passes the
+//! suite (`cargo run -p lambda-idempotency --example custom_store
+//! --features test-util`).
 
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
@@ -17,6 +38,7 @@ pub mod memory;
 #[cfg(feature = "s3-offload")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3-offload")))]
 pub mod offload;
+mod operate;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
@@ -28,6 +50,11 @@ pub mod powertools;
 pub mod redis;
 pub(crate) mod rules;
 mod url;
+
+pub use self::operate::{
+    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, Settlement, StuckPage,
+    StuckRecord, StuckRequest, SweepCursor, SweepStore,
+};
 
 pub use self::url::{
     open_url, OpenOptions, UrlStore, CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV,
@@ -141,59 +168,8 @@ pub enum ClaimOutcome {
     Exists(Record),
 }
 
-/// A record stuck in progress, as a store's listing of them shows it: what
-/// the fenced resolution of it is conditioned on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StuckRecord {
-    /// The record id (a hash; safe to log).
-    pub id: String,
-    /// Its fencing token when found.
-    pub attempt: u64,
-    /// Its owner when found.
-    pub owner: String,
-    /// When its lease ended, epoch ms.
-    pub lease_expires_at_ms: u64,
-    /// True when the listing saw a recovery point (a hint: the resolution
-    /// checks again).
-    pub has_checkpoint: bool,
-}
-
-/// Where a listing of stuck records goes on: opaque to the sweeper, each
-/// store encodes its own position in it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SweepCursor(pub(crate) String);
-
-/// What a listing must remember once its sweep is over (see
-/// [`SweepStore::settle`]): opaque, made by the store that listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement(pub(crate) String);
-
-/// One page of a listing of stuck records.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StuckPage {
-    /// The stuck records of this page.
-    pub records: Vec<StuckRecord>,
-    /// Where the listing goes on; `None` when it is complete.
-    pub next: Option<SweepCursor>,
-    /// Reads of the store this page took that succeeded.
-    pub reads: u64,
-    /// Reads that failed (logged); the part of the listing they covered is
-    /// skipped, for the next sweep.
-    pub failed_reads: u64,
-    /// The listing stopped before the end of what it reads (a stream backlog
-    /// larger than one listing reads): the next listing goes on from there.
-    pub unread: bool,
-    /// For listings that keep their place between sweeps (DynamoDB's
-    /// stream): hand it to [`SweepStore::settle`] when the sweep is over.
-    pub settlement: Option<Settlement>,
-    /// The listing found records trimmed before it read them (DynamoDB's
-    /// stream, behind by more than its 24-hour retention): records stuck
-    /// then are caught up by a bounded scan over the next sweeps.
-    pub trimmed: bool,
-}
-
-/// A record as read back for an operator ([`SweepStore::get`], [`SweepStore::scan`]):
-/// the record and what it takes in the store.
+/// A record as read back ([`Store::get`], [`SweepStore::scan`]): the record
+/// and what it takes in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredRecord {
     /// The record, decoded.
@@ -205,49 +181,6 @@ pub struct StoredRecord {
     /// What one write of it costs (DynamoDB: write units, 1 per KB rounded
     /// up); `None` where the store does not bill by units.
     pub write_units: Option<u64>,
-}
-
-/// One page of a full listing of the records ([`SweepStore::scan`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RecordPage {
-    /// The records of this page.
-    pub records: Vec<StoredRecord>,
-    /// Where the listing goes on; `None` when it is complete.
-    pub next: Option<SweepCursor>,
-    /// Items of this page that are not idempotency records (another
-    /// application's items in a shared table, or corrupt ones; logged).
-    pub skipped: u64,
-}
-
-/// How to resolve a stuck record.
-#[derive(Debug, Clone, Copy)]
-pub enum Resolve<'a> {
-    /// Delete it so the next retry runs again, unless it holds a recovery
-    /// point (then it is left for that retry to resume).
-    Release,
-    /// Complete it with `response`, kept until `expires_at_s`, under a new
-    /// owner ([`resolver_owner`]) so the attempt it replaces is fenced if it
-    /// completes late; a record already past its own expiry is deleted
-    /// instead (it is absent by definition), never brought back.
-    Fail {
-        /// What every retry gets from now on.
-        response: &'a StoredResponse,
-        /// Until when, epoch seconds.
-        expires_at_s: u64,
-    },
-}
-
-/// What resolving a stuck record did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    /// Deleted.
-    Released,
-    /// Completed with the terminal problem response.
-    Failed,
-    /// Left for the next retry to resume from its recovery point.
-    Resumable,
-    /// Not touched: re-claimed, completed or resolved by someone else meanwhile.
-    Fenced,
 }
 
 /// Everything a completion ([`Store::complete`]) writes: the lease it is
@@ -316,65 +249,6 @@ impl<'a> CheckpointRequest<'a> {
     }
 }
 
-/// One page of a listing of stuck records ([`SweepStore::stuck`]): the
-/// records in progress whose lease ended before `cutoff_ms`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StuckRequest {
-    /// Leases that ended before this (epoch ms) count as stuck.
-    pub cutoff_ms: u64,
-    /// Where the listing goes on (`None`: the start).
-    pub cursor: Option<SweepCursor>,
-    /// At most this many records.
-    pub limit: usize,
-    /// When the sweep must be done (epoch ms), if it must: a store whose one
-    /// listing can read for long (DynamoDB's stream) stops reading there and
-    /// returns what it read, with [`StuckPage::unread`] set, so the sweep
-    /// resolves that and saves its progress instead of losing the whole
-    /// listing to its deadline. Other stores list as they would without.
-    pub deadline_ms: Option<u64>,
-}
-
-impl StuckRequest {
-    /// The first page of at most `limit` records whose lease ended before
-    /// `cutoff_ms`, with no deadline.
-    pub fn new(cutoff_ms: u64, limit: usize) -> Self {
-        Self {
-            cutoff_ms,
-            cursor: None,
-            limit,
-            deadline_ms: None,
-        }
-    }
-
-    /// The page that starts at `cursor` (`None`: the start).
-    pub fn at(self, cursor: Option<SweepCursor>) -> Self {
-        Self { cursor, ..self }
-    }
-
-    /// The same listing, done by `deadline_ms` (epoch ms).
-    pub fn by(self, deadline_ms: u64) -> Self {
-        Self {
-            deadline_ms: Some(deadline_ms),
-            ..self
-        }
-    }
-}
-
-/// A resolution of one stuck record ([`SweepStore::resolve_stuck`]).
-#[derive(Debug, Clone, Copy)]
-pub struct ResolveRequest<'a> {
-    /// The record as the listing saw it: the write is fenced on it (same
-    /// attempt and owner, still in progress).
-    pub record: &'a StuckRecord,
-    /// What to do with it.
-    pub how: Resolve<'a>,
-    /// The listing's cutoff: the record's lease must still have ended before
-    /// it (epoch ms).
-    pub cutoff_ms: u64,
-    /// The sweep's clock (epoch ms), which tells whether the record expired.
-    pub now_ms: u64,
-}
-
 /// Storage for idempotency records: every implementation obeys these rules
 /// (docs/DESIGN.md section 4):
 ///
@@ -394,12 +268,27 @@ pub struct ResolveRequest<'a> {
 ///    with its lease ended, for the next retry to take over and resume.
 /// 5. A resolution of a stuck record ([`SweepStore::resolve_stuck`]) that
 ///    completes it writes a new owner ([`resolver_owner`]), so the attempt it
-///    replaced is fenced if it completes late.
+///    replaced is fenced if it completes late (a rule of the optional
+///    [`SweepStore`] side).
 ///
-/// A store is also a [`SweepStore`]: the sweeper's and operators' side
-/// (listing stuck records, resolving them, reading records), kept in a trait
-/// of its own so each engine keeps that side in a file of its own. Call
-/// those methods with the trait in scope (`use lambda_idempotency::store::SweepStore`).
+/// This trait is all a store needs for HTTP and event idempotency. It has
+/// no supertrait but `Send + Sync + Debug`: the sweeper's and operators' side
+/// ([`SweepStore`]: stuck records, their resolution, a listing of every
+/// record, housekeeping) is a second, optional trait, required only by the
+/// sweeper, the CLI and [`open_url`].
+///
+/// [`Store::get`] (one record by id) is on this hot path, not the sweep
+/// side, because an entry point needs it to wait: an event function whose
+/// claim finds the record in progress polls it with `get` until that attempt
+/// completes or its lease ends (`wait_for`), and a re-attach of an HTTP
+/// request to its own attempt in progress would poll the same way. It is
+/// one consistent read by key, which every engine has.
+///
+/// Report failures with [`Error`]'s public constructors ([`Error::fenced`],
+/// [`Error::record_gone`], [`Error::store_unavailable`],
+/// [`Error::corrupt_record`], [`Error::invalid_config`], ...), and check a
+/// store of your own with the conformance suite (`conformance::run`, feature
+/// `test-util`); `examples/custom_store.rs` is a complete one.
 ///
 /// ```
 /// use lambda_idempotency::{MemoryStore, Store, store::{ClaimOutcome, ClaimRequest, CompleteRequest, StoredBody, StoredResponse}};
@@ -422,7 +311,7 @@ pub struct ResolveRequest<'a> {
 /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }
 /// ```
 #[async_trait::async_trait]
-pub trait Store: SweepStore + Send + Sync + std::fmt::Debug {
+pub trait Store: Send + Sync + std::fmt::Debug {
     /// Try to claim a record, in one round trip.
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error>;
 
@@ -449,6 +338,11 @@ pub trait Store: SweepStore + Send + Sync + std::fmt::Debug {
     /// [`ErrorKind::InvalidConfig`] when there are writes
     /// ([`no_transactions`]).
     async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error>;
+
+    /// The record `record_id` as stored now (a strongly consistent read),
+    /// `None` when absent. A record past its expiry that the store has not
+    /// deleted yet is returned as it is: compare `expires_at_s` with the clock.
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error>;
 
     /// What this store is, for messages (`DynamoDB table `idempotency``).
     fn describe(&self) -> String {
@@ -483,59 +377,6 @@ pub fn no_transactions(
             store.describe()
         ),
     ))
-}
-
-/// The sweeper's and operators' side of a [`Store`]: find records stuck in
-/// progress and resolve them (the sweeper, the `lambda-idempotency` command
-/// of package `lambda-idempotency-cli`), read records
-/// back (`get`, `scan`), and the engine's housekeeping.
-#[async_trait::async_trait]
-pub trait SweepStore: Send + Sync {
-    /// One page of the records in progress whose lease ended before the
-    /// request's cutoff, from its cursor, at most its limit. Never a scan of
-    /// every record: stores keep stuck records findable on their own
-    /// (DynamoDB: a sparse index, or the table's stream).
-    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error>;
-
-    /// Resolve the request's record as its `how` says, with one write fenced
-    /// on what the listing saw (same attempt and owner, still in progress,
-    /// lease ended before the cutoff); its `now_ms` tells whether the record
-    /// expired.
-    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error>;
-
-    /// The sweep of a listing is over: `resolved` are the ids of the listed
-    /// records it resolved (any [`Resolution`]). A store whose listing keeps
-    /// its place between sweeps (DynamoDB's stream) saves where the next
-    /// listing starts, so records resolved here are not read again and those
-    /// left (still live, not reached, failed) are. Listings that keep no
-    /// place (an index, memory) have nothing to save.
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        let _ = (settlement, resolved);
-        Ok(())
-    }
-
-    /// The record `record_id` as stored now (a strongly consistent read),
-    /// `None` when absent. A record past its expiry that the store has not
-    /// deleted yet is returned as it is: compare `expires_at_s` with the clock.
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error>;
-
-    /// One page of every record, from `cursor` (`None`: the start), at most
-    /// `limit`, in no particular order. This reads the whole store
-    /// (DynamoDB: a `Scan`, billed for every item read); it is for operators
-    /// who ask for it, never for the sweeper.
-    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error>;
-
-    /// Housekeeping a schedule runs (the sweeper's): delete up to `limit`
-    /// records expired before `now_s` (epoch seconds) that the engine keeps
-    /// until someone deletes them, and say how many went; call it until it
-    /// returns less than `limit`. Claims treat expired records as absent
-    /// already, so this only gives their space back. Nothing to do (0) where
-    /// the engine expires records itself: DynamoDB's TTL, Redis key expiry,
-    /// the in-memory store's claims; PostgreSQL deletes its expired rows.
-    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
-        let _ = (now_s, limit);
-        Ok(0)
-    }
 }
 
 /// Writes a handler hands to its completion or to its next recovery point
@@ -608,6 +449,9 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
     async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
         (**self).checkpoint(request).await
     }
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        (**self).get(record_id).await
+    }
     fn describe(&self) -> String {
         (**self).describe()
     }
@@ -615,36 +459,3 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
         (**self).reads_origin()
     }
 }
-
-#[async_trait::async_trait]
-impl<T: SweepStore + ?Sized> SweepStore for std::sync::Arc<T> {
-    async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
-        (**self).stuck(request).await
-    }
-    async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
-        (**self).resolve_stuck(request).await
-    }
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        (**self).settle(settlement, resolved).await
-    }
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        (**self).get(record_id).await
-    }
-    async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
-        (**self).scan(cursor, limit).await
-    }
-    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
-        (**self).delete_expired(now_s, limit).await
-    }
-}
-
-/// The owner a resolution writes when it completes a stuck record in place
-/// of `owner` (rule 5): not `owner`, so that attempt's late completion is
-/// fenced instead of taken for its own write coming back; derived, so every
-/// store (a Lua script, an SQL statement) writes the same.
-pub fn resolver_owner(owner: &str) -> String {
-    format!("{RESOLVER_OWNER_PREFIX}{owner}")
-}
-
-/// What [`resolver_owner`] puts before the owner it replaces.
-pub(crate) const RESOLVER_OWNER_PREFIX: &str = "resolved:";

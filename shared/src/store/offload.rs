@@ -570,6 +570,17 @@ impl<S: Store> Store for S3Offload<S> {
         self.inner.checkpoint(request).await
     }
 
+    /// The inner store's record, with its offloaded response read from S3.
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        let Some(stored) = self.inner.get(record_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(StoredRecord {
+            record: self.resolve(stored.record).await?,
+            ..stored
+        }))
+    }
+
     fn describe(&self) -> String {
         format!(
             "{} (responses over {} bytes offloaded to {})",
@@ -584,10 +595,9 @@ impl<S: Store> Store for S3Offload<S> {
     }
 }
 
-/// The sweeper's side goes to the inner store, except that a record read
-/// back has its offloaded response read from S3.
+/// The sweeper's side goes to the inner store, when it has one.
 #[async_trait::async_trait]
-impl<S: Store> SweepStore for S3Offload<S> {
+impl<S: SweepStore> SweepStore for S3Offload<S> {
     async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
         self.inner.stuck(request).await
     }
@@ -598,16 +608,6 @@ impl<S: Store> SweepStore for S3Offload<S> {
 
     async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
         self.inner.settle(settlement, resolved).await
-    }
-
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        let Some(stored) = self.inner.get(record_id).await? else {
-            return Ok(None);
-        };
-        Ok(Some(StoredRecord {
-            record: self.resolve(stored.record).await?,
-            ..stored
-        }))
     }
 
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
@@ -731,6 +731,9 @@ mod tests {
         async fn release(&self, _: &Lease) -> Result<(), Error> {
             Err(Error::new(ErrorKind::InvalidConfig, "not called"))
         }
+        async fn get(&self, _: &str) -> Result<Option<StoredRecord>, Error> {
+            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
+        }
     }
 
     #[async_trait::async_trait]
@@ -740,9 +743,6 @@ mod tests {
             Ok(StuckPage::default())
         }
         async fn resolve_stuck(&self, _: ResolveRequest<'_>) -> Result<Resolution, Error> {
-            Err(Error::new(ErrorKind::InvalidConfig, "not called"))
-        }
-        async fn get(&self, _: &str) -> Result<Option<StoredRecord>, Error> {
             Err(Error::new(ErrorKind::InvalidConfig, "not called"))
         }
         async fn scan(&self, _: Option<SweepCursor>, _: usize) -> Result<RecordPage, Error> {

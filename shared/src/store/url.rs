@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind};
-use crate::store::Store;
+use crate::store::SweepStore;
 
 /// The environment variable the example functions read the engine's URL
 /// from; unset means DynamoDB.
@@ -32,8 +32,10 @@ pub enum UrlStore {
 
 impl UrlStore {
     /// The store, for [`IdempotencyLayer`](crate::IdempotencyLayer),
-    /// [`IdempotentFunction`](crate::IdempotentFunction) or a `Sweeper`.
-    pub fn into_store(self) -> Arc<dyn Store> {
+    /// [`IdempotentFunction`](crate::IdempotentFunction), a `Sweeper` or the
+    /// CLI: every engine a URL opens implements both sides of the contract
+    /// (an `Arc<dyn SweepStore>` is a [`Store`](crate::Store) too).
+    pub fn into_store(self) -> Arc<dyn SweepStore> {
         match self {
             #[cfg(feature = "redis")]
             UrlStore::Redis(store) => Arc::new(store),

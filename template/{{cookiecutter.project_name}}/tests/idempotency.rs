@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{
 use lambda_http::{service_fn, Body, Request, Response};
 use lambda_idempotency::problem;
 use lambda_idempotency::store::dynamodb::schema;
-use lambda_idempotency::store::{now_ms, ClaimOutcome, ClaimRequest, SweepStore};
+use lambda_idempotency::store::{now_ms, ClaimOutcome, ClaimRequest};
 use lambda_idempotency::{DynamoStore, Store};
 use tower::{Layer, ServiceExt};
 

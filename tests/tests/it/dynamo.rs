@@ -10,7 +10,7 @@ use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
     store::dynamodb::schema,
-    store::{CheckpointRequest, ClaimOutcome, ClaimRequest, SweepStore},
+    store::{CheckpointRequest, ClaimOutcome, ClaimRequest},
     DynamoStore, IdempotencyLayer, Store,
 };
 use tower::Layer;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use integration_tests::functions::{orders_env, post_order_event};
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
-use lambda_idempotency::{store::Status, Store};
+use lambda_idempotency::store::{Status, SweepStore};
 use serde_json::Value;
 
 /// The debug binary next to this test's own (built by `make test`).
@@ -71,7 +71,7 @@ fn assert_replayed(first: &Value, second: &Value) {
 }
 
 /// Does `store` hold a completed record whose response is `first`'s body?
-async fn holds_the_response(store: &dyn Store, first: &Value) -> bool {
+async fn holds_the_response(store: &dyn SweepStore, first: &Value) -> bool {
     let body = first["body"].as_str().unwrap().as_bytes();
     let mut cursor = None;
     loop {

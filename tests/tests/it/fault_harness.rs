@@ -201,9 +201,9 @@ impl PowertoolsTables {
 /// client whose requests `plan` numbers (one attempt each).
 async fn offloaded(
     engine: &Engine,
-    store: Arc<dyn Store>,
+    store: Arc<dyn SweepStore>,
     plan: &FaultPlan,
-) -> lambda_idempotency::store::offload::S3Offload<Arc<dyn Store>> {
+) -> lambda_idempotency::store::offload::S3Offload<Arc<dyn SweepStore>> {
     let bucket = engine
         .bucket
         .as_ref()
@@ -260,7 +260,7 @@ struct Engine {
     name: &'static str,
     /// A store shared by every case (engines), or `None`: a fresh
     /// `MemoryStore` per case.
-    shared: Option<Arc<dyn Store>>,
+    shared: Option<Arc<dyn SweepStore>>,
     orders: Option<Orders>,
     powertools: Option<PowertoolsTables>,
     /// The bucket of the offload combinations.
@@ -277,7 +277,7 @@ impl Engine {
         }
     }
 
-    fn store(&self) -> Arc<dyn Store> {
+    fn store(&self) -> Arc<dyn SweepStore> {
         self.shared
             .clone()
             .unwrap_or_else(|| Arc::new(MemoryStore::new()))
@@ -330,7 +330,7 @@ struct Run {
     id: CaseId,
     engine: Engine,
     plan: FaultPlan,
-    store: FaultStore<Arc<dyn Store>>,
+    store: FaultStore<Arc<dyn SweepStore>>,
     key: String,
     observed: Arc<Mutex<Observed>>,
     /// The HTTP service or function of the warm instance (kept between
@@ -378,7 +378,7 @@ struct Handler {
     feature: Feature,
     first: First,
     plan: FaultPlan,
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn SweepStore>,
     observed: Arc<Mutex<Observed>>,
     orders: Option<Orders>,
     order_id: String,

@@ -9,14 +9,16 @@ use lambda_http::{Body, Request, Response};
 /// The suites' clock is the library's.
 pub use lambda_idempotency::store::now_ms;
 use lambda_idempotency::{
-    store::{ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, StoredResponse},
+    store::{
+        ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, StoredResponse, SweepStore,
+    },
     sweep::Sweeper,
     IdempotencyContext, MemoryStore, Store,
 };
 
 /// A store under test and a way to count the requests it made.
 pub struct Fixture {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn SweepStore>,
     requests: Box<dyn Fn() -> u64 + Send + Sync>,
 }
 
@@ -370,7 +372,7 @@ pub async fn silent_server() -> (u16, tokio::task::JoinHandle<()>) {
 /// A sweep of `store` (a silent server's) given 3 s and told to stop 1 s
 /// before: it returns by its deadline, with the work left and the errors
 /// counted.
-pub async fn assert_sweep_keeps_its_deadline(store: impl Store + 'static) {
+pub async fn assert_sweep_keeps_its_deadline(store: impl SweepStore + 'static) {
     let deadline = now_ms() + 3_000;
     let summary = tokio::time::timeout(
         Duration::from_secs(30),
@@ -411,7 +413,7 @@ pub async fn dynamo_order_state(
 /// `record_id` while its attempt `attempt` runs: the sweeper's resolution
 /// of the record as read now, whether or not its lease is over.
 pub async fn force_resolution(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn SweepStore>,
     record_id: &str,
     attempt: u64,
     policy: lambda_idempotency::sweep::SweepPolicy,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use lambda_idempotency::{
     store::{
         CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Lease, Resolution, Status,
-        StoredBody, StoredResponse, StuckRecord,
+        StoredBody, StoredResponse, StuckRecord, SweepStore,
     },
     sweep::Sweeper,
     MemoryStore, Store,
@@ -95,7 +95,7 @@ impl Model {
 
 /// Drive one store through `ops`, checking each outcome against the model.
 async fn check(
-    store: Arc<dyn Store>,
+    store: Arc<dyn SweepStore>,
     sweeper: Option<&Sweeper>,
     id: &str,
     base_ms: u64,
@@ -463,14 +463,14 @@ const REDIS_RUN: Run = Run {
 
 /// The model check on a real engine, with the sweeper resolving stuck
 /// records.
-fn engine_matches_the_model<S: Store + Clone + 'static>(
+fn engine_matches_the_model<S: SweepStore + Clone + 'static>(
     rt: &tokio::runtime::Runtime,
     store: S,
     name: &str,
     run: Run,
 ) {
     let sweeper = Sweeper::new(store.clone()).grace(std::time::Duration::ZERO);
-    let store: Arc<dyn Store> = Arc::new(store);
+    let store: Arc<dyn SweepStore> = Arc::new(store);
     let counter = std::sync::atomic::AtomicU64::new(0);
     let tally = Tally::new();
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {

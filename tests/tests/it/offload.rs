@@ -106,7 +106,7 @@ impl Bucket {
     }
 
     /// `store` with responses over the default limit offloaded here.
-    fn offload(&self, store: Arc<dyn Store>) -> S3Offload<Arc<dyn Store>> {
+    fn offload(&self, store: Arc<dyn SweepStore>) -> S3Offload<Arc<dyn SweepStore>> {
         S3Offload::new(store, self.client.clone(), &self.name).key_prefix("it/")
     }
 
@@ -130,7 +130,7 @@ impl Bucket {
 }
 
 /// The one record of a fresh store, as stored (pointers not followed).
-async fn only_record(store: &dyn Store) -> Record {
+async fn only_record(store: &dyn SweepStore) -> Record {
     let page = store.scan(None, 10).await.expect("scan");
     assert_eq!(page.records.len(), 1, "{:?}", page.records);
     page.records.into_iter().next().expect("one record").record
@@ -523,7 +523,7 @@ async fn a_completion_of_a_released_record_deletes_its_object(fixture: Fixture) 
 /// transaction retried after its answer was lost reports (DynamoDB's
 /// `TransactWriteItems` does not recognise its own completed record).
 #[derive(Debug)]
-struct AppliedButFenced(Arc<dyn Store>);
+struct AppliedButFenced(Arc<dyn SweepStore>);
 
 #[async_trait::async_trait]
 impl Store for AppliedButFenced {
@@ -556,6 +556,12 @@ impl Store for AppliedButFenced {
     ) -> Result<(), lambda_idempotency::Error> {
         self.0.checkpoint(request).await
     }
+    async fn get(
+        &self,
+        record_id: &str,
+    ) -> Result<Option<lambda_idempotency::store::StoredRecord>, lambda_idempotency::Error> {
+        self.0.get(record_id).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -571,12 +577,6 @@ impl SweepStore for AppliedButFenced {
         request: lambda_idempotency::store::ResolveRequest<'_>,
     ) -> Result<lambda_idempotency::store::Resolution, lambda_idempotency::Error> {
         self.0.resolve_stuck(request).await
-    }
-    async fn get(
-        &self,
-        record_id: &str,
-    ) -> Result<Option<lambda_idempotency::store::StoredRecord>, lambda_idempotency::Error> {
-        self.0.get(record_id).await
     }
     async fn scan(
         &self,

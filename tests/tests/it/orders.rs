@@ -444,7 +444,7 @@ async fn a_failed_confirmation_after_the_charge_resumes_on_retry_without_a_secon
     assert_eq!(first.status(), 503, "{:?}", first.body());
     let record =
         lambda_idempotency::scope::RecordScope::new("POST", "/orders", "confirm-fails").record_id();
-    let kept = lambda_idempotency::store::SweepStore::get(&app.store(), &record)
+    let kept = lambda_idempotency::Store::get(&app.store(), &record)
         .await
         .unwrap()
         .expect("the record is kept for the retry");

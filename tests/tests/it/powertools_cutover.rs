@@ -50,7 +50,7 @@ on_both_stores!(
 /// give-back), and what a wait costs.
 #[derive(Debug)]
 struct BrokenCalls {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn SweepStore>,
     /// How many of the next completions and releases fail (nothing written).
     failing_completes: AtomicU64,
     failing_releases: AtomicU64,
@@ -61,7 +61,7 @@ struct BrokenCalls {
 }
 
 impl BrokenCalls {
-    fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+    fn new(inner: Arc<dyn SweepStore>) -> Arc<Self> {
         Arc::new(BrokenCalls {
             inner,
             failing_completes: AtomicU64::new(0),
@@ -138,6 +138,13 @@ impl Store for BrokenCalls {
     ) -> Result<(), lambda_idempotency::Error> {
         self.inner.checkpoint(request).await
     }
+    async fn get(
+        &self,
+        record_id: &str,
+    ) -> Result<Option<StoredRecord>, lambda_idempotency::Error> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(record_id).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -150,13 +157,6 @@ impl SweepStore for BrokenCalls {
         request: ResolveRequest<'_>,
     ) -> Result<Resolution, lambda_idempotency::Error> {
         self.inner.resolve_stuck(request).await
-    }
-    async fn get(
-        &self,
-        record_id: &str,
-    ) -> Result<Option<StoredRecord>, lambda_idempotency::Error> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(record_id).await
     }
     async fn scan(
         &self,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{CompleteRequest, Lease, Resolution, Status, StoredBody, StoredResponse},
+    store::{CompleteRequest, Lease, Resolution, Status, StoredBody, StoredResponse, SweepStore},
     sweep::SweepPolicy,
     ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentFunction, Store,
 };
@@ -38,7 +38,7 @@ fn response() -> StoredResponse {
     StoredResponse::new(201, vec![], StoredBody::Text("done".into()))
 }
 
-async fn commit(store: &Arc<dyn Store>, lease: &Lease, name: &str) {
+async fn commit(store: &Arc<dyn SweepStore>, lease: &Lease, name: &str) {
     IdempotencyContext::from_lease(store.clone(), lease.clone())
         .commit(name, serde_json::json!({ "phase": name }))
         .await
@@ -371,7 +371,7 @@ crate::fixture::test_cases!(4, [
 /// through PgBouncer) and a table of the application's orders beside it,
 /// for the transactional completion's rare paths.
 pub(crate) struct Transactional {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn SweepStore>,
     orders: Orders,
 }
 

@@ -2,7 +2,7 @@
 
 use lambda_idempotency::{
     conformance,
-    store::{CompleteRequest, StoredBody, StoredResponse, SweepStore},
+    store::{CompleteRequest, StoredBody, StoredResponse},
     Store,
 };
 
@@ -19,11 +19,13 @@ on_both_stores!(
     complete_and_release_by_a_stranger_are_fenced,
     get_returns_the_record_as_stored_or_none,
     scan_pages_through_every_record_once,
+    resolve_stuck_fences_the_attempt_it_replaces,
 );
 
 // The cases are the crate's conformance suite (`lambda_idempotency::conformance`,
 // feature `test-util`), the one a store of a user's own runs: here on every
-// engine of the crate.
+// engine of the crate, both halves (the hot path's cases take the fixture's
+// store as a `Store`, the sweep half's as the `SweepStore` it also is).
 async fn first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress(f: Fixture) {
     conformance::first_claim_gets_attempt_one_and_a_second_owner_sees_it_in_progress(&*f.store)
         .await;
@@ -63,6 +65,10 @@ async fn get_returns_the_record_as_stored_or_none(f: Fixture) {
 
 async fn scan_pages_through_every_record_once(f: Fixture) {
     conformance::scan_pages_through_every_record_once(&*f.store).await;
+}
+
+async fn resolve_stuck_fences_the_attempt_it_replaces(f: Fixture) {
+    conformance::resolve_stuck_fences_the_attempt_it_replaces(&*f.store).await;
 }
 
 /// The size `get` reports is the one DynamoDB bills: a `PutItem` of the same

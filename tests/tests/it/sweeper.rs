@@ -10,10 +10,10 @@ use lambda_idempotency::{
     store::dynamodb::schema,
     store::{
         Checkpoint, CheckpointRequest, ClaimOutcome, CompleteRequest, Lease, Record, Resolution,
-        Status, StoredBody, StoredResponse, StuckRequest,
+        Status, StoredBody, StoredResponse, StuckRequest, SweepStore,
     },
     sweep::{SweepPolicy, SweepSummary, Sweeper},
-    DynamoStore, IdempotencyLayer, Store,
+    DynamoStore, IdempotencyLayer,
 };
 use tower::Layer;
 
@@ -50,12 +50,12 @@ impl Discovery {
 /// one (for checks of the item itself).
 #[derive(Debug, Clone)]
 struct Subject {
-    store: Arc<dyn Store>,
+    store: Arc<dyn SweepStore>,
     dynamo: Option<DynamoStore>,
 }
 
 impl std::ops::Deref for Subject {
-    type Target = dyn Store;
+    type Target = dyn SweepStore;
     fn deref(&self) -> &Self::Target {
         &*self.store
     }
@@ -63,7 +63,7 @@ impl std::ops::Deref for Subject {
 
 impl Subject {
     /// The store, to hand to a sweeper or a middleware.
-    fn shared(&self) -> Arc<dyn Store> {
+    fn shared(&self) -> Arc<dyn SweepStore> {
         self.store.clone()
     }
 

@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 
-use super::codec::{checkpoint_value, corrupt, decode, headers_value, n, s};
+use super::codec::{checkpoint_value, corrupt, decode, headers_value, item_size, n, s};
 use super::schema::sweep_shard;
 use super::{condition_failure_item, DynamoStore, WriteParts};
 use crate::error::{Error, ErrorKind};
@@ -24,7 +24,7 @@ use crate::store::rules::{
 };
 use crate::store::{
     Checkpoint, CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion,
-    DeferredWrites, Lease, Store,
+    DeferredWrites, Lease, Store, StoredRecord,
 };
 
 #[async_trait::async_trait]
@@ -156,6 +156,21 @@ impl Store for DynamoStore {
             );
         }
         format!("DynamoDB table `{}`", self.table)
+    }
+
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&*self.table)
+            .set_key(Some(self.layout.key(record_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| self.unavailable("GetItem", err))?;
+        out.item()
+            .map(|item| sized(decode(&self.layout, record_id, item)?, item))
+            .transpose()
     }
 }
 
@@ -538,6 +553,19 @@ impl DynamoStore {
             },
         }
     }
+}
+
+/// `record` with the billed size of `item`, the item it was decoded from.
+pub(super) fn sized(
+    record: Record,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<StoredRecord, Error> {
+    let size = item_size(item);
+    Ok(StoredRecord {
+        record,
+        size_bytes: Some(size),
+        write_units: Some(size.div_ceil(1024).max(1)),
+    })
 }
 
 #[cfg(test)]

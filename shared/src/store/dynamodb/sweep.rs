@@ -8,14 +8,15 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use super::codec::{decode, item_size, n, number, s};
+use super::codec::{decode, n, number, s};
 use super::schema::SWEEP_SHARDS;
+use super::store::sized;
 use super::{DynamoStore, TableLayout, SWEEPER_ITEM_PREFIX};
 use crate::error::{Error, ErrorKind};
-use crate::record::{Record, Status};
+use crate::record::Status;
 use crate::store::{
     resolver_owner, Lease, RecordPage, Resolution, Resolve, ResolveRequest, Settlement, Store,
-    StoredRecord, StuckPage, StuckRecord, StuckRequest, SweepCursor, SweepStore,
+    StuckPage, StuckRecord, StuckRequest, SweepCursor, SweepStore,
 };
 
 #[async_trait::async_trait]
@@ -227,21 +228,6 @@ impl SweepStore for DynamoStore {
         Ok(())
     }
 
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&*self.table)
-            .set_key(Some(self.layout.key(record_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| self.unavailable("GetItem", err))?;
-        out.item()
-            .map(|item| sized(decode(&self.layout, record_id, item)?, item))
-            .transpose()
-    }
-
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         let start = match cursor {
             Some(cursor) => Some(self.layout.cursor_key(&cursor.0).ok_or_else(|| {
@@ -357,16 +343,6 @@ impl DynamoStore {
         let op = "DeleteItem (release stuck record)";
         self.delete_fenced(&lease.record_id, delete, op).await
     }
-}
-
-/// `record` with the billed size of `item`, the item it was decoded from.
-fn sized(record: Record, item: &HashMap<String, AttributeValue>) -> Result<StoredRecord, Error> {
-    let size = item_size(item);
-    Ok(StoredRecord {
-        record,
-        size_bytes: Some(size),
-        write_units: Some(size.div_ceil(1024).max(1)),
-    })
 }
 
 /// Is `item` still the stuck attempt `record` saw (in progress, same attempt

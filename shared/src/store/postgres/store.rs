@@ -5,6 +5,7 @@
 //! [`SweepStore`](crate::store::SweepStore) side) is in `sweep.rs`.
 
 use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Row;
 
 use super::codec::{column, corrupt, decode, ResponseParams, COLUMNS};
 use super::write::PgWrite;
@@ -13,7 +14,7 @@ use crate::error::{Error, ErrorKind};
 use crate::store::rules::{claim_contended, claimable, fit, lease_ended_at, own_claim};
 use crate::store::{
     CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, DeferredWrites,
-    Lease, Store, StuckRecord,
+    Lease, Store, StoredRecord, StuckRecord,
 };
 
 #[async_trait::async_trait]
@@ -162,6 +163,15 @@ impl Store for PostgresStore {
 
     fn describe(&self) -> String {
         format!("PostgreSQL table {} at {}", self.table, self.label)
+    }
+
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        let sql = format!(
+            "SELECT {COLUMNS}, pg_column_size(r.*) AS size_bytes FROM {t} r WHERE id = $1",
+            t = self.table
+        );
+        let rows = self.query("get", &sql, &[(&record_id, Type::TEXT)]).await?;
+        rows.first().map(sized).transpose()
     }
 }
 
@@ -555,4 +565,18 @@ fn statement_error(
         ),
         err,
     )
+}
+
+/// What [`Store::get`] and
+/// [`SweepStore::scan`](crate::store::SweepStore::scan) return: the record and its size as
+/// PostgreSQL stores the row (`pg_column_size`, after its own compression);
+/// PostgreSQL bills no write units.
+pub(super) fn sized(row: &Row) -> Result<StoredRecord, Error> {
+    let record = decode(row)?;
+    let size: Option<i32> = column(row, &record.id, "size_bytes")?;
+    Ok(StoredRecord {
+        size_bytes: size.and_then(|s| u64::try_from(s).ok()),
+        write_units: None,
+        record,
+    })
 }

@@ -6,14 +6,14 @@
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
-use super::codec::{column, corrupt, decode, unsigned_column, ResponseParams, COLUMNS};
-use super::store::Fence;
+use super::codec::{column, corrupt, unsigned_column, ResponseParams, COLUMNS};
+use super::store::{sized, Fence};
 use super::{to_i64, PostgresStore};
 use crate::error::{Error, ErrorKind};
 use crate::store::rules::fit;
 use crate::store::{
-    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StoredRecord, StuckPage,
-    StuckRecord, StuckRequest, SweepCursor, SweepStore,
+    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StuckPage, StuckRecord,
+    StuckRequest, SweepCursor, SweepStore,
 };
 
 #[async_trait::async_trait]
@@ -147,15 +147,6 @@ impl SweepStore for PostgresStore {
         }
     }
 
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        let sql = format!(
-            "SELECT {COLUMNS}, pg_column_size(r.*) AS size_bytes FROM {t} r WHERE id = $1",
-            t = self.table
-        );
-        let rows = self.query("get", &sql, &[(&record_id, Type::TEXT)]).await?;
-        rows.first().map(sized).transpose()
-    }
-
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         let limit = limit.clamp(1, 1000);
         let after = cursor.map(|c| c.0);
@@ -258,20 +249,6 @@ fn parse_stuck_cursor(cursor: &SweepCursor) -> Result<(i64, String), Error> {
                 ),
             )
         })
-}
-
-/// What [`SweepStore::get`](crate::store::SweepStore::get) and
-/// [`SweepStore::scan`](crate::store::SweepStore::scan) return: the record and its size as
-/// PostgreSQL stores the row (`pg_column_size`, after its own compression);
-/// PostgreSQL bills no write units.
-fn sized(row: &Row) -> Result<StoredRecord, Error> {
-    let record = decode(row)?;
-    let size: Option<i32> = column(row, &record.id, "size_bytes")?;
-    Ok(StoredRecord {
-        size_bytes: size.and_then(|s| u64::try_from(s).ok()),
-        write_units: None,
-        record,
-    })
 }
 
 #[cfg(test)]

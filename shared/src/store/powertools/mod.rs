@@ -440,6 +440,18 @@ impl<S: Store> Store for PowertoolsCutover<S> {
         )
     }
 
+    /// A key Powertools holds (one this layer answered so) is read from
+    /// Powertools' record alone; any other from the wrapped store.
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        if let Some(held) = self
+            .held_by_powertools(record_id, crate::clock::now_ms())
+            .await?
+        {
+            return Ok(Some(held));
+        }
+        self.inner.get(record_id).await
+    }
+
     fn reads_origin(&self) -> bool {
         true
     }
@@ -455,17 +467,6 @@ impl<S: SweepStore> SweepStore for PowertoolsCutover<S> {
     }
     async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
         self.inner.settle(settlement, resolved).await
-    }
-    /// A key Powertools holds (one this layer answered so) is read from
-    /// Powertools' record alone; any other from the wrapped store.
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        if let Some(held) = self
-            .held_by_powertools(record_id, crate::clock::now_ms())
-            .await?
-        {
-            return Ok(Some(held));
-        }
-        self.inner.get(record_id).await
     }
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         self.inner.scan(cursor, limit).await

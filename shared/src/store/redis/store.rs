@@ -9,11 +9,11 @@ use ::redis::{ScriptInvocation, Value};
 use super::codec::{self, bytes, corrupt, decode, encode_headers, hash_fields, number, text};
 use super::{shard_of, RedisStore, EXPIRY_GRACE_S, SCRIPTS};
 use crate::error::Error;
-use crate::record::StoredResponse;
+use crate::record::{Record, StoredResponse};
 use crate::store::rules::{fit, lease_ended_at};
 use crate::store::{
     no_transactions, Checkpoint, CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest,
-    Completion, Lease, Store,
+    Completion, Lease, Store, StoredRecord,
 };
 
 #[async_trait::async_trait]
@@ -120,6 +120,21 @@ impl Store for RedisStore {
         };
         format!("{what} at {} (key prefix `{}`)", self.server, self.prefix)
     }
+
+    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
+        let mut connection = self.connection.clone();
+        let reply: Value = ::redis::cmd("HGETALL")
+            .arg(self.record_key(record_id))
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| self.unavailable("get", e))?;
+        let fields =
+            hash_fields(reply).ok_or_else(|| corrupt(record_id, "its fields are not strings"))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(unsized_record(decode(record_id, &fields)?)))
+    }
 }
 
 impl RedisStore {
@@ -192,5 +207,16 @@ impl RedisStore {
             )),
             _ => Err(self.unexpected("claim", reply)),
         }
+    }
+}
+
+/// A record as [`Store::get`] and
+/// [`SweepStore::scan`](crate::store::SweepStore::scan) return it here: Redis
+/// bills no size per item.
+pub(super) fn unsized_record(record: Record) -> StoredRecord {
+    StoredRecord {
+        record,
+        size_bytes: None,
+        write_units: None,
     }
 }

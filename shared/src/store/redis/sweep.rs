@@ -7,13 +7,13 @@ use std::sync::atomic::Ordering;
 
 use ::redis::Value;
 
-use super::codec::{bytes, corrupt, decode, hash_fields, number, text};
+use super::codec::{bytes, decode, hash_fields, number, text};
+use super::store::unsized_record;
 use super::{Connection, RedisStore, SCRIPTS, SHARDS};
 use crate::error::{Error, ErrorKind};
-use crate::record::Record;
 use crate::store::{
-    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StoredRecord, StuckPage,
-    StuckRecord, StuckRequest, SweepCursor, SweepStore,
+    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, StuckPage, StuckRecord,
+    StuckRequest, SweepCursor, SweepStore,
 };
 
 /// Index entries one call of `stuck.lua` looks up at most: a script blocks
@@ -98,21 +98,6 @@ impl SweepStore for RedisStore {
             Some(b"fenced") => Ok(Resolution::Fenced),
             _ => Err(self.unexpected("resolving a stuck record", &reply)),
         }
-    }
-
-    async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        let mut connection = self.connection.clone();
-        let reply: Value = ::redis::cmd("HGETALL")
-            .arg(self.record_key(record_id))
-            .query_async(&mut connection)
-            .await
-            .map_err(|e| self.unavailable("get", e))?;
-        let fields =
-            hash_fields(reply).ok_or_else(|| corrupt(record_id, "its fields are not strings"))?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(unsized_record(decode(record_id, &fields)?)))
     }
 
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
@@ -309,16 +294,6 @@ impl RedisStore {
             _ => return Err(self.unexpected("the stuck listing", &reply)),
         };
         Ok((records, Some(resume)))
-    }
-}
-
-/// A record as [`SweepStore::get`](crate::store::SweepStore::get) returns it here: Redis
-/// bills no size per item.
-fn unsized_record(record: Record) -> StoredRecord {
-    StoredRecord {
-        record,
-        size_bytes: None,
-        write_units: None,
     }
 }
 
