@@ -10,7 +10,7 @@ use lambda_idempotency::{
     store::{
         now_ms, Record, Resolution, Status, StoredRecord, StuckRecord, StuckRequest, SweepCursor,
     },
-    sweep::{SweepPolicy, Sweeper},
+    sweeper::{SweepPolicy, Sweeper},
 };
 use serde_json::{json, Value};
 

@@ -17,7 +17,7 @@ use lambda_idempotency::{
     http::REPLAYED_HEADER,
     problem,
     store::{now_ms, Checkpoint, CheckpointRequest, Lease, Status, StuckRecord},
-    sweep::{SweepPolicy, Sweeper},
+    sweeper::{SweepPolicy, Sweeper},
     DynamoStore, IdempotencyLayer, Store,
 };
 use serde_json::Value;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lambda_idempotency::{
     store::now_ms,
-    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    sweeper::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore,
 };
 use lambda_runtime::{service_fn, Error, LambdaEvent};

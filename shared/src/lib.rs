@@ -53,7 +53,7 @@
 //! | [`http`] | the middleware ([`IdempotencyLayer`], [`http::Idempotency`], its [`http::ResponseFuture`]), the key header ([`http::IdempotencyKey`]), the tenant ([`TenantSource`]), which responses are stored |
 //! | [`event`] | async functions and typed events ([`IdempotentFunction`], [`IdempotentEventLayer`]), SQS, Kinesis and DynamoDB Streams batches |
 //! | [`store`] | the [`Store`] trait, the record and its states ([`store::Record`], [`store::StoredResponse`], [`store::Checkpoint`]), stores opened from a URL; one module per engine: [`store::memory`], `store::dynamodb`, `store::redis`, `store::postgres`, and `store::offload` (responses over the item limit in S3) |
-//! | `sweep` | the sweeper of records stuck in progress |
+//! | [`sweeper`] | the sweeper of records stuck in progress |
 //! | `conformance` | the store conformance suite (feature `test-util`) |
 //! | [`config`] | [`IdempotencyConfig`], the options both paths share, and the off switch |
 //! | [`context`] | [`IdempotencyContext`], what the handler sees |
@@ -72,7 +72,7 @@
 //! | `sqs` | SQS batches with partial batch responses (`event::SqsBatch`) |
 //! | `kinesis` | Kinesis Data Streams batches with partial batch responses (`event::KinesisBatch`) |
 //! | `dynamodb-stream-events` | DynamoDB Streams batches with partial batch responses (`event::DynamoDbStreamBatch`) |
-//! | `sweeper` | the sweeper of records stuck in progress (module `sweep`) |
+//! | `sweeper` | the sweeper of records stuck in progress (module `sweeper`) |
 //! | `streams` | stuck records found in a DynamoDB table's stream (`DynamoStore::with_stream`); turns on `dynamodb` |
 //! | `s3-offload` | responses over the store's item limit kept in S3 (`store::offload::S3Offload`), around any store |
 //! | `redis` | the Redis / Valkey store (`RedisStore`), TLS (`rediss://`) through rustls |
@@ -114,7 +114,7 @@ pub mod scope;
 pub mod store;
 #[cfg(feature = "sweeper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sweeper")))]
-pub mod sweep;
+pub mod sweeper;
 
 pub use crate::config::IdempotencyConfig;
 pub use crate::context::IdempotencyContext;

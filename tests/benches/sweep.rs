@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lambda_idempotency::{
     store::{now_ms, ClaimOutcome, ClaimRequest},
-    sweep::{SweepPolicy, Sweeper},
+    sweeper::{SweepPolicy, Sweeper},
     Store,
 };
 

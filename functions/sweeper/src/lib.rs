@@ -1,5 +1,5 @@
 //! `sweeper`: a scheduled Lambda that resolves stuck in-progress idempotency
-//! records (see `lambda_idempotency::sweep::Sweeper`).
+//! records (see `lambda_idempotency::sweeper::Sweeper`).
 //!
 //! Environment: `IDEMPOTENCY_TABLE`, `SWEEP_POLICY` (`release` | `fail`, default
 //! `release`), `SWEEP_GRACE_SECONDS` (default 60), `SWEEP_DISCOVERY` (`stream`,
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use lambda_idempotency::{
     store::{now_ms, SweepStore},
-    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    sweeper::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore,
 };
 use lambda_runtime::LambdaEvent;

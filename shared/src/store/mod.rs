@@ -15,7 +15,7 @@
 //! event idempotency need; [`SweepStore`], the sweeper's and
 //! operators' side (stuck records, their resolution, a listing of every
 //! record, housekeeping), is optional and required only by
-//! [`Sweeper`](crate::sweep::Sweeper), the CLI and [`open_url`].
+//! [`Sweeper`](crate::sweeper::Sweeper), the CLI and [`open_url`].
 //!
 //! # Implementing a store of your own
 //!

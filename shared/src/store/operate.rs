@@ -193,7 +193,7 @@ pub struct ResolveRequest<'a> {
 /// (`scan`), and the engine's housekeeping.
 ///
 /// A [`Store`] alone is enough for HTTP and event idempotency; implement
-/// this too for [`Sweeper`](crate::sweep::Sweeper), the CLI, or stores
+/// this too for [`Sweeper`](crate::sweeper::Sweeper), the CLI, or stores
 /// opened from a URL ([`open_url`](super::open_url)), which require it.
 /// Every engine of this crate implements both. Call these methods with the
 /// trait in scope (`use lambda_idempotency::store::SweepStore`).

@@ -15,7 +15,7 @@ use lambda_idempotency::{
     http::Idempotency,
     metrics::Metrics,
     store::now_ms,
-    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    sweeper::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, IdempotencyContext, IdempotencyLayer, Store,
 };
 use serde::{Deserialize, Serialize};

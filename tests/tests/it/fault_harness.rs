@@ -53,7 +53,7 @@ use lambda_idempotency::lifecycle::{self, Begun, Finished};
 use lambda_idempotency::store::postgres::{PgType, PgWrite};
 use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
 use lambda_idempotency::store::{Status, StoredBody, StoredResponse, SweepStore};
-use lambda_idempotency::sweep::{SweepPolicy, Sweeper};
+use lambda_idempotency::sweeper::{SweepPolicy, Sweeper};
 use lambda_idempotency::{
     IdempotencyConfig, IdempotencyContext, IdempotencyLayer, IdempotentFunction, MemoryStore, Store,
 };

@@ -12,7 +12,7 @@ use lambda_idempotency::{
     store::{
         ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, StoredResponse, SweepStore,
     },
-    sweep::Sweeper,
+    sweeper::Sweeper,
     IdempotencyContext, MemoryStore, Store,
 };
 
@@ -416,7 +416,7 @@ pub async fn force_resolution(
     store: &Arc<dyn SweepStore>,
     record_id: &str,
     attempt: u64,
-    policy: lambda_idempotency::sweep::SweepPolicy,
+    policy: lambda_idempotency::sweeper::SweepPolicy,
 ) -> lambda_idempotency::store::Resolution {
     let owner = store
         .get(record_id)

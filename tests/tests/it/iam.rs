@@ -156,7 +156,7 @@ async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
         integration_tests::iam_record::streams_config("sweeper").await,
         Some(integration_tests::iam_record::dynamodb_endpoint()),
     );
-    let sweeper = lambda_idempotency::sweep::Sweeper::new(store).grace(Duration::ZERO);
+    let sweeper = lambda_idempotency::sweeper::Sweeper::new(store).grace(Duration::ZERO);
     let place = || async {
         let key = [("id", AttributeValue::S("~sweeper/catch-up".into()))];
         integration_tests::consistent_item(&harness, &table, key)

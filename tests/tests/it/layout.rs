@@ -17,7 +17,7 @@ use lambda_idempotency::{
         Checkpoint, CheckpointRequest, ClaimOutcome, Status, StoredBody, StoredResponse,
         StuckRequest, SweepStore,
     },
-    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    sweeper::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentEventLayer,
     IdempotentFunction, Store,
 };

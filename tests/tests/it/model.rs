@@ -13,7 +13,7 @@ use lambda_idempotency::{
         CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Lease, Resolution, Status,
         StoredBody, StoredResponse, StuckRecord, SweepStore,
     },
-    sweep::Sweeper,
+    sweeper::Sweeper,
     MemoryStore, Store,
 };
 use proptest::prelude::*;

@@ -16,7 +16,7 @@ use lambda_idempotency::{
         CheckpointRequest, ClaimOutcome, CompleteRequest, Completion, DeferredWrites, Lease,
         Resolution, Status, StoredBody, StoredResponse, StuckRequest, SweepStore,
     },
-    sweep::{SweepPolicy, Sweeper},
+    sweeper::{SweepPolicy, Sweeper},
     ErrorKind, IdempotencyContext, IdempotencyLayer, PostgresStore, Store,
 };
 use tower::{Layer, ServiceExt};

@@ -10,7 +10,7 @@ use lambda_http::{Body, Request, Response};
 use lambda_idempotency::{
     scope::RecordScope,
     store::{CompleteRequest, Lease, Resolution, Status, StoredBody, StoredResponse, SweepStore},
-    sweep::SweepPolicy,
+    sweeper::SweepPolicy,
     ErrorKind, IdempotencyContext, IdempotencyLayer, IdempotentFunction, Store,
 };
 use tower::{Layer, ServiceExt};

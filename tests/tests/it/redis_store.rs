@@ -14,7 +14,7 @@ use lambda_idempotency::{
         ClaimOutcome, CompleteRequest, Completion, Status, StoredBody, StoredResponse,
         StuckRequest, SweepStore,
     },
-    sweep::Sweeper,
+    sweeper::Sweeper,
     ErrorKind, IdempotencyLayer, RedisStore, Store,
 };
 use redis::Value;

@@ -350,7 +350,7 @@ async fn completed_record_whose_output_no_longer_fits_counts_as_processed(f: Fix
 /// it used to be named as the batch's failure on every redelivery.
 async fn an_abandoned_record_or_a_missing_key_does_not_stall_the_shard(f: Fixture) {
     use lambda_idempotency::metrics::Metrics;
-    use lambda_idempotency::{sweep::SweepPolicy, IdempotencyConfig};
+    use lambda_idempotency::{sweeper::SweepPolicy, IdempotencyConfig};
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let sink = lines.clone();
     let config = IdempotencyConfig::new(f.store.clone())

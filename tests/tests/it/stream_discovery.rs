@@ -16,7 +16,7 @@ use lambda_idempotency::{
     scope::RecordScope,
     store::dynamodb::schema,
     store::{CompleteRequest, Status, StoredResponse, StuckRequest, SweepStore},
-    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    sweeper::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, Store,
 };
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lambda_idempotency::{
     store::{ClaimRequest, Status, StuckRequest, SweepStore},
-    sweep::Sweeper,
+    sweeper::Sweeper,
     Store,
 };
 

@@ -12,7 +12,7 @@ use lambda_idempotency::{
         Checkpoint, CheckpointRequest, ClaimOutcome, CompleteRequest, Lease, Record, Resolution,
         Status, StoredBody, StoredResponse, StuckRequest, SweepStore,
     },
-    sweep::{SweepPolicy, SweepSummary, Sweeper},
+    sweeper::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, IdempotencyLayer,
 };
 use tower::Layer;

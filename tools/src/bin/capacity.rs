@@ -26,7 +26,7 @@ use lambda_http::Request;
 use lambda_idempotency::{
     scope::RecordScope,
     store::{now_ms, ClaimRequest, CompleteRequest},
-    sweep::Sweeper,
+    sweeper::Sweeper,
     DynamoStore, IdempotencyLayer, Store,
 };
 use serde_json::{json, Value};

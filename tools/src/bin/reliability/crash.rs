@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use integration_tests::functions;
 use integration_tests::runtime_api::{Outcome, RuntimeApi};
-use lambda_idempotency::sweep::{SweepPolicy, Sweeper};
+use lambda_idempotency::sweeper::{SweepPolicy, Sweeper};
 use lambda_idempotency::DynamoStore;
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;

@@ -128,7 +128,7 @@ impl SweepSummary {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use lambda_idempotency::{DynamoStore, sweep::{SweepPolicy, Sweeper}};
+/// use lambda_idempotency::{DynamoStore, sweeper::{SweepPolicy, Sweeper}};
 ///
 /// # async fn f(store: DynamoStore) -> Result<(), lambda_idempotency::Error> {
 /// let sweeper = Sweeper::new(store).policy(SweepPolicy::Release).grace(Duration::from_secs(60));
