@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::millis;
+
 use crate::cache::LocalCache;
-use crate::lifecycle::Leases;
 use crate::metrics::{Event, Metrics};
 use crate::store::Store;
 
@@ -232,10 +233,70 @@ impl IdempotencyConfig {
     }
 }
 
+/// How leases are drawn: until the invocation's deadline plus `margin`,
+/// never longer than `max_lease` (the whole lease where there is no deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Leases {
+    pub(crate) max_lease: Duration,
+    pub(crate) margin: Duration,
+}
+
+impl Default for Leases {
+    /// 15 minutes (Lambda's longest timeout) and 2 s.
+    fn default() -> Self {
+        Leases {
+            max_lease: Duration::from_secs(15 * 60),
+            margin: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Leases {
+    /// The end of a lease taken at `now`, and whether `max_lease` cut it
+    /// short of the invocation's deadline (a retry could then take the key
+    /// over while the invocation still runs). A deadline already past is
+    /// not this invocation's (a stale one, registered by an earlier
+    /// invocation of the instance): the lease is then `max_lease`, as with
+    /// no deadline, rather than the margin alone.
+    pub(crate) fn end(&self, now: u64, deadline_ms: Option<u64>) -> (u64, bool) {
+        let cap = now.saturating_add(millis(self.max_lease));
+        match deadline_ms.filter(|d| *d > now) {
+            Some(deadline) => {
+                let wanted = deadline.saturating_add(millis(self.margin));
+                (wanted.min(cap), wanted > cap)
+            }
+            None => (cap, false),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::memory::MemoryStore;
+
+    #[test]
+    fn lease_follows_deadline_plus_margin_within_the_cap() {
+        let leases = Leases {
+            max_lease: Duration::from_secs(60),
+            margin: Duration::from_secs(2),
+        };
+        assert_eq!(leases.end(1_000, Some(11_000)), (13_000, false));
+        assert_eq!(leases.end(1_000, Some(900_000)), (61_000, true));
+        assert_eq!(leases.end(1_000, None), (61_000, false));
+    }
+
+    #[test]
+    fn a_deadline_already_past_is_stale_and_the_lease_is_max_lease() {
+        // A deadline registered by an earlier invocation of a warm
+        // instance: not this one's, so no 2 s lease from it.
+        let leases = Leases {
+            max_lease: Duration::from_secs(60),
+            margin: Duration::from_secs(2),
+        };
+        assert_eq!(leases.end(5_000, Some(1_000)), (65_000, false));
+        assert_eq!(leases.end(5_000, Some(4_999)), (65_000, false));
+    }
 
     #[test]
     fn the_disabled_variable_turns_the_middleware_off_only_when_it_says_so() {

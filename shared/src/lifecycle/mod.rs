@@ -56,7 +56,6 @@ use crate::record::{Record, Status};
 use crate::store::{ClaimOrigin, ClaimOutcome, ClaimRequest};
 
 pub use self::guard::{Finished, Guard};
-pub(crate) use self::lease::Leases;
 
 /// What [`begin`] decided.
 #[derive(Debug)]
