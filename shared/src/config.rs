@@ -12,51 +12,6 @@ use crate::store::Store;
 
 pub use crate::cache::DEFAULT_MAX_BYTES as DEFAULT_LOCAL_CACHE_BYTES;
 
-/// The [`IdempotencyConfig`] options that [`IdempotencyLayer`](crate::IdempotencyLayer)
-/// and [`IdempotentFunction`](crate::IdempotentFunction) also take one by
-/// one, listed once: each becomes a builder method that sets the option on
-/// the config the wrapper holds (through the wrapper's `map_config`), so
-/// the three cannot drift apart.
-macro_rules! config_options {
-    () => {
-        $crate::config::config_option_methods! {
-            /// A namespace mixed into every record id, for services sharing
-            /// one store ([`IdempotencyConfig::namespace`](crate::IdempotencyConfig::namespace)).
-            namespace(namespace: impl Into<String>);
-            /// How long a completed record replays (default 24 hours;
-            /// [`IdempotencyConfig::expires_after`](crate::IdempotencyConfig::expires_after)).
-            expires_after(ttl: std::time::Duration);
-            /// Upper bound of a lease (default 15 minutes, Lambda's longest
-            /// timeout), and the lease where there is no deadline
-            /// ([`IdempotencyConfig::max_lease`](crate::IdempotencyConfig::max_lease)).
-            max_lease(lease: std::time::Duration);
-            /// Time added to the invocation's deadline before a lease may be
-            /// taken over (default 2 s;
-            /// [`IdempotencyConfig::lease_margin`](crate::IdempotencyConfig::lease_margin)).
-            lease_margin(margin: std::time::Duration);
-            /// Emit CloudWatch EMF metrics: claims, replays, conflicts,
-            /// mismatches, fenced writes, releases, store errors, cache hits,
-            /// oversized responses ([`IdempotencyConfig::metrics`](crate::IdempotencyConfig::metrics)).
-            /// Off by default.
-            metrics(metrics: crate::metrics::Metrics);
-        }
-    };
-}
-pub(crate) use config_options;
-
-/// One builder method per option of [`config_options`].
-macro_rules! config_option_methods {
-    ($($(#[$attr:meta])* $name:ident($arg:ident: $ty:ty);)*) => {
-        $(
-            $(#[$attr])*
-            pub fn $name(self, $arg: $ty) -> Self {
-                self.map_config(|config| config.$name($arg))
-            }
-        )*
-    };
-}
-pub(crate) use config_option_methods;
-
 /// Set this environment variable to `true` (or `1`, `yes`) to turn the
 /// middleware off, for local tests of the handler alone. Read by
 /// [`IdempotencyLayer::from_env`](crate::IdempotencyLayer::from_env); a

@@ -17,7 +17,7 @@ use crate::context::IdempotencyContext;
 use crate::hash::hex;
 use crate::json::check_pointer;
 use crate::lifecycle::{Finished, Guard};
-use crate::metrics::Event;
+use crate::metrics::{Event, Metrics};
 use crate::record::{Record, StoredBody, StoredResponse};
 use crate::scope::record_id;
 use crate::store::{ClaimOrigin, Store};
@@ -184,7 +184,37 @@ impl IdempotentFunction {
         self
     }
 
-    crate::config::config_options!();
+    /// A namespace mixed into every record id, for services sharing one
+    /// store ([`IdempotencyConfig::namespace`]).
+    pub fn namespace(self, namespace: impl Into<String>) -> Self {
+        self.map_config(|config| config.namespace(namespace))
+    }
+
+    /// How long a completed record replays (default 24 hours;
+    /// [`IdempotencyConfig::expires_after`]).
+    pub fn expires_after(self, ttl: Duration) -> Self {
+        self.map_config(|config| config.expires_after(ttl))
+    }
+
+    /// Upper bound of a lease (default 15 minutes, Lambda's longest
+    /// timeout), and the lease where there is no deadline
+    /// ([`IdempotencyConfig::max_lease`]).
+    pub fn max_lease(self, lease: Duration) -> Self {
+        self.map_config(|config| config.max_lease(lease))
+    }
+
+    /// Time added to the invocation's deadline before a lease may be taken
+    /// over (default 2 s; [`IdempotencyConfig::lease_margin`]).
+    pub fn lease_margin(self, margin: Duration) -> Self {
+        self.map_config(|config| config.lease_margin(margin))
+    }
+
+    /// Emit CloudWatch EMF metrics: claims, replays, conflicts, mismatches,
+    /// fenced writes, releases, store errors, cache hits, oversized
+    /// outputs ([`IdempotencyConfig::metrics`]). Off by default.
+    pub fn metrics(self, metrics: Metrics) -> Self {
+        self.map_config(|config| config.metrics(metrics))
+    }
 
     /// Set options of the config this function holds.
     fn map_config(mut self, set: impl FnOnce(IdempotencyConfig) -> IdempotencyConfig) -> Self {
