@@ -35,7 +35,7 @@ async fn main() -> Result<(), Error> {
         .route("/orders", post(create))
         .route("/orders/{id}/cancel", post(cancel))
         .route("/orders/{id}", get(show)); // GET is not covered: passes through
-    let app = IdempotencyLayer::from_env(store)
+    let app = IdempotencyLayer::from_env(store)?
         .tenant(TenantSource::jwt_sub())
         .layer(router);
     lambda_http::run(app).await

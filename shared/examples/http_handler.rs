@@ -34,7 +34,7 @@ async fn main() -> Result<(), Error> {
     let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
     let aws = aws_config::load_from_env().await;
     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
-    let idempotency = IdempotencyLayer::from_env(store)
+    let idempotency = IdempotencyLayer::from_env(store)?
         .require_key(true)
         .tenant(TenantSource::jwt_sub());
     lambda_http::run(idempotency.layer(service_fn(create_order))).await

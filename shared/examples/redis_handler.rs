@@ -29,7 +29,7 @@ async fn main() -> Result<(), Error> {
         store = store.cluster();
     }
     let store = store.connect().await?;
-    let idempotency = IdempotencyLayer::from_env(store)
+    let idempotency = IdempotencyLayer::from_env(store)?
         .require_key(true)
         .tenant(TenantSource::jwt_sub());
     lambda_http::run(idempotency.layer(service_fn(create_order))).await

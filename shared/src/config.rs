@@ -7,16 +7,50 @@ use std::time::Duration;
 use crate::clock::millis;
 
 use crate::cache::LocalCache;
+use crate::error::Error;
 use crate::metrics::{Event, Metrics};
 use crate::store::Store;
 
 pub use crate::cache::DEFAULT_MAX_BYTES as DEFAULT_LOCAL_CACHE_BYTES;
 
 /// Set this environment variable to `true` (or `1`, `yes`) to turn the
-/// middleware off, for local tests of the handler alone. Read by
-/// [`IdempotencyLayer::from_env`](crate::IdempotencyLayer::from_env); a
-/// warning is logged when it is on.
+/// middleware off, for local tests of the handler alone. Read by every
+/// `from_env` ([`IdempotencyConfig::from_env`]); a warning is logged when it
+/// is on.
 pub const DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
+
+/// How long a completed record replays, whole seconds from 1 to 365 days
+/// ([`IdempotencyConfig::expires_after`]). Read by every `from_env`.
+pub const EXPIRES_AFTER_ENV: &str = "IDEMPOTENCY_EXPIRES_AFTER_SECONDS";
+
+/// The longest lease, whole seconds from 1 to 86,400
+/// ([`IdempotencyConfig::max_lease`]). Read by every `from_env`.
+pub const MAX_LEASE_ENV: &str = "IDEMPOTENCY_MAX_LEASE_SECONDS";
+
+/// The CloudWatch namespace of the EMF metrics
+/// ([`IdempotencyConfig::metrics`]); unset or empty, no metrics. Read by
+/// every `from_env`.
+pub const METRICS_NAMESPACE_ENV: &str = "IDEMPOTENCY_METRICS_NAMESPACE";
+
+/// A whole number of seconds from 1 to `max` in `variable`, if set and not
+/// empty; an error naming the variable, the value and the range otherwise.
+fn seconds_from(
+    lookup: &impl Fn(&str) -> Option<String>,
+    variable: &str,
+    max: u64,
+    what: &str,
+) -> Result<Option<Duration>, Error> {
+    let Some(text) = lookup(variable).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(seconds) if (1..=max).contains(&seconds) => Ok(Some(Duration::from_secs(seconds))),
+        _ => Err(Error::invalid_config(format!(
+            "{variable}={text:?} is not a whole number of seconds from 1 to {max}: {what}; \
+             set it so, or unset it for the default"
+        ))),
+    }
+}
 
 /// Does [`DISABLED_ENV`] turn the middleware off in this process?
 pub fn disabled_from_env() -> bool {
@@ -82,11 +116,62 @@ impl IdempotencyConfig {
         }
     }
 
-    /// [`new`](Self::new), switched off when the
-    /// [`DISABLED_ENV`] environment variable says so
-    /// (see [`disabled_from_env`]).
-    pub fn from_env(store: impl Store + 'static) -> Self {
-        Self::new(store).disabled(disabled_from_env())
+    /// [`new`](Self::new), with the options a deployment sets in the
+    /// environment, read the same way for the HTTP layer and the event
+    /// path (their `from_env`s call this): [`DISABLED_ENV`],
+    /// [`EXPIRES_AFTER_ENV`], [`MAX_LEASE_ENV`] and
+    /// [`METRICS_NAMESPACE_ENV`]. An unset or empty variable keeps the
+    /// default.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming
+    /// the variable whose value is not what it accepts.
+    pub fn from_env(store: impl Store + 'static) -> Result<Self, Error> {
+        Self::from_lookup(store, |name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env), with the variables read through
+    /// `lookup` instead of the process environment (tests, settings kept
+    /// elsewhere).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_idempotency::{IdempotencyConfig, MemoryStore};
+    ///
+    /// let vars = |name: &str| (name == "IDEMPOTENCY_EXPIRES_AFTER_SECONDS").then(|| "3600".to_owned());
+    /// let config = IdempotencyConfig::from_lookup(MemoryStore::new(), vars).unwrap();
+    /// assert!(!config.is_disabled());
+    ///
+    /// let typo = |name: &str| (name == "IDEMPOTENCY_MAX_LEASE_SECONDS").then(|| "15m".to_owned());
+    /// let err = IdempotencyConfig::from_lookup(MemoryStore::new(), typo).unwrap_err();
+    /// assert!(err.to_string().contains("IDEMPOTENCY_MAX_LEASE_SECONDS=\"15m\""));
+    /// ```
+    pub fn from_lookup(
+        store: impl Store + 'static,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, Error> {
+        let mut config = Self::new(store).disabled(disabled_by(lookup(DISABLED_ENV).as_deref()));
+        if let Some(ttl) = seconds_from(
+            &lookup,
+            EXPIRES_AFTER_ENV,
+            365 * 24 * 3600,
+            "how long a completed record replays",
+        )? {
+            config = config.expires_after(ttl);
+        }
+        if let Some(lease) = seconds_from(
+            &lookup,
+            MAX_LEASE_ENV,
+            24 * 3600,
+            "the longest lease, above the function's timeout",
+        )? {
+            config = config.max_lease(lease);
+        }
+        if let Some(namespace) = lookup(METRICS_NAMESPACE_ENV).filter(|n| !n.trim().is_empty()) {
+            config = config.metrics(Metrics::new(namespace.trim()));
+        }
+        Ok(config)
     }
 
     /// A namespace mixed into every record id, for sharing one table between
@@ -267,6 +352,52 @@ mod tests {
             Some("no"),
         ] {
             assert!(!disabled_by(value), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn from_env_reads_each_variable_and_names_the_one_it_refuses() {
+        let config = |pairs: &'static [(&'static str, &'static str)]| {
+            IdempotencyConfig::from_lookup(MemoryStore::new(), move |name| {
+                pairs
+                    .iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| (*value).to_owned())
+            })
+        };
+        let defaults = config(&[]).unwrap();
+        assert_eq!(defaults.expires_after, Duration::from_secs(24 * 3600));
+        assert_eq!(defaults.leases, Leases::default());
+        assert!(defaults.metrics.is_none() && !defaults.disabled);
+        let set = config(&[
+            (EXPIRES_AFTER_ENV, " 3600 "),
+            (MAX_LEASE_ENV, "60"),
+            (METRICS_NAMESPACE_ENV, "Orders"),
+            (DISABLED_ENV, "true"),
+        ])
+        .unwrap();
+        assert_eq!(set.expires_after, Duration::from_secs(3600));
+        assert_eq!(set.leases.max_lease, Duration::from_secs(60));
+        assert!(set.metrics.is_some() && set.disabled);
+        // Empty is unset.
+        let empty = config(&[(EXPIRES_AFTER_ENV, ""), (METRICS_NAMESPACE_ENV, " ")]).unwrap();
+        assert_eq!(empty.expires_after, Duration::from_secs(24 * 3600));
+        assert!(empty.metrics.is_none());
+        for (variable, value) in [
+            (EXPIRES_AFTER_ENV, "0"),
+            (EXPIRES_AFTER_ENV, "1h"),
+            (EXPIRES_AFTER_ENV, "31536001"),
+            (MAX_LEASE_ENV, "-5"),
+            (MAX_LEASE_ENV, "86401"),
+        ] {
+            let pairs: &'static [(&'static str, &'static str)] =
+                Box::leak(vec![(variable, value)].into_boxed_slice());
+            let err = config(pairs).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidConfig);
+            assert!(
+                err.to_string().contains(&format!("{variable}={value:?}")),
+                "{err}"
+            );
         }
     }
 

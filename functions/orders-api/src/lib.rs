@@ -267,8 +267,10 @@ impl Config {
 /// store (without the cut-over from Powertools, which needs a DynamoDB
 /// client: [`with_cutover`]).
 pub fn idempotency_layer(store: impl Store + 'static, config: &Config) -> IdempotencyLayer {
-    // `from_env`: LAMBDA_IDEMPOTENCY_DISABLED=true switches it off for local tests.
-    let layer = IdempotencyLayer::from_env(store)
+    // LAMBDA_IDEMPOTENCY_DISABLED=true switches it off for local tests; the
+    // other variables are this function's own (`Config`), checked at start.
+    let layer = IdempotencyLayer::new(store)
+        .disabled(lambda_idempotency::config::disabled_from_env())
         .require_key(true)
         .tenant(tenant_source(config))
         .expires_after(config.expires_after)

@@ -94,6 +94,20 @@ impl IdempotentFunction {
         Self::with_config(IdempotencyConfig::new(store), name)
     }
 
+    /// A function named `name` with the options a deployment sets in the
+    /// environment ([`IdempotencyConfig::from_env`], read the same way as
+    /// [`IdempotencyLayer::from_env`](crate::IdempotencyLayer::from_env)).
+    ///
+    /// # Errors
+    ///
+    /// A variable whose value is not what it accepts, named.
+    pub fn from_env(
+        store: impl Store + 'static,
+        name: impl Into<String>,
+    ) -> Result<Self, crate::Error> {
+        Ok(Self::with_config(IdempotencyConfig::from_env(store)?, name))
+    }
+
     /// A function named `name` with the options it shares with the HTTP
     /// middleware (store, namespace, expiry, leases, local cache, metrics,
     /// disable switch) taken from `config`.

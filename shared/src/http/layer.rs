@@ -9,7 +9,6 @@ use tower::Layer;
 
 use super::Idempotency;
 use super::TenantSource;
-use crate::config::disabled_from_env;
 use crate::config::IdempotencyConfig;
 #[cfg(doc)]
 use crate::config::DISABLED_ENV;
@@ -166,12 +165,16 @@ impl IdempotencyLayer {
         }
     }
 
-    /// [`new`](Self::new), switched off when the [`DISABLED_ENV`]
-    /// environment variable says so (see [`disabled_from_env`]): what a
-    /// function wants so that `LAMBDA_IDEMPOTENCY_DISABLED=true` turns it off
-    /// for local tests.
-    pub fn from_env(store: impl Store + 'static) -> Self {
-        Self::new(store).disabled(disabled_from_env())
+    /// A layer with the options a deployment sets in the environment
+    /// ([`IdempotencyConfig::from_env`], read the same way as
+    /// [`IdempotentFunction::from_env`](crate::IdempotentFunction::from_env)):
+    /// `LAMBDA_IDEMPOTENCY_DISABLED=true` turns it off for local tests.
+    ///
+    /// # Errors
+    ///
+    /// A variable whose value is not what it accepts, named.
+    pub fn from_env(store: impl Store + 'static) -> Result<Self, crate::Error> {
+        Ok(Self::with_config(IdempotencyConfig::from_env(store)?))
     }
 
     /// The options shared with the event path.
