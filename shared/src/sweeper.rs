@@ -106,7 +106,7 @@ impl SweepSummary {
 /// ([`SweepStore::stuck`], [`SweepStore::resolve_stuck`]), so the sweeper runs on a
 /// [`MemoryStore`](crate::store::memory::MemoryStore) in unit tests as on DynamoDB. There
 /// stuck records are found in the table's stream
-/// ([`DynamoStore::with_stream`](crate::DynamoStore), feature `streams`), so
+/// ([`DynamoStore::with_stream`](crate::DynamoStore), feature `dynamodb-stream-sweep`), so
 /// claims, recovery points and completions write nothing for the sweeper;
 /// after each sweep the store saves where the next listing starts
 /// ([`SweepStore::settle`]). Tables without a stream can opt into a sparse,

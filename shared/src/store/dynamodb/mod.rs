@@ -88,10 +88,10 @@ pub mod schema {
 mod codec;
 mod layout;
 mod store;
-#[cfg(feature = "streams")]
+#[cfg(feature = "dynamodb-stream-sweep")]
 mod stream;
 mod sweep;
-#[cfg(feature = "streams")]
+#[cfg(feature = "dynamodb-stream-sweep")]
 pub use stream::{
     check_lease_within_stream, streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV,
     STREAM_RETENTION,
@@ -125,11 +125,11 @@ pub struct DynamoStore {
     /// Claims write the sparse index's keys, and listings read the index.
     sweep_index: bool,
     /// Listings read the table's stream.
-    #[cfg(feature = "streams")]
+    #[cfg(feature = "dynamodb-stream-sweep")]
     stream: Option<aws_sdk_dynamodbstreams::Client>,
     /// Where the stream is read, for messages, when known
     /// ([`with_stream_at`](Self::with_stream_at)).
-    #[cfg(feature = "streams")]
+    #[cfg(feature = "dynamodb-stream-sweep")]
     stream_endpoint: Option<Arc<str>>,
 }
 
@@ -142,18 +142,18 @@ impl DynamoStore {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             layout: Arc::new(TableLayout::default()),
             sweep_index: false,
-            #[cfg(feature = "streams")]
+            #[cfg(feature = "dynamodb-stream-sweep")]
             stream: None,
-            #[cfg(feature = "streams")]
+            #[cfg(feature = "dynamodb-stream-sweep")]
             stream_endpoint: None,
         }
     }
 
     /// Find stuck records through the table's stream (view type `NEW_IMAGE`),
-    /// read with `streams`: the listing the sweeper and the CLI use, at no
+    /// read with `dynamodb-stream-sweep`: the listing the sweeper and the CLI use, at no
     /// cost on the hot path (claims, recovery points and completions write
     /// nothing for it). See docs/DESIGN.md section 9.
-    #[cfg(feature = "streams")]
+    #[cfg(feature = "dynamodb-stream-sweep")]
     pub fn with_stream(mut self, streams: aws_sdk_dynamodbstreams::Client) -> Self {
         self.stream = Some(streams);
         self.stream_endpoint = None;
@@ -168,7 +168,7 @@ impl DynamoStore {
     /// (DynamoDB Local serves both) and an empty variable never reaches the
     /// SDK, which panics on one. Errors reading the stream name the
     /// endpoint.
-    #[cfg(feature = "streams")]
+    #[cfg(feature = "dynamodb-stream-sweep")]
     pub fn with_stream_at(
         mut self,
         mut config: aws_sdk_dynamodbstreams::config::Builder,
