@@ -198,41 +198,40 @@ impl IdempotentFunction {
         self
     }
 
-    /// A namespace mixed into every record id, for services sharing one
-    /// store ([`IdempotencyConfig::namespace`]).
-    pub fn namespace(self, namespace: impl Into<String>) -> Self {
-        self.map_config(|config| config.namespace(namespace))
+    /// Mix `namespace` into this function's record ids, so that two
+    /// services writing one table never meet on a key; the same as
+    /// setting it on the shared config.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.config = self.config.namespace(namespace);
+        self
     }
 
-    /// How long a completed record replays (default 24 hours;
-    /// [`IdempotencyConfig::expires_after`]).
-    pub fn expires_after(self, ttl: Duration) -> Self {
-        self.map_config(|config| config.expires_after(ttl))
+    /// Keep each completed output this long for duplicates to replay: a
+    /// day unless set (the shared config's option of the same name).
+    pub fn expires_after(mut self, ttl: Duration) -> Self {
+        self.config = self.config.expires_after(ttl);
+        self
     }
 
-    /// Upper bound of a lease (default 15 minutes, Lambda's longest
-    /// timeout), and the lease where there is no deadline
-    /// ([`IdempotencyConfig::max_lease`]).
-    pub fn max_lease(self, lease: Duration) -> Self {
-        self.map_config(|config| config.max_lease(lease))
+    /// Never hold a key longer than `lease` in one call, and hold it that
+    /// long when no Lambda context is registered (default 15 minutes).
+    pub fn max_lease(mut self, lease: Duration) -> Self {
+        self.config = self.config.max_lease(lease);
+        self
     }
 
-    /// Time added to the invocation's deadline before a lease may be taken
-    /// over (default 2 s; [`IdempotencyConfig::lease_margin`]).
-    pub fn lease_margin(self, margin: Duration) -> Self {
-        self.map_config(|config| config.lease_margin(margin))
+    /// How long past the registered deadline a key stays held before a
+    /// retry may take it over (default 2 s).
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.config = self.config.lease_margin(margin);
+        self
     }
 
-    /// Emit CloudWatch EMF metrics: claims, replays, conflicts, mismatches,
-    /// fenced writes, releases, store errors, cache hits, oversized
-    /// outputs ([`IdempotencyConfig::metrics`]). Off by default.
-    pub fn metrics(self, metrics: Metrics) -> Self {
-        self.map_config(|config| config.metrics(metrics))
-    }
-
-    /// Set options of the config this function holds.
-    fn map_config(mut self, set: impl FnOnce(IdempotencyConfig) -> IdempotencyConfig) -> Self {
-        self.config = set(self.config);
+    /// Count what each call decided (claimed, replayed, in progress,
+    /// mismatched, fenced, released, failed, cached, too large) as EMF
+    /// metrics; off unless set.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.config = self.config.metrics(metrics);
         self
     }
 
