@@ -150,7 +150,7 @@ impl DynamoStore {
     }
 
     /// Find stuck records through the table's stream (view type `NEW_IMAGE`),
-    /// read with `dynamodb-stream-sweep`: the listing the sweeper and the CLI use, at no
+    /// read through `streams`: the listing the sweeper and the CLI use, at no
     /// cost on the hot path (claims, recovery points and completions write
     /// nothing for it). See docs/DESIGN.md section 9.
     #[cfg(feature = "dynamodb-stream-sweep")]
