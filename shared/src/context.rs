@@ -293,11 +293,11 @@ impl IdempotencyContext {
     /// ctx.defer_write("an order row".to_owned())?;
     /// let err = ctx.commit_with_writes("order_created", serde_json::json!({})).await.unwrap_err();
     /// assert_eq!(err.kind(), ErrorKind::InvalidConfig);
-    /// assert!(store.get("r1").unwrap().checkpoint.is_none());
+    /// assert!(MemoryStore::get(&store, "r1").unwrap().checkpoint.is_none());
     ///
     /// // The refused writes are gone: the same phase without them is a plain recovery point.
     /// ctx.commit_with_writes("order_created", serde_json::json!({})).await?;
-    /// assert!(store.get("r1").unwrap().checkpoint.is_some());
+    /// assert!(MemoryStore::get(&store, "r1").unwrap().checkpoint.is_some());
     /// # Ok::<(), lambda_idempotency::Error>(()) });
     /// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
     /// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f) }

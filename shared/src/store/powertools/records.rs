@@ -60,7 +60,7 @@ impl PowertoolsHash {
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// use lambda_idempotency::store::dynamodb::PowertoolsRecords;
+/// use lambda_idempotency::store::powertools::PowertoolsRecords;
 ///
 /// # async fn f(client: aws_sdk_dynamodb::Client) {
 /// // Powertools kept records for an hour (`expires_after_seconds=3600`):
