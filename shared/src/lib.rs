@@ -22,7 +22,7 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), Error> {
 //!     let aws = aws_config::load_from_env().await;
-//!     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), "idempotency");
+//!     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), "idempotency").open()?;
 //!     let layer = IdempotencyLayer::new(store).require_key(true).tenant(TenantSource::jwt_sub());
 //!     lambda_http::run(layer.layer(service_fn(create_order))).await
 //! }

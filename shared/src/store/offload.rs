@@ -88,7 +88,7 @@ const MAX_OBJECT_BYTES: u64 = MAX_BODY_BYTES as u64 + 1024 * 1024;
 ///
 /// # async fn example() {
 /// let aws = aws_config::load_from_env().await;
-/// let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), "idempotency");
+/// let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), "idempotency").open()?;
 /// let store = S3Offload::new(store, aws_sdk_s3::Client::new(&aws), "my-offload-bucket")
 ///     .key_prefix("orders-api/");
 /// let layer = IdempotencyLayer::new(store);
