@@ -73,7 +73,7 @@
 //! | `kinesis` | Kinesis Data Streams batches with partial batch responses (`event::KinesisBatch`) |
 //! | `dynamodb-stream-events` | DynamoDB Streams batches with partial batch responses (`event::DynamoDbStreamBatch`) |
 //! | `sweeper` | the sweeper of records stuck in progress (module `sweeper`) |
-//! | `streams` | stuck records found in a DynamoDB table's stream (`DynamoStore::with_stream`); turns on `dynamodb` |
+//! | `streams` | stuck records found in a DynamoDB table's stream (`DynamoStoreBuilder::with_stream`); turns on `dynamodb` |
 //! | `s3-offload` | responses over the store's item limit kept in S3 (`store::offload::S3Offload`), around any store |
 //! | `redis` | the Redis / Valkey store (`RedisStore`), TLS (`rediss://`) through rustls |
 //! | `postgres` | the PostgreSQL store (`PostgresStore`, `store::postgres::POSTGRES_SCHEMA`) |

@@ -129,8 +129,8 @@ async fn a_retried_post_runs_the_handler_once_and_replays_its_response() {
             api::create_item(request)
         })
     };
-    let service =
-        api::idempotency(DynamoStore::builder(client, table.clone()).open().unwrap(), &config(&table)).layer(counted);
+    let store = DynamoStore::builder(client, table.clone()).open().unwrap();
+    let service = api::idempotency(store, &config(&table)).layer(counted);
     let call = |request| service.clone().oneshot(request);
 
     let first = call(post(Some("order-1"), r#"{"name": "tea", "quantity": 2}"#))

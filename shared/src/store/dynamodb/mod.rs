@@ -32,7 +32,7 @@ use crate::store::{Lease, DEFAULT_MAX_RESPONSE_BYTES};
 
 /// Attribute and index names of the template's idempotency table: the
 /// names of [`TableLayout::default`], which a store uses unless given another
-/// layout ([`DynamoStore::with_layout`]).
+/// layout ([`DynamoStoreBuilder::with_layout`](crate::store::dynamodb::DynamoStoreBuilder::with_layout)).
 pub mod schema {
     /// Partition key (S): hash of the scope.
     pub const ID: &str = "id";
