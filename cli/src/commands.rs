@@ -269,14 +269,14 @@ async fn empty_index_note(c: &Connected) -> Result<Option<String>, Failure> {
     Ok(Some(match unindexed {
         Some(found) => format!(
             "note: the `sweep` index of {} is empty, yet record `{}` is in progress: the \
-             table's writers did not opt into the index (DynamoStore::with_sweep_index), so \
+             table's writers did not opt into the index (DynamoStoreBuilder::with_sweep_index), so \
              neither this listing nor the sweeper finds their records; enable the table's \
              stream (the default discovery), opt every writer in, or list with --scan",
             c.place, found.record.id
         ),
         None => format!(
             "note: the `sweep` index of {} is empty: nothing is in progress, or the table's \
-             writers did not opt into the index (DynamoStore::with_sweep_index) and it stays \
+             writers did not opt into the index (DynamoStoreBuilder::with_sweep_index) and it stays \
              empty; --scan reads the table itself",
             c.place
         ),

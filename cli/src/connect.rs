@@ -146,7 +146,7 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
                 .any(|i| i.index_name() == Some(schema::SWEEP_INDEX))
         })
         .unwrap_or(false);
-    let store = DynamoStore::new(client, table);
+    let store = DynamoStore::builder(client, table);
     let (store, discovery) = match (has_stream, has_index) {
         (true, _) => {
             // Where the functions read it: its own variable, else where
@@ -175,6 +175,7 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
             )))
         }
     };
+    let store = store.open().map_err(|e| Failure::Store(e.to_string()))?;
     Ok(Connected {
         store: Arc::new(store),
         engine: "dynamodb",

@@ -555,7 +555,7 @@ async fn an_index_no_writer_fills_is_named_not_listed_as_empty() {
         .unwrap();
     // The writer keeps no index keys: DynamoStore without with_sweep_index.
     let env = Env {
-        store: DynamoStore::new(client, table.clone()),
+        store: DynamoStore::builder(client, table.clone()).open().unwrap(),
         endpoint: integration_tests::endpoint(),
     };
     env.claim("order-unindexed", "writer", 60_000).await;
@@ -592,7 +592,7 @@ async fn a_stream_without_new_images_is_refused_in_one_line() {
         .await
         .unwrap();
     let env = Env {
-        store: DynamoStore::new(client, table),
+        store: DynamoStore::builder(client, table).open().unwrap(),
         endpoint: integration_tests::endpoint(),
     };
     env.claim("stuck-behind-keys-only", "crashed", 1).await;

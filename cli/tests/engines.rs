@@ -89,8 +89,9 @@ impl UrlEnv {
     /// finds it after the functions' first start.
     async fn postgres() -> UrlEnv {
         let url = integration_tests::postgres_fresh_database().await;
-        let store =
-            lambda_idempotency::PostgresStore::from_url(&url).unwrap_or_else(|e| panic!("{e}"));
+        let store = lambda_idempotency::PostgresStore::builder(&url)
+            .open()
+            .unwrap_or_else(|e| panic!("{e}"));
         store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
         UrlEnv {
             url,
@@ -362,7 +363,9 @@ async fn url_errors_are_one_line_with_documented_exit_codes() {
         .output()
         .unwrap();
     assert_store_error(&no_schema, &[]);
-    let admin = lambda_idempotency::PostgresStore::from_url(&fresh).unwrap();
+    let admin = lambda_idempotency::PostgresStore::builder(&fresh)
+        .open()
+        .unwrap();
     let err = admin.check_schema().await.unwrap_err();
     assert_eq!(
         err.kind(),

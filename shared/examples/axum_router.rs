@@ -30,7 +30,7 @@ async fn show(Path(id): Path<String>) -> String {
 async fn main() -> Result<(), Error> {
     let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
     let aws = aws_config::load_from_env().await;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
+    let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table).open()?;
     let router = Router::new()
         .route("/orders", post(create))
         .route("/orders/{id}/cancel", post(cancel))

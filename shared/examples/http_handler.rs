@@ -33,7 +33,7 @@ async fn create_order(req: Request) -> Result<Response<Body>, Error> {
 async fn main() -> Result<(), Error> {
     let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
     let aws = aws_config::load_from_env().await;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
+    let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table).open()?;
     let idempotency = IdempotencyLayer::from_env(store)?
         .require_key(true)
         .tenant(TenantSource::jwt_sub());

@@ -32,7 +32,7 @@ async fn create_order(req: Request) -> Result<Response<Body>, Error> {
 async fn main() -> Result<(), Error> {
     let url = std::env::var("IDEMPOTENCY_STORE_URL")
         .map_err(|_| "IDEMPOTENCY_STORE_URL is not set: give it a postgres:// URL")?;
-    let store = PostgresStore::from_url(&url)?;
+    let store = PostgresStore::builder(&url).open()?;
     // The schema is never created silently.
     if std::env::var("IDEMPOTENCY_CREATE_SCHEMA").as_deref() == Ok("1") {
         store.migrate().await?;

@@ -27,7 +27,7 @@ async fn handle(batch: &SqsBatch, event: LambdaEvent<SqsEvent>) -> Result<SqsBat
 async fn main() -> Result<(), Error> {
     let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
     let aws = aws_config::load_from_env().await;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
+    let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table).open()?;
     let function = IdempotentFunction::new(store, "send-confirmation").validate(["/order_id"]);
     let batch = SqsBatch::new(function).key_body_pointer("/event_id");
     lambda_runtime::run(service_fn(|event| handle(&batch, event))).await

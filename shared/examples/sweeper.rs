@@ -32,10 +32,12 @@ async fn main() -> Result<(), Error> {
     // AWS_ENDPOINT_URL_DYNAMODB points when its own variable is unset.
     let streams =
         lambda_idempotency::store::dynamodb::streams_endpoint(|name| std::env::var(name).ok());
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table).with_stream_at(
-        aws_sdk_dynamodbstreams::config::Builder::from(&aws),
-        streams,
-    );
+    let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table)
+        .with_stream_at(
+            aws_sdk_dynamodbstreams::config::Builder::from(&aws),
+            streams,
+        )
+        .open()?;
     let sweeper = Sweeper::new(store)
         .policy(SweepPolicy::Release) // the next retry runs again
         .grace(Duration::from_secs(60));

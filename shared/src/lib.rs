@@ -22,7 +22,7 @@
 //! #[tokio::main]
 //! async fn main() -> Result<(), Error> {
 //!     let aws = aws_config::load_from_env().await;
-//!     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), "idempotency");
+//!     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), "idempotency").open()?;
 //!     let layer = IdempotencyLayer::new(store).require_key(true).tenant(TenantSource::jwt_sub());
 //!     lambda_http::run(layer.layer(service_fn(create_order))).await
 //! }
@@ -73,7 +73,7 @@
 //! | `kinesis` | Kinesis Data Streams batches with partial batch responses (`event::KinesisBatch`) |
 //! | `dynamodb-stream-events` | DynamoDB Streams batches with partial batch responses (`event::DynamoDbStreamBatch`) |
 //! | `sweeper` | the sweeper of records stuck in progress (module `sweeper`) |
-//! | `dynamodb-stream-sweep` | stuck records found in a DynamoDB table's stream (`DynamoStore::with_stream`); turns on `dynamodb` |
+//! | `dynamodb-stream-sweep` | stuck records found in a DynamoDB table's stream (`DynamoStoreBuilder::with_stream`); turns on `dynamodb` |
 //! | `s3-offload` | responses over the store's item limit kept in S3 (`store::offload::S3Offload`), around any store |
 //! | `redis` | the Redis / Valkey store (`RedisStore`), TLS (`rediss://`) through rustls |
 //! | `postgres` | the PostgreSQL store (`PostgresStore`, `store::postgres::POSTGRES_SCHEMA`) |

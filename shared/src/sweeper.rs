@@ -106,11 +106,11 @@ impl SweepSummary {
 /// ([`SweepStore::stuck`], [`SweepStore::resolve_stuck`]), so the sweeper runs on a
 /// [`MemoryStore`](crate::store::memory::MemoryStore) in unit tests as on DynamoDB. There
 /// stuck records are found in the table's stream
-/// ([`DynamoStore::with_stream`](crate::DynamoStore), feature `dynamodb-stream-sweep`), so
+/// ([`DynamoStoreBuilder::with_stream`](crate::store::dynamodb::DynamoStoreBuilder), feature `dynamodb-stream-sweep`), so
 /// claims, recovery points and completions write nothing for the sweeper;
 /// after each sweep the store saves where the next listing starts
 /// ([`SweepStore::settle`]). Tables without a stream can opt into a sparse,
-/// sharded `sweep` index instead (`DynamoStore::with_sweep_index`, one more
+/// sharded `sweep` index instead (`DynamoStoreBuilder::with_sweep_index`, one more
 /// write unit per claim and per completion). A table scan only to catch up
 /// once after the stream trimmed what the sweeper had not read (an outage
 /// past its 24 hours) or on the first sweep, bounded per sweep. Each stuck

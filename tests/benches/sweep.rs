@@ -69,9 +69,10 @@ async fn main() {
     tokio::time::sleep(Duration::from_millis(20)).await;
 
     let sweeper = Sweeper::new(
-        (*store)
-            .clone()
-            .with_stream(integration_tests::streams_client().await),
+        integration_tests::dynamo_builder_like(&store)
+            .with_stream(integration_tests::streams_client().await)
+            .open()
+            .unwrap(),
     )
     .policy(SweepPolicy::Release)
     .grace(Duration::ZERO)

@@ -631,7 +631,17 @@ pub async fn dynamo_store() -> (DynamoStore, RequestCounter) {
         counter.clone(),
     )])
     .await;
-    (DynamoStore::new(client, table), counter)
+    (DynamoStore::builder(client, table).open().unwrap(), counter)
+}
+
+/// Options of a store on `store`'s table, through its client (request
+/// counter included), with its layout: for a test that sets up discovery
+/// or limits on a store the harness made. Stream and sweep index are not
+/// carried over (stores of the harness have neither).
+pub fn dynamo_builder_like(
+    store: &DynamoStore,
+) -> lambda_idempotency::store::dynamodb::DynamoStoreBuilder {
+    DynamoStore::builder(store.client().clone(), store.table()).with_layout(store.layout().clone())
 }
 
 /// The Redis server of the harness; panics with instructions when it is not
@@ -724,10 +734,11 @@ pub fn postgres_pooler_url() -> String {
 /// [`postgres_store`] through `url` (the server, or the pooler).
 pub async fn postgres_store_at(url: &str) -> lambda_idempotency::PostgresStore {
     let schema = unique_name("t").replace('-', "_");
-    let store = lambda_idempotency::PostgresStore::from_url(url)
-        .unwrap_or_else(|e| panic!("{e}"))
+    let store = lambda_idempotency::PostgresStore::builder(url)
         .with_schema(&schema)
-        .max_connections(4);
+        .max_connections(4)
+        .open()
+        .unwrap_or_else(|e| panic!("{e}"));
     store.migrate().await.unwrap_or_else(|e| panic!("{e}"));
     store
 }
@@ -736,7 +747,9 @@ pub async fn postgres_store_at(url: &str) -> lambda_idempotency::PostgresStore {
 pub async fn postgres_fresh_database() -> String {
     let url = postgres_url();
     let name = unique_name("fresh").replace('-', "_");
-    let admin = lambda_idempotency::PostgresStore::from_url(&url).unwrap_or_else(|e| panic!("{e}"));
+    let admin = lambda_idempotency::PostgresStore::builder(&url)
+        .open()
+        .unwrap_or_else(|e| panic!("{e}"));
     admin
         .pool()
         .get()

@@ -86,7 +86,9 @@ impl Consumer {
         idempotency_table: &str,
         orders_table: &str,
     ) -> Self {
-        let store = DynamoStore::new(client.clone(), idempotency_table);
+        let store = DynamoStore::builder(client.clone(), idempotency_table)
+            .open()
+            .expect("the default table layout is valid");
         Self::with_store(client, store, orders_table)
     }
 
@@ -165,9 +167,11 @@ impl Consumer {
         };
         let store: std::sync::Arc<dyn Store> = match store {
             Some(store) => store,
-            None => {
-                std::sync::Arc::new(DynamoStore::new(client.clone(), var("IDEMPOTENCY_TABLE")?))
-            }
+            None => std::sync::Arc::new(
+                DynamoStore::builder(client.clone(), var("IDEMPOTENCY_TABLE")?)
+                    .open()
+                    .map_err(|e| e.to_string())?,
+            ),
         };
         let orders_table = var("ORDERS_TABLE")?;
         let consumer = match lookup("IDEMPOTENCY_OFFLOAD_BUCKET").filter(|b| !b.is_empty()) {

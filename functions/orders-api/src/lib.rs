@@ -311,7 +311,9 @@ fn tenant_source(config: &Config) -> TenantSource {
 /// records in the idempotency table alone (`config.offload` needs an S3
 /// client: [`app_with_s3`]).
 pub fn app(client: Client, config: &Config) -> Idempotency<Orders> {
-    let store = DynamoStore::new(client.clone(), config.idempotency_table.clone());
+    let store = DynamoStore::builder(client.clone(), config.idempotency_table.clone())
+        .open()
+        .expect("the default table layout is valid");
     let store = with_cutover(Arc::new(store), &client, config);
     idempotency_layer(store, config).layer(Orders::new(client, config))
 }
@@ -319,7 +321,9 @@ pub fn app(client: Client, config: &Config) -> Idempotency<Orders> {
 /// The whole function as deployed: [`app`], with responses too large for the
 /// table kept in `config.offload`'s bucket through `s3` when it is set.
 pub fn app_with_s3(client: Client, s3: aws_sdk_s3::Client, config: &Config) -> Idempotency<Orders> {
-    let store = DynamoStore::new(client.clone(), config.idempotency_table.clone());
+    let store = DynamoStore::builder(client.clone(), config.idempotency_table.clone())
+        .open()
+        .expect("the default table layout is valid");
     app_with_store(client, Arc::new(store), s3, config)
 }
 

@@ -125,18 +125,22 @@ impl Config {
     /// The sweeper these settings describe, reading the table's stream with
     /// a client built from `dynamodb-stream-sweep` at [`streams_endpoint`](Self::streams_endpoint)
     /// (or the index, with `SWEEP_DISCOVERY=index`).
+    ///
+    /// # Errors
+    ///
+    /// The store's configuration error, as one line.
     pub fn sweeper(
         &self,
         client: aws_sdk_dynamodb::Client,
         streams: aws_sdk_dynamodbstreams::config::Builder,
-    ) -> Sweeper {
-        let store = DynamoStore::new(client, self.table.clone());
+    ) -> Result<Sweeper, String> {
+        let store = DynamoStore::builder(client, self.table.clone());
         let store = if self.index {
             store.with_sweep_index()
         } else {
             store.with_stream_at(streams, self.streams_endpoint.clone())
         };
-        self.sweeper_on(store)
+        Ok(self.sweeper_on(store.open().map_err(|e| e.to_string())?))
     }
 
     /// The sweeper of the function's cold start: [`sweeper`](Self::sweeper),
@@ -153,12 +157,14 @@ impl Config {
         if !self.index {
             // A stream without new images would list nothing, sweep after
             // sweep, and report success: refuse it now.
-            DynamoStore::new(client.clone(), self.table.clone())
+            DynamoStore::builder(client.clone(), self.table.clone())
+                .open()
+                .map_err(|e| e.to_string())?
                 .check_stream()
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        Ok(self.sweeper(client, streams))
+        self.sweeper(client, streams)
     }
 
     /// The sweeper these settings describe on `store` (the engine

@@ -45,7 +45,7 @@ pub fn stored_by_default(status: StatusCode) -> bool {
 /// #[tokio::main]
 /// async fn main() -> Result<(), Error> {
 ///     let config = aws_config::load_from_env().await;
-///     let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), "idempotency");
+///     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&config), "idempotency").open()?;
 ///     lambda_http::run(idempotent(store, create_order)).await
 /// }
 /// ```

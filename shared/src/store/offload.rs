@@ -86,13 +86,13 @@ const MAX_OBJECT_BYTES: u64 = MAX_BODY_BYTES as u64 + 1024 * 1024;
 /// ```no_run
 /// use lambda_idempotency::{DynamoStore, IdempotencyLayer, store::offload::S3Offload};
 ///
-/// # async fn example() {
+/// # async fn example() -> Result<(), lambda_idempotency::Error> {
 /// let aws = aws_config::load_from_env().await;
-/// let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), "idempotency");
+/// let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), "idempotency").open()?;
 /// let store = S3Offload::new(store, aws_sdk_s3::Client::new(&aws), "my-offload-bucket")
 ///     .key_prefix("orders-api/");
 /// let layer = IdempotencyLayer::new(store);
-/// # let _ = layer; }
+/// # let _ = layer; Ok(()) }
 /// ```
 ///
 /// Small responses never touch S3:
@@ -141,7 +141,7 @@ impl<S: Store> S3Offload<S> {
 
     /// Offload responses that would take more than `bytes` in the store
     /// (body compressed where that helps, plus headers): set the limit the
-    /// inner store was given (`DynamoStore::max_response_bytes`,
+    /// inner store was given (`DynamoStoreBuilder::max_response_bytes`,
     /// `MemoryStore::with_max_response_bytes`), default
     /// [`DEFAULT_MAX_RESPONSE_BYTES`].
     pub fn max_response_bytes(mut self, bytes: usize) -> Self {

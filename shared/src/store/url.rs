@@ -192,7 +192,9 @@ pub async fn open_url(url: &str, options: &OpenOptions) -> Result<UrlStore, Erro
                     Some(password) => with_password(url, password)?,
                     None => url.to_owned(),
                 };
-                let store = super::postgres::PostgresStore::from_url(&url).map_err(named)?;
+                let store = super::postgres::PostgresStore::builder(&url)
+                    .open()
+                    .map_err(named)?;
                 if options.create_schema {
                     store.migrate().await.map_err(named)?;
                 } else {

@@ -76,7 +76,9 @@ pub fn idempotency(store: impl Store + 'static, config: &Config) -> IdempotencyL
 /// The whole function: [`create_item`] behind the middleware, its records
 /// in the DynamoDB table `config.table`.
 pub fn app(client: aws_sdk_dynamodb::Client, config: &Config) -> Idempotency<Handler> {
-    let store = DynamoStore::new(client, config.table.clone());
+    let store = DynamoStore::builder(client, config.table.clone())
+        .open()
+        .expect("the default table layout is valid");
     let handler: fn(Request) -> HandlerFuture = create_item;
     idempotency(store, config).layer(service_fn(handler))
 }
@@ -223,8 +225,10 @@ impl SweeperConfig {
         client: aws_sdk_dynamodb::Client,
         streams: aws_sdk_dynamodbstreams::config::Builder,
     ) -> Result<Sweeper, String> {
-        let store = DynamoStore::new(client, self.table.clone())
-            .with_stream_at(streams, self.streams_endpoint.clone());
+        let store = DynamoStore::builder(client, self.table.clone())
+            .with_stream_at(streams, self.streams_endpoint.clone())
+            .open()
+            .map_err(|e| e.to_string())?;
         store.check_stream().await.map_err(|e| e.to_string())?;
         Ok(Sweeper::new(store).policy(self.policy).grace(self.grace))
     }

@@ -129,8 +129,8 @@ async fn a_retried_post_runs_the_handler_once_and_replays_its_response() {
             api::create_item(request)
         })
     };
-    let service =
-        api::idempotency(DynamoStore::new(client, table.clone()), &config(&table)).layer(counted);
+    let store = DynamoStore::builder(client, table.clone()).open().unwrap();
+    let service = api::idempotency(store, &config(&table)).layer(counted);
     let call = |request| service.clone().oneshot(request);
 
     let first = call(post(Some("order-1"), r#"{"name": "tea", "quantity": 2}"#))
@@ -261,7 +261,7 @@ async fn the_sample_events_get_the_answers_they_describe() {
 async fn the_sweeper_releases_a_key_whose_invocation_died() {
     let client = client().await;
     let table = create_table(&client).await;
-    let store = DynamoStore::new(client.clone(), table.clone());
+    let store = DynamoStore::builder(client.clone(), table.clone()).open().unwrap();
     // What an invocation that crashed holding its key leaves: a claim whose
     // lease ran out, never completed.
     let now = now_ms();

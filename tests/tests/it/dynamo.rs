@@ -26,7 +26,7 @@ async fn unreachable_store_is_503_and_the_handler_never_runs() {
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 2).await;
-    let store = DynamoStore::new(client, "idempotency");
+    let store = DynamoStore::builder(client, "idempotency").open().unwrap();
 
     let runs = Runs::default();
     let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -52,7 +52,9 @@ async fn unreachable_store_is_503_and_the_handler_never_runs() {
 #[tokio::test]
 async fn missing_table_is_503_with_a_clear_store_error() {
     let client = integration_tests::client().await;
-    let store = DynamoStore::new(client, "no-such-table");
+    let store = DynamoStore::builder(client, "no-such-table")
+        .open()
+        .unwrap();
     let err = store
         .claim(&claim_request("r", "o", 1000))
         .await
@@ -72,7 +74,7 @@ async fn sdk_retry_after_a_lost_claim_response_is_recognised_as_our_claim() {
     .await;
     let table = create_table(&integration_tests::client().await).await;
     let before = counter.get();
-    let store = DynamoStore::new(client, table);
+    let store = DynamoStore::builder(client, table).open().unwrap();
 
     let runs = Runs::default();
     let mut svc =
@@ -100,7 +102,10 @@ async fn records_hold_hashed_ids_ttl_seconds_and_index_keys_only_when_opted_in()
     for opted_in in [false, true] {
         let (store, _) = integration_tests::dynamo_store().await;
         let store = if opted_in {
-            store.with_sweep_index()
+            integration_tests::dynamo_builder_like(&store)
+                .with_sweep_index()
+                .open()
+                .unwrap()
         } else {
             store
         };
@@ -318,7 +323,7 @@ async fn metered_store() -> (
         .unwrap();
     let table = create_table(&integration_tests::client().await).await;
     let client = integration_tests::client_for(proxy.endpoint(), 3).await;
-    (DynamoStore::new(client, table), proxy)
+    (DynamoStore::builder(client, table).open().unwrap(), proxy)
 }
 
 /// A recovery point is one table write unit: the checkpoint is not one of

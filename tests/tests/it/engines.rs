@@ -108,7 +108,9 @@ async fn orders_api_keeps_its_records_in_postgres_and_creates_the_schema_when_as
         ("IDEMPOTENCY_CREATE_SCHEMA", "1"),
     ])
     .await;
-    let store = lambda_idempotency::PostgresStore::from_url(&url).unwrap();
+    let store = lambda_idempotency::PostgresStore::builder(&url)
+        .open()
+        .unwrap();
     assert!(holds_the_response(&store, &first).await);
 }
 

@@ -547,7 +547,11 @@ async fn oversized_output_is_a_distinct_error_on_the_memory_store() {
 #[tokio::test]
 async fn oversized_output_is_a_distinct_error_on_dynamodb_local() {
     let (store, _) = integration_tests::dynamo_store().await;
-    oversized_output_case(store.max_response_bytes(200)).await;
+    let store = integration_tests::dynamo_builder_like(&store)
+        .max_response_bytes(200)
+        .open()
+        .unwrap();
+    oversized_output_case(store).await;
 }
 
 /// An event's record lives as long as its message can be delivered again:
@@ -575,7 +579,9 @@ async fn the_example_consumer_keeps_records_for_the_configured_redelivery_window
         .handle(sample("async-invoke-order-event.json"), &context)
         .await
         .unwrap();
-    let store = lambda_idempotency::DynamoStore::new(client.clone(), &idempotency);
+    let store = lambda_idempotency::DynamoStore::builder(client.clone(), &idempotency)
+        .open()
+        .unwrap();
     let page = lambda_idempotency::store::SweepStore::scan(&store, None, 10)
         .await
         .unwrap();

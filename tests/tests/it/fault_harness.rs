@@ -1204,7 +1204,12 @@ async fn every_store_call_failed_on_dynamodb_local() {
     let table = integration_tests::orders_table(store.client()).await;
     let engine = Engine {
         name: "dynamodb-local",
-        shared: Some(Arc::new(store.with_sweep_index())),
+        shared: Some(Arc::new(
+            integration_tests::dynamo_builder_like(&store)
+                .with_sweep_index()
+                .open()
+                .unwrap(),
+        )),
         orders: Some(Orders::Dynamo { table }),
         powertools: None,
         bucket: None,

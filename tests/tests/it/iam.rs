@@ -20,10 +20,12 @@ use crate::fixture::{claim_lease, now_ms};
 /// `feature`'s.
 async fn recorded_store(feature: &str) -> DynamoStore {
     let table = integration_tests::create_table(&integration_tests::client().await).await;
-    DynamoStore::new(
+    DynamoStore::builder(
         integration_tests::iam_record::dynamodb_client(feature).await,
         table,
     )
+    .open()
+    .unwrap()
 }
 
 async fn ok(function: &IdempotentFunction, id: &str) -> Result<Value, EventError<String>> {
@@ -148,14 +150,16 @@ async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
             }
         })
         .await;
-    let store = DynamoStore::new(
+    let store = DynamoStore::builder(
         integration_tests::iam_record::dynamodb_client("sweeper").await,
         table.clone(),
     )
     .with_stream_at(
         integration_tests::iam_record::streams_config("sweeper").await,
         Some(integration_tests::iam_record::dynamodb_endpoint()),
-    );
+    )
+    .open()
+    .unwrap();
     let sweeper = lambda_idempotency::sweeper::Sweeper::new(store).grace(Duration::ZERO);
     let place = || async {
         let key = [("id", AttributeValue::S("~sweeper/catch-up".into()))];
@@ -187,7 +191,10 @@ async fn a_cut_over_from_powertools_reads_its_record() {
         std::time::SystemTime::now() + Duration::from_secs(3600),
     );
     let function = IdempotentFunction::new(
-        PowertoolsCutover::new(DynamoStore::new(harness, table), records),
+        PowertoolsCutover::new(
+            DynamoStore::builder(harness, table).open().unwrap(),
+            records,
+        ),
         "consumer",
     )
     .key_pointers(["/id"]);

@@ -261,7 +261,10 @@ async fn adopted(shape: Shape) -> (DynamoStore, Vec<Item>) {
             .await
             .unwrap();
     }
-    let store = DynamoStore::new(client, table).with_layout(shape.layout());
+    let store = DynamoStore::builder(client, table)
+        .with_layout(shape.layout())
+        .open()
+        .unwrap();
     (store, foreign)
 }
 
@@ -588,8 +591,14 @@ async fn claim(store: &DynamoStore, id: &str, lease_ms: u64) -> lambda_idempoten
 async fn sweeps(shape: Shape, discovery: Discovery) {
     let (store, foreign) = adopted(shape).await;
     let store = match discovery {
-        Discovery::Stream => store.with_stream(integration_tests::streams_client().await),
-        Discovery::Index => store.with_sweep_index(),
+        Discovery::Stream => integration_tests::dynamo_builder_like(&store)
+            .with_stream(integration_tests::streams_client().await)
+            .open()
+            .unwrap(),
+        Discovery::Index => integration_tests::dynamo_builder_like(&store)
+            .with_sweep_index()
+            .open()
+            .unwrap(),
     };
     let names = shape.names();
     let stuck: BTreeSet<String> = (0..6).map(|i| hashed(&format!("stuck-{i}"))).collect();

@@ -747,7 +747,10 @@ async fn a_refused_transactional_completion_deletes_its_object_on_the_memory_sto
 async fn a_stream_listing_under_the_offload_keeps_the_sweeps_deadline() {
     let bucket = Bucket::new().await;
     let (dynamo, _) = integration_tests::dynamo_store().await;
-    let dynamo = dynamo.with_stream(integration_tests::streams_client().await);
+    let dynamo = integration_tests::dynamo_builder_like(&dynamo)
+        .with_stream(integration_tests::streams_client().await)
+        .open()
+        .unwrap();
     let store = bucket.offload(Arc::new(dynamo));
     let id = "stuck-under-the-offload";
     claimed(store.claim(&claim_request(id, "a", 1)).await.unwrap());

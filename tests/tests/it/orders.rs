@@ -52,10 +52,12 @@ impl App {
 
     /// The idempotency table's store, as `orders_api::app` builds it.
     fn store(&self) -> lambda_idempotency::DynamoStore {
-        lambda_idempotency::DynamoStore::new(
+        lambda_idempotency::DynamoStore::builder(
             self.client.clone(),
             self.config.idempotency_table.clone(),
         )
+        .open()
+        .unwrap()
     }
 
     async fn call(&self, req: Request) -> Response<Body> {

@@ -273,7 +273,9 @@ async fn a_transactional_completion_by_a_stale_attempt_is_fenced_and_writes_noth
 /// replay), and nothing of it is written. Directly and through PgBouncer.
 #[tokio::test]
 async fn a_completion_waiting_on_a_row_deleted_meanwhile_says_the_record_is_gone() {
-    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    let direct = PostgresStore::builder(integration_tests::postgres_url())
+        .open()
+        .unwrap();
     for url in [
         integration_tests::postgres_url(),
         integration_tests::postgres_pooler_url(),
@@ -355,7 +357,12 @@ async fn eight_cold_starts_migrating_an_empty_database_at_once_all_succeed() {
     let url = integration_tests::postgres_fresh_database().await;
     for schema in ["public", "idempotency"] {
         let stores: Vec<PostgresStore> = (0..8)
-            .map(|_| PostgresStore::from_url(&url).unwrap().with_schema(schema))
+            .map(|_| {
+                PostgresStore::builder(&url)
+                    .with_schema(schema)
+                    .open()
+                    .unwrap()
+            })
             .collect();
         assert_eq!(
             stores[0].check_schema().await.unwrap_err().kind(),
@@ -395,9 +402,10 @@ async fn eight_cold_starts_migrating_an_empty_database_at_once_all_succeed() {
 
 #[tokio::test]
 async fn a_missing_schema_fails_with_what_to_do() {
-    let store = PostgresStore::from_url(&integration_tests::postgres_url())
-        .unwrap()
-        .with_schema("never_migrated");
+    let store = PostgresStore::builder(integration_tests::postgres_url())
+        .with_schema("never_migrated")
+        .open()
+        .unwrap();
     let err = store.check_schema().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     let message = err.to_string();
@@ -421,9 +429,10 @@ async fn an_unreachable_server_is_503_and_the_handler_never_runs() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
-    let store = PostgresStore::from_url(&format!(
+    let store = PostgresStore::builder(format!(
         "postgres://app:hunter2@127.0.0.1:{port}/orders?sslmode=disable"
     ))
+    .open()
     .unwrap();
     let err = store
         .claim(&claim_request("r", "a", 60_000))
@@ -923,7 +932,7 @@ async fn encrypted(
     sslmode: &str,
     with_ca: bool,
 ) -> Result<bool, lambda_idempotency::Error> {
-    let store = PostgresStore::from_url(&tls_url(host, sslmode, with_ca))?;
+    let store = PostgresStore::builder(tls_url(host, sslmode, with_ca)).open()?;
     // Through the store first: its errors are the ones under test.
     let err = store.check_schema().await.unwrap_err();
     if err.kind() != ErrorKind::InvalidConfig {
@@ -981,7 +990,9 @@ async fn through_a_transaction_pooler_concurrent_transactional_completions_each_
     // outside one) to any of its four server connections, as RDS Proxy does.
     let pooled =
         integration_tests::postgres_store_at(&integration_tests::postgres_pooler_url()).await;
-    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    let direct = PostgresStore::builder(integration_tests::postgres_url())
+        .open()
+        .unwrap();
     let table = orders(&pooled);
     let admin = direct.pool().get().await.unwrap();
     admin
@@ -1183,7 +1194,9 @@ async fn a_connection_that_died_between_invocations_is_replaced_without_failing_
 
     // A transaction whose connection is found dead at BEGIN starts again on
     // a new one.
-    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    let direct = PostgresStore::builder(integration_tests::postgres_url())
+        .open()
+        .unwrap();
     create_orders(&direct, &store).await;
     let lease = claim_lease(&store, "r", "a", 60_000).await;
     proxy.cut();
@@ -1203,7 +1216,9 @@ async fn a_connection_that_died_between_invocations_is_replaced_without_failing_
 async fn a_phase_whose_commit_answer_is_lost_is_resumed_never_run_twice() {
     let proxy = Arc::new(StaleProxy::start().await);
     let store = integration_tests::postgres_store_at(&proxy.url()).await;
-    let direct = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+    let direct = PostgresStore::builder(integration_tests::postgres_url())
+        .open()
+        .unwrap();
     create_orders(&direct, &store).await;
     let table = orders(&store);
     let rows = || row_count(&direct, &table);

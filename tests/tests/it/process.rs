@@ -145,7 +145,9 @@ pub(crate) async fn sweeper_of_one_stuck_record(
 ) -> (RuntimeApi, Vec<(String, String)>) {
     let client = integration_tests::client().await;
     let table = integration_tests::create_table(&client).await;
-    let store = lambda_idempotency::DynamoStore::new(client, table.clone());
+    let store = lambda_idempotency::DynamoStore::builder(client, table.clone())
+        .open()
+        .unwrap();
     let stuck = crate::fixture::claim_request(&digit.to_string().repeat(64), "crashed", 1);
     lambda_idempotency::Store::claim(&store, &stuck)
         .await

@@ -238,7 +238,9 @@ async fn dynamodb_a_phase_whose_answers_are_lost_is_resumed_and_applied_once() {
     integration_tests::create_table_from_template(&client, "OrdersTable", &stock)
         .await
         .unwrap();
-    let store = lambda_idempotency::DynamoStore::new(client.clone(), table);
+    let store = lambda_idempotency::DynamoStore::builder(client.clone(), table)
+        .open()
+        .unwrap();
     let runs = Runs::default();
     let handler = one_phase_handler(runs.clone(), {
         let (stock, lose) = (stock.clone(), lose.clone());
@@ -398,7 +400,9 @@ impl Transactional {
 
     pub(crate) async fn postgres(url: &str) -> Transactional {
         let store = integration_tests::postgres_store_at(url).await;
-        let admin = PostgresStore::from_url(&integration_tests::postgres_url()).unwrap();
+        let admin = PostgresStore::builder(integration_tests::postgres_url())
+            .open()
+            .unwrap();
         let table = store.table().replace("idempotency_records", "orders");
         admin
             .pool()

@@ -23,7 +23,7 @@ async fn lossy_store() -> (DynamoStore, LoseResponses) {
     let lose = LoseResponses::new(0);
     let client = client_with(vec![SharedInterceptor::new(lose.clone())]).await;
     let table = create_table(&integration_tests::client().await).await;
-    (DynamoStore::new(client, table), lose)
+    (DynamoStore::builder(client, table).open().unwrap(), lose)
 }
 
 // Item 2: a recovery point belongs to one life of the record.
@@ -299,7 +299,7 @@ async fn an_event_whose_completion_outcome_is_unknown_fails_and_keeps_the_key() 
     let client = aws_sdk_dynamodb::Client::from_conf(conf);
     let table = create_table(&integration_tests::client().await).await;
     let orders = integration_tests::orders_table(&client).await;
-    let store = DynamoStore::new(client, table);
+    let store = DynamoStore::builder(client, table).open().unwrap();
     let function = IdempotentFunction::new(store, "consumer").key_pointers(["/id"]);
     let runs = crate::fixture::Runs::default();
     let call = || {

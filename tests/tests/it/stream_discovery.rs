@@ -29,7 +29,11 @@ async fn through_proxy() -> (DynamoStore, StreamsProxy) {
         .await
         .expect("the streams proxy starts");
     let (store, _) = integration_tests::dynamo_store().await;
-    (store.with_stream(proxy.client().await), proxy)
+    let store = integration_tests::dynamo_builder_like(&store)
+        .with_stream(proxy.client().await)
+        .open()
+        .unwrap();
+    (store, proxy)
 }
 
 /// A first sweep of the fresh table: it saves its places (and catches up
@@ -143,7 +147,10 @@ async fn a_stream_without_new_images_is_refused_not_read_as_empty() {
         let table = table_with_view(view_type).await;
         let client = integration_tests::client().await;
         let streams = integration_tests::streams_client().await;
-        let store = DynamoStore::new(client.clone(), table.clone()).with_stream(streams.clone());
+        let store = DynamoStore::builder(client.clone(), table.clone())
+            .with_stream(streams.clone())
+            .open()
+            .unwrap();
         let id = hashed_id("stuck-behind-keys-only");
         claim_lease(&store, &id, "owner", 1).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -239,11 +246,13 @@ async fn an_outage_longer_than_the_retention(positions_expired_too: bool) {
     // The sweeps' table calls recorded as the sweeper function's (the
     // catch-up scan and its saved place; scripts/check-iam.py); the
     // harness claims and looks through `store`.
-    let sweeper = DynamoStore::new(
+    let sweeper = DynamoStore::builder(
         integration_tests::iam_record::dynamodb_client("sweeper").await,
         store.table(),
     )
-    .with_stream(proxy.client().await);
+    .with_stream(proxy.client().await)
+    .open()
+    .unwrap();
     // The sweeper ran once: its place is saved.
     let early = stuck_records(&store, "before-the-outage", 2).await;
     let first = sweep(&sweeper).await;

@@ -38,9 +38,15 @@ impl Discovery {
     /// it agree, as every writer of a table must).
     async fn on(self, store: DynamoStore) -> DynamoStore {
         match self {
-            Discovery::Stream => store.with_stream(integration_tests::streams_client().await),
+            Discovery::Stream => integration_tests::dynamo_builder_like(&store)
+                .with_stream(integration_tests::streams_client().await)
+                .open()
+                .unwrap(),
             Discovery::Index | Discovery::Redis | Discovery::RedisCluster => {
-                store.with_sweep_index()
+                integration_tests::dynamo_builder_like(&store)
+                    .with_sweep_index()
+                    .open()
+                    .unwrap()
             }
         }
     }
@@ -519,10 +525,11 @@ async fn sweep_stops_before_the_deadline_and_the_next_sweep_finishes(mode: Disco
 async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) {
     let store = store(mode).await;
     let missing = mode
-        .on(DynamoStore::new(
-            store.dynamo().client().clone(),
-            "no-such-table",
-        ))
+        .on(
+            DynamoStore::builder(store.dynamo().client().clone(), "no-such-table")
+                .open()
+                .unwrap(),
+        )
         .await;
     let summary = Sweeper::new(missing.clone()).sweep(None).await;
     let failed_reads = match mode {
@@ -544,10 +551,12 @@ async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) 
         streams_endpoint: Some(integration_tests::endpoint()),
     };
     let err = sweeper::handle(
-        &config.sweeper(
-            store.dynamo().client().clone(),
-            integration_tests::streams_config().await,
-        ),
+        &config
+            .sweeper(
+                store.dynamo().client().clone(),
+                integration_tests::streams_config().await,
+            )
+            .unwrap(),
         lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
     )
     .await
@@ -586,10 +595,12 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         streams_endpoint: Some(integration_tests::iam_record::dynamodb_endpoint()),
     };
     let summary: SweepSummary = sweeper::handle(
-        &config.sweeper(
-            integration_tests::iam_record::dynamodb_client(principal).await,
-            integration_tests::iam_record::streams_config(principal).await,
-        ),
+        &config
+            .sweeper(
+                integration_tests::iam_record::dynamodb_client(principal).await,
+                integration_tests::iam_record::streams_config(principal).await,
+            )
+            .unwrap(),
         lambda_runtime::LambdaEvent::new(payload, context),
     )
     .await
@@ -631,10 +642,12 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         ..config
     };
     let failing: SweepSummary = sweeper::handle(
-        &config.sweeper(
-            integration_tests::iam_record::dynamodb_client(principal).await,
-            integration_tests::iam_record::streams_config(principal).await,
-        ),
+        &config
+            .sweeper(
+                integration_tests::iam_record::dynamodb_client(principal).await,
+                integration_tests::iam_record::streams_config(principal).await,
+            )
+            .unwrap(),
         lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
     )
     .await
@@ -694,7 +707,9 @@ async fn a_hanging_store_does_not_keep_the_sweep_past_its_deadline(mode: Discove
     let (port, held) = silent_server().await;
     // The SDK's default of 3 attempts per call.
     let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 3).await;
-    let store = mode.on(DynamoStore::new(client, "idempotency")).await;
+    let store = mode
+        .on(DynamoStore::builder(client, "idempotency").open().unwrap())
+        .await;
     assert_sweep_keeps_its_deadline(store).await;
     held.abort();
 }
@@ -811,7 +826,9 @@ async fn an_unreachable_stream_is_named_in_the_sweepers_error() {
     let mut context = lambda_runtime::Context::default();
     context.deadline = now_ms() + 60_000;
     let err = sweeper::handle(
-        &config.sweeper(client, integration_tests::streams_config().await),
+        &config
+            .sweeper(client, integration_tests::streams_config().await)
+            .unwrap(),
         lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
     )
     .await

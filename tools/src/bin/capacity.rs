@@ -90,11 +90,15 @@ impl Lab {
             .await
             .map_err(|e| e.to_string())?;
         let table = integration_tests::create_table(&integration_tests::client().await).await;
-        let metered = DynamoStore::new(
+        let metered = DynamoStore::builder(
             integration_tests::client_for(proxy.endpoint(), 3).await,
             table.clone(),
-        );
-        let direct = DynamoStore::new(integration_tests::client().await, table);
+        )
+        .open()
+        .map_err(|e| e.to_string())?;
+        let direct = DynamoStore::builder(integration_tests::client().await, table)
+            .open()
+            .map_err(|e| e.to_string())?;
         Ok(Lab {
             proxy,
             metered,
@@ -222,10 +226,10 @@ async fn orders_api(proxy: &CapacityProxy, bin: &str) -> Result<Value> {
 /// among 100 completed ones.
 async fn sweeper(lab: &Lab) -> Result<Value> {
     // Reading the stream costs no table capacity; the proxy meters the table.
-    let store = lab
-        .metered
-        .clone()
-        .with_stream(integration_tests::streams_client().await);
+    let store = integration_tests::dynamo_builder_like(&lab.metered)
+        .with_stream(integration_tests::streams_client().await)
+        .open()
+        .map_err(|e| e.to_string())?;
     let sweeper = Sweeper::new(store).grace(Duration::ZERO);
     let sweep = || sweeper.sweep(None);
     // The first sweep of a table catches up what came before its stream

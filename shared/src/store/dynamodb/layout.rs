@@ -56,7 +56,7 @@ impl KeyValue {
 /// and the sweep index. [`TableLayout::default`] is the layout of the
 /// template's table (names in [`schema`](crate::store::dynamodb::schema)), so a store without
 /// a layout reads and writes exactly what it always did. Give a store
-/// another one with [`DynamoStore::with_layout`](crate::DynamoStore::with_layout)
+/// another one with [`DynamoStoreBuilder::with_layout`](crate::store::dynamodb::DynamoStoreBuilder::with_layout)
 /// to adopt an existing table, a single-table design included; every writer
 /// of the table and the sweeper must use the same layout.
 ///
@@ -256,7 +256,7 @@ impl TableLayout {
     }
 
     /// The sparse sweep index (opted into with
-    /// [`DynamoStore::with_sweep_index`](crate::DynamoStore::with_sweep_index)):
+    /// [`DynamoStoreBuilder::with_sweep_index`](crate::store::dynamodb::DynamoStoreBuilder::with_sweep_index)):
     /// its name and its partition (S) and sort (N) key attributes; default
     /// `sweep` on `sweep_shard`, `sweep_at`.
     pub fn sweep_index(
@@ -359,7 +359,7 @@ impl TableLayout {
         let invalid = |what: String| {
             Err(Error::new(
                 ErrorKind::InvalidConfig,
-                format!("invalid table layout: {what}; fix the TableLayout given to DynamoStore::with_layout"),
+                format!("invalid table layout: {what}; fix the TableLayout given to DynamoStoreBuilder::with_layout"),
             ))
         };
         let names = self.names();

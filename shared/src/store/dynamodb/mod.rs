@@ -32,7 +32,7 @@ use crate::store::{Lease, DEFAULT_MAX_RESPONSE_BYTES};
 
 /// Attribute and index names of the template's idempotency table: the
 /// names of [`TableLayout::default`], which a store uses unless given another
-/// layout ([`DynamoStore::with_layout`]).
+/// layout ([`DynamoStoreBuilder::with_layout`](crate::store::dynamodb::DynamoStoreBuilder::with_layout)).
 pub mod schema {
     /// Partition key (S): hash of the scope.
     pub const ID: &str = "id";
@@ -110,9 +110,11 @@ const SWEEPER_ITEM_PREFIX: &str = "~sweeper/";
 /// ```no_run
 /// use lambda_idempotency::DynamoStore;
 ///
-/// # async fn f() {
+/// # async fn f() -> Result<(), lambda_idempotency::Error> {
 /// let config = aws_config::load_from_env().await;
-/// let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&config), "idempotency");
+/// let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&config), "idempotency").open()?;
+/// # let _ = store;
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Debug, Clone)]
@@ -128,27 +130,12 @@ pub struct DynamoStore {
     #[cfg(feature = "dynamodb-stream-sweep")]
     stream: Option<aws_sdk_dynamodbstreams::Client>,
     /// Where the stream is read, for messages, when known
-    /// ([`with_stream_at`](Self::with_stream_at)).
+    /// ([`with_stream_at`](DynamoStoreBuilder::with_stream_at)).
     #[cfg(feature = "dynamodb-stream-sweep")]
     stream_endpoint: Option<Arc<str>>,
 }
 
-impl DynamoStore {
-    /// A store on `table` through `client`.
-    pub fn new(client: Client, table: impl Into<String>) -> Self {
-        DynamoStore {
-            client,
-            table: Arc::from(table.into()),
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            layout: Arc::new(TableLayout::default()),
-            sweep_index: false,
-            #[cfg(feature = "dynamodb-stream-sweep")]
-            stream: None,
-            #[cfg(feature = "dynamodb-stream-sweep")]
-            stream_endpoint: None,
-        }
-    }
-
+impl DynamoStoreBuilder {
     /// Find stuck records through the table's stream (view type `NEW_IMAGE`),
     /// read through `streams`: the listing the sweeper and the CLI use, at no
     /// cost on the hot path (claims, recovery points and completions write
@@ -187,7 +174,7 @@ impl DynamoStore {
             (None, None) => "the region's endpoint, with no region set (AWS_REGION)".to_owned(),
         };
         self.stream = Some(aws_sdk_dynamodbstreams::Client::from_conf(config));
-        self.stream_endpoint = Some(Arc::from(place));
+        self.stream_endpoint = Some(place);
         self
     }
 
@@ -206,22 +193,12 @@ impl DynamoStore {
     /// single-table design included. Every writer of the table and the
     /// sweeper must use the same layout.
     ///
-    /// # Panics
-    ///
-    /// When `layout` is invalid (see [`TableLayout::validate`], which returns
-    /// the same error): an empty or a repeated attribute name, or no key that
-    /// holds the record id. A configuration error, found at start-up.
+    /// An invalid layout (see [`TableLayout::validate`]: an empty or a
+    /// repeated attribute name, or no key that holds the record id) is
+    /// refused by [`open`](Self::open).
     pub fn with_layout(mut self, layout: TableLayout) -> Self {
-        if let Err(err) = layout.validate() {
-            panic!("{err}");
-        }
-        self.layout = Arc::new(layout);
+        self.layout = layout;
         self
-    }
-
-    /// The layout of the table's items.
-    pub fn layout(&self) -> &TableLayout {
-        &self.layout
     }
 
     /// Keep responses up to `bytes` (body after compression plus headers;
@@ -230,6 +207,65 @@ impl DynamoStore {
     pub fn max_response_bytes(mut self, bytes: usize) -> Self {
         self.max_response_bytes = bytes;
         self
+    }
+
+    /// The store. Sends nothing: an unreachable table shows up as
+    /// [`ErrorKind::StoreUnavailable`] on the first operation.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`] when the layout is invalid (see
+    /// [`TableLayout::validate`]).
+    pub fn open(self) -> Result<DynamoStore, Error> {
+        self.layout.validate()?;
+        Ok(DynamoStore {
+            client: self.client,
+            table: Arc::from(self.table),
+            max_response_bytes: self.max_response_bytes,
+            layout: Arc::new(self.layout),
+            sweep_index: self.sweep_index,
+            #[cfg(feature = "dynamodb-stream-sweep")]
+            stream: self.stream,
+            #[cfg(feature = "dynamodb-stream-sweep")]
+            stream_endpoint: self.stream_endpoint.map(Arc::from),
+        })
+    }
+}
+
+/// Options of a [`DynamoStore`]: see [`DynamoStore::builder`].
+#[derive(Debug, Clone)]
+pub struct DynamoStoreBuilder {
+    client: Client,
+    table: String,
+    max_response_bytes: usize,
+    layout: TableLayout,
+    sweep_index: bool,
+    #[cfg(feature = "dynamodb-stream-sweep")]
+    stream: Option<aws_sdk_dynamodbstreams::Client>,
+    #[cfg(feature = "dynamodb-stream-sweep")]
+    stream_endpoint: Option<String>,
+}
+
+impl DynamoStore {
+    /// Options for a store on `table` through `client`; nothing is sent
+    /// until the store's first operation.
+    pub fn builder(client: Client, table: impl Into<String>) -> DynamoStoreBuilder {
+        DynamoStoreBuilder {
+            client,
+            table: table.into(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            layout: TableLayout::default(),
+            sweep_index: false,
+            #[cfg(feature = "dynamodb-stream-sweep")]
+            stream: None,
+            #[cfg(feature = "dynamodb-stream-sweep")]
+            stream_endpoint: None,
+        }
+    }
+
+    /// The layout of the table's items.
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
     }
 
     /// The table name.
@@ -398,7 +434,6 @@ mod tests {
     use super::*;
 
     #[test]
-    #[should_panic(expected = "the status and the owner attributes are both named `state`")]
     fn an_invalid_layout_is_refused_when_the_store_is_built() {
         let config = aws_sdk_dynamodb::Config::builder()
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
@@ -407,6 +442,15 @@ mod tests {
         let layout = TableLayout::default()
             .status_attr("state")
             .owner_attr("state");
-        let _ = DynamoStore::new(Client::from_conf(config), "t").with_layout(layout);
+        let err = DynamoStore::builder(Client::from_conf(config), "t")
+            .with_layout(layout)
+            .open()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert!(
+            err.to_string()
+                .contains("the status and the owner attributes are both named `state`"),
+            "{err}"
+        );
     }
 }

@@ -581,7 +581,9 @@ mod tests {
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
             .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
             .build();
-        let store = DynamoStore::new(Client::from_conf(config), "t");
+        let store = DynamoStore::builder(Client::from_conf(config), "t")
+            .open()
+            .unwrap();
         let lease = Lease::for_tests();
         let response = StoredResponse::new(200, vec![], StoredBody::Text("abc".repeat(2_000)));
         crate::record::COMPRESSIONS.with(|n| n.set(0));

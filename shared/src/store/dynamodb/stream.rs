@@ -87,7 +87,7 @@ pub const DYNAMODB_ENDPOINT_ENV: &str = "AWS_ENDPOINT_URL_DYNAMODB";
 /// `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`. A variable set to an empty
 /// string counts as unset: `sam local` sets every variable the template
 /// declares, empty when not given, and the SDK panics on an empty endpoint.
-/// For [`DynamoStore::with_stream_at`]; the sweeper and the CLI both use it.
+/// For [`DynamoStoreBuilder::with_stream_at`](super::DynamoStoreBuilder::with_stream_at); the sweeper and the CLI both use it.
 pub fn streams_endpoint(lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
     let set = |name: &str| {
         lookup(name)

@@ -37,8 +37,8 @@ impl SweepStore for DynamoStore {
                 ErrorKind::InvalidConfig,
                 format!(
                     "{} has no way to find stuck records: give it the table's stream \
-                     (DynamoStore::with_stream, feature `dynamodb-stream-sweep`) or opt into the sweep index \
-                     (DynamoStore::with_sweep_index, on every writer too)",
+                     (DynamoStoreBuilder::with_stream, feature `dynamodb-stream-sweep`) or opt into the sweep index \
+                     (DynamoStoreBuilder::with_sweep_index, on every writer too)",
                     self.describe()
                 ),
             ));

@@ -65,7 +65,7 @@ pub const POSTGRES_SCHEMA: &str = include_str!("schema.sql");
 pub const POSTGRES_TABLE: &str = "idempotency_records";
 
 /// Connections a store's pool opens at most, unless
-/// [`PostgresStore::max_connections`] says otherwise: a Lambda instance
+/// [`PostgresStoreBuilder::max_connections`] says otherwise: a Lambda instance
 /// serves one request at a time, so a few cover a sweeper's and a test's
 /// concurrency without crowding the server.
 const DEFAULT_MAX_CONNECTIONS: usize = 8;
@@ -81,7 +81,9 @@ const POOL_WAIT: Duration = Duration::from_secs(10);
 /// use lambda_idempotency::{IdempotencyLayer, PostgresStore};
 ///
 /// # async fn f() -> Result<(), lambda_idempotency::Error> {
-/// let store = PostgresStore::from_url("postgres://app@db.internal:5432/orders?sslmode=require")?;
+/// let store = PostgresStore::builder("postgres://app@db.internal:5432/orders?sslmode=require")
+///     .connect()
+///     .await?;
 /// store.check_schema().await?; // or store.migrate() once, at deploy time
 /// let layer = IdempotencyLayer::new(store);
 /// # let _ = layer; Ok(()) }
@@ -118,19 +120,59 @@ fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-impl PostgresStore {
-    /// A store on the table in schema `public` of the database `url` names
-    /// (`postgres://` or `postgresql://`; user, password, host, port,
-    /// database and `sslmode` honoured as libpq does, `sslrootcert` for the
-    /// CA bundle of `verify-ca` / `verify-full`). Connections are opened
-    /// lazily, on first use.
+/// Options of a [`PostgresStore`]: see [`PostgresStore::builder`].
+#[derive(Clone)]
+pub struct PostgresStoreBuilder {
+    url: String,
+    schema: String,
+    max_connections: usize,
+    max_response_bytes: usize,
+}
+
+impl std::fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: not printed.
+        f.debug_struct("PostgresStoreBuilder")
+            .field("schema", &self.schema)
+            .field("max_connections", &self.max_connections)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// Keep the table in the PostgreSQL schema `schema` instead of `public`
+    /// (created by [`PostgresStore::migrate`] when missing).
+    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Open at most `connections` connections (default 8).
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections.max(1);
+        self
+    }
+
+    /// Keep responses up to `bytes` (body after compression plus headers;
+    /// default [`DEFAULT_MAX_RESPONSE_BYTES`], the same limit as DynamoDB's,
+    /// so a function behaves the same on either). Larger ones complete with
+    /// a problem marker instead.
+    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// The store, connecting on first use: the URL is parsed and the pool
+    /// built, but nothing is sent, so an unreachable server shows up as
+    /// [`ErrorKind::StoreUnavailable`] on the first operation.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidConfig`] when the URL is not a valid PostgreSQL
     /// URL, or its TLS roots cannot be read.
-    pub fn from_url(url: &str) -> Result<Self, Error> {
-        let target = connect::parse(url)?;
+    pub fn open(self) -> Result<PostgresStore, Error> {
+        let target = connect::parse(&self.url)?;
         let tls = connect::tls_connector(&target)?;
         let manager = Manager::from_config(
             target.config,
@@ -142,7 +184,7 @@ impl PostgresStore {
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(DEFAULT_MAX_CONNECTIONS)
+            .max_size(self.max_connections)
             .wait_timeout(Some(POOL_WAIT))
             .runtime(Runtime::Tokio1)
             .build()
@@ -153,47 +195,50 @@ impl PostgresStore {
                     err,
                 )
             })?;
-        Ok(Self::with_pool(pool, target.label))
-    }
-
-    fn with_pool(pool: Pool, label: String) -> Self {
-        PostgresStore {
+        let table = format!("{}.{}", quote_ident(&self.schema), POSTGRES_TABLE);
+        Ok(PostgresStore {
             pool,
-            schema: Arc::from("public"),
-            table: Arc::from(format!("{}.{}", quote_ident("public"), POSTGRES_TABLE)),
-            sql: Arc::new(HotSql::for_table(&format!(
-                "{}.{}",
-                quote_ident("public"),
-                POSTGRES_TABLE
-            ))),
-            label: Arc::from(label),
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            schema: Arc::from(self.schema),
+            sql: Arc::new(HotSql::for_table(&table)),
+            table: Arc::from(table),
+            label: Arc::from(target.label),
+            max_response_bytes: self.max_response_bytes,
             round_trips: Arc::default(),
+        })
+    }
+
+    /// The store, connected: as [`open`](Self::open), then one connection
+    /// is opened and checked out of the pool, so a function can fail at
+    /// start, naming the server, when it cannot be reached. The table is
+    /// not looked at: [`PostgresStore::check_schema`] does that.
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Self::open); [`ErrorKind::StoreUnavailable`] naming the
+    /// server when no connection can be opened.
+    pub async fn connect(self) -> Result<PostgresStore, Error> {
+        let store = self.open()?;
+        // Checked out and given back to the pool, open, for the first
+        // operation.
+        drop(store.client("connect").await?);
+        Ok(store)
+    }
+}
+
+impl PostgresStore {
+    /// Options for a store on the table in schema `public` of the database
+    /// `url` names (`postgres://` or `postgresql://`; user, password, host,
+    /// port, database and `sslmode` honoured as libpq does, `sslrootcert`
+    /// for the CA bundle of `verify-ca` / `verify-full`). Nothing is parsed
+    /// or sent until [`open`](PostgresStoreBuilder::open) or
+    /// [`connect`](PostgresStoreBuilder::connect).
+    pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            url: url.into(),
+            schema: "public".to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         }
-    }
-
-    /// Keep the table in the PostgreSQL schema `schema` instead of `public`
-    /// (created by [`migrate`](Self::migrate) when missing).
-    pub fn with_schema(mut self, schema: &str) -> Self {
-        self.schema = Arc::from(schema);
-        self.table = Arc::from(format!("{}.{}", quote_ident(schema), POSTGRES_TABLE));
-        self.sql = Arc::new(HotSql::for_table(&self.table));
-        self
-    }
-
-    /// Open at most `connections` connections (default 8).
-    pub fn max_connections(self, connections: usize) -> Self {
-        self.pool.resize(connections.max(1));
-        self
-    }
-
-    /// Keep responses up to `bytes` (body after compression plus headers;
-    /// default [`DEFAULT_MAX_RESPONSE_BYTES`], the same limit as DynamoDB's,
-    /// so a function behaves the same on either). Larger ones complete with
-    /// a problem marker instead.
-    pub fn max_response_bytes(mut self, bytes: usize) -> Self {
-        self.max_response_bytes = bytes;
-        self
     }
 
     /// The connection pool, for the application's own queries.

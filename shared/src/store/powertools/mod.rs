@@ -76,7 +76,7 @@ use crate::record::{Record, Status, StoredResponse};
 /// let client = aws_sdk_dynamodb::Client::new(&aws);
 /// let until = SystemTime::now() + Duration::from_secs(2 * 3600);
 /// let records = PowertoolsRecords::new(client.clone(), "powertools-idempotency", "orders.app.handler", until);
-/// let store = PowertoolsCutover::new(DynamoStore::new(client, "idempotency"), records);
+/// let store = PowertoolsCutover::new(DynamoStore::builder(client, "idempotency").open()?, records);
 /// let layer = IdempotencyLayer::new(store);
 /// # let _ = layer; Ok(()) }
 /// ```

@@ -150,7 +150,9 @@ async fn cold_series(series: &ColdSeries<'_>, runs: usize, warm_up: usize) -> Re
 pub(crate) async fn serve() -> Result<Value> {
     let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "IDEMPOTENCY_TABLE is not set")?;
     let aws = aws_config::load_from_env().await;
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::new(&aws), table);
+    let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table)
+        .open()
+        .map_err(|e| e.to_string())?;
     let svc = IdempotencyLayer::new(store).layer(handler(Duration::ZERO));
     lambda_http::run(svc).await.map_err(|e| e.to_string())?;
     Ok(Value::Null)

@@ -54,7 +54,9 @@ pub(crate) async fn cutover(n: usize) -> Result<Value> {
         .send()
         .await
         .map_err(|e| format!("create the Powertools table: {e:?}"))?;
-    let store = DynamoStore::new(client.clone(), ours);
+    let store = DynamoStore::builder(client.clone(), ours)
+        .open()
+        .map_err(|e| e.to_string())?;
     let records = |until: SystemTime| {
         PowertoolsRecords::new(
             client.clone(),

@@ -50,7 +50,12 @@ pub(crate) async fn target_on(
             counter.clone(),
         )])
         .await;
-    target(DynamoStore::new(client, table), counter)
+    target(
+        DynamoStore::builder(client, table)
+            .open()
+            .expect("the default table layout is valid"),
+        counter,
+    )
 }
 
 /// The idempotency table of template.yaml without its sparse `sweep` index

@@ -236,8 +236,10 @@ pub(crate) async fn crash(bin: &str, size: Size, violations: &Violations) -> Res
     // `release` first (records holding a recovery point are left for a retry
     // that, here, never comes), then `fail` for those.
     let client = integration_tests::client().await;
-    let store = DynamoStore::new(client, tables.0.clone())
-        .with_stream(integration_tests::streams_client().await);
+    let store = DynamoStore::builder(client, tables.0.clone())
+        .with_stream(integration_tests::streams_client().await)
+        .open()
+        .map_err(|e| e.to_string())?;
     let sweeper = Sweeper::new(store).grace(Duration::ZERO);
     let released = sweeper
         .clone()

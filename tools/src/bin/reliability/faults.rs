@@ -69,7 +69,9 @@ pub(crate) async fn faults(size: Size, violations: &Violations) -> Result<FaultR
                 .build(),
         )
         .build();
-    let store = DynamoStore::new(aws_sdk_dynamodb::Client::from_conf(config), table.clone());
+    let store = DynamoStore::builder(aws_sdk_dynamodb::Client::from_conf(config), table.clone())
+        .open()
+        .map_err(|e| e.to_string())?;
 
     let events = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let sink = events.clone();
