@@ -1338,3 +1338,26 @@ async fn a_claim_blocked_on_a_locked_row_answers_unavailable() {
         claim_lease(&store, &id, "second", 60_000).await;
     }
 }
+
+/// `open()` sends nothing, so a server that is not there shows up only on
+/// use; `connect()` checks one connection at once and names the server.
+#[tokio::test]
+async fn connect_checks_one_connection_and_open_sends_nothing() {
+    PostgresStore::builder(integration_tests::postgres_url())
+        .connect()
+        .await
+        .unwrap();
+    // A port nothing listens on.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let url = format!("postgres://app@127.0.0.1:{port}/orders?sslmode=disable");
+    PostgresStore::builder(&url).open().unwrap();
+    let err = PostgresStore::builder(url).connect().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable);
+    assert!(
+        err.to_string()
+            .contains(&format!("127.0.0.1:{port}/orders")),
+        "{err}"
+    );
+}
