@@ -261,7 +261,9 @@ async fn the_sample_events_get_the_answers_they_describe() {
 async fn the_sweeper_releases_a_key_whose_invocation_died() {
     let client = client().await;
     let table = create_table(&client).await;
-    let store = DynamoStore::builder(client.clone(), table.clone()).open().unwrap();
+    let store = DynamoStore::builder(client.clone(), table.clone())
+        .open()
+        .unwrap();
     // What an invocation that crashed holding its key leaves: a claim whose
     // lease ran out, never completed.
     let now = now_ms();
