@@ -96,7 +96,7 @@ impl IdempotentFunction {
 
     /// A function named `name` with the options a deployment sets in the
     /// environment ([`IdempotencyConfig::from_env`], read the same way as
-    /// [`IdempotencyLayer::from_env`](crate::IdempotencyLayer::from_env)).
+    /// [`IdempotencyLayer::from_env`](crate::http::IdempotencyLayer::from_env)).
     ///
     /// # Errors
     ///
@@ -104,7 +104,7 @@ impl IdempotentFunction {
     pub fn from_env(
         store: impl Store + 'static,
         name: impl Into<String>,
-    ) -> Result<Self, crate::Error> {
+    ) -> Result<Self, crate::error::Error> {
         Ok(Self::with_config(IdempotencyConfig::from_env(store)?, name))
     }
 

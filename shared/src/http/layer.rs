@@ -167,13 +167,13 @@ impl IdempotencyLayer {
 
     /// A layer with the options a deployment sets in the environment
     /// ([`IdempotencyConfig::from_env`], read the same way as
-    /// [`IdempotentFunction::from_env`](crate::IdempotentFunction::from_env)):
+    /// [`IdempotentFunction::from_env`](crate::event::IdempotentFunction::from_env)):
     /// `LAMBDA_IDEMPOTENCY_DISABLED=true` turns it off for local tests.
     ///
     /// # Errors
     ///
     /// A variable whose value is not what it accepts, named.
-    pub fn from_env(store: impl Store + 'static) -> Result<Self, crate::Error> {
+    pub fn from_env(store: impl Store + 'static) -> Result<Self, crate::error::Error> {
         Ok(Self::with_config(IdempotencyConfig::from_env(store)?))
     }
 
