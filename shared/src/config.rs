@@ -32,6 +32,12 @@ pub const MAX_LEASE_ENV: &str = "IDEMPOTENCY_MAX_LEASE_SECONDS";
 /// every `from_env`.
 pub const METRICS_NAMESPACE_ENV: &str = "IDEMPOTENCY_METRICS_NAMESPACE";
 
+/// How long a duplicate that finds its request still in progress waits for
+/// that request's outcome, whole milliseconds up to 900,000 (Lambda's
+/// longest timeout); `0`, unset or empty: no wait
+/// ([`IdempotencyConfig::wait_for`]). Read by every `from_env`.
+pub const WAIT_FOR_RESULT_ENV: &str = "IDEMPOTENCY_WAIT_FOR_RESULT_MS";
+
 /// A whole number of seconds from 1 to `max` in `variable`, if set and not
 /// empty; an error naming the variable, the value and the range otherwise.
 fn seconds_from(
@@ -97,6 +103,9 @@ pub struct IdempotencyConfig {
     cache_max_bytes: Option<usize>,
     pub(crate) metrics: Option<Metrics>,
     pub(crate) disabled: bool,
+    /// How long a duplicate waits for the outcome of the request in
+    /// progress ([`wait_for`](Self::wait_for)); `None`: not at all.
+    pub(crate) wait_for: Option<Duration>,
 }
 
 impl IdempotencyConfig {
@@ -113,14 +122,15 @@ impl IdempotencyConfig {
             cache_max_bytes: None,
             metrics: None,
             disabled: false,
+            wait_for: None,
         }
     }
 
     /// [`new`](Self::new), with the options a deployment sets in the
     /// environment, read the same way for the HTTP layer and the event
     /// path (their `from_env`s call this): [`DISABLED_ENV`],
-    /// [`EXPIRES_AFTER_ENV`], [`MAX_LEASE_ENV`] and
-    /// [`METRICS_NAMESPACE_ENV`]. An unset or empty variable keeps the
+    /// [`EXPIRES_AFTER_ENV`], [`MAX_LEASE_ENV`], [`METRICS_NAMESPACE_ENV`]
+    /// and [`WAIT_FOR_RESULT_ENV`]. An unset or empty variable keeps the
     /// default.
     ///
     /// # Errors
@@ -170,6 +180,18 @@ impl IdempotencyConfig {
         }
         if let Some(namespace) = lookup(METRICS_NAMESPACE_ENV).filter(|n| !n.trim().is_empty()) {
             config = config.metrics(Metrics::new(namespace.trim()));
+        }
+        if let Some(text) = lookup(WAIT_FOR_RESULT_ENV).filter(|v| !v.trim().is_empty()) {
+            match text.trim().parse::<u64>() {
+                Ok(ms) if ms <= 900_000 => config = config.wait_for(Duration::from_millis(ms)),
+                _ => {
+                    return Err(Error::invalid_config(format!(
+                        "{WAIT_FOR_RESULT_ENV}={text:?} is not a whole number of milliseconds \
+                         from 0 to 900000: how long a duplicate waits for the outcome of the \
+                         request in progress (0: answer at once); set it so, or unset it"
+                    )))
+                }
+            }
         }
         Ok(config)
     }
@@ -233,6 +255,36 @@ impl IdempotencyConfig {
     /// capped leases). Off by default.
     pub fn metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// Let a duplicate that finds the same request still in progress wait
+    /// up to `max_wait` for its outcome and answer that outcome as a
+    /// replay, instead of answering at once that it is in progress (`409`
+    /// on HTTP, [`EventError::InProgress`](crate::event::EventError) on the
+    /// event path). Off by default; zero turns it off.
+    ///
+    /// - The wait polls the record with
+    ///   [`Store::get`](crate::store::Store::get) (a consistent read on
+    ///   DynamoDB), 50 ms after the claim and then twice as long each time,
+    ///   up to 1 s between polls, each interval cut by a random part of up
+    ///   to half so that duplicates waiting on one key spread their reads.
+    /// - It never outlasts the invocation's deadline less 1 s (the HTTP
+    ///   layer reads it from the Lambda context; the event path from
+    ///   [`register_context`](crate::IdempotentFunction::register_context)),
+    ///   so the waiting invocation answers before it is cut off.
+    /// - A different request with the same key does not wait: it is refused
+    ///   at once.
+    /// - When the key frees meanwhile (the first request failed and was
+    ///   released, its lease ended, the record expired), the waiting request
+    ///   claims it and runs, as a retry then would; a record the sweeper
+    ///   failed replays its stored problem.
+    /// - When `max_wait` ends first, the answer is the one without a wait.
+    ///
+    /// What it costs, per engine, is measured in `BENCHMARKS.md`
+    /// ("Waiting for the first answer").
+    pub fn wait_for(mut self, max_wait: Duration) -> Self {
+        self.wait_for = Some(max_wait).filter(|w| !w.is_zero());
         self
     }
 
@@ -369,26 +421,38 @@ mod tests {
         assert_eq!(defaults.expires_after, Duration::from_secs(24 * 3600));
         assert_eq!(defaults.leases, Leases::default());
         assert!(defaults.metrics.is_none() && !defaults.disabled);
+        assert_eq!(defaults.wait_for, None);
         let set = config(&[
             (EXPIRES_AFTER_ENV, " 3600 "),
             (MAX_LEASE_ENV, "60"),
             (METRICS_NAMESPACE_ENV, "Orders"),
             (DISABLED_ENV, "true"),
+            (WAIT_FOR_RESULT_ENV, "8000"),
         ])
         .unwrap();
         assert_eq!(set.expires_after, Duration::from_secs(3600));
         assert_eq!(set.leases.max_lease, Duration::from_secs(60));
         assert!(set.metrics.is_some() && set.disabled);
-        // Empty is unset.
-        let empty = config(&[(EXPIRES_AFTER_ENV, ""), (METRICS_NAMESPACE_ENV, " ")]).unwrap();
+        assert_eq!(set.wait_for, Some(Duration::from_secs(8)));
+        // Empty is unset; a wait of 0 is none.
+        let empty = config(&[
+            (EXPIRES_AFTER_ENV, ""),
+            (METRICS_NAMESPACE_ENV, " "),
+            (WAIT_FOR_RESULT_ENV, "0"),
+        ])
+        .unwrap();
         assert_eq!(empty.expires_after, Duration::from_secs(24 * 3600));
         assert!(empty.metrics.is_none());
+        assert_eq!(empty.wait_for, None);
         for (variable, value) in [
             (EXPIRES_AFTER_ENV, "0"),
             (EXPIRES_AFTER_ENV, "1h"),
             (EXPIRES_AFTER_ENV, "31536001"),
             (MAX_LEASE_ENV, "-5"),
             (MAX_LEASE_ENV, "86401"),
+            (WAIT_FOR_RESULT_ENV, "5s"),
+            (WAIT_FOR_RESULT_ENV, "-1"),
+            (WAIT_FOR_RESULT_ENV, "900001"),
         ] {
             let pairs: &'static [(&'static str, &'static str)] =
                 Box::leak(vec![(variable, value)].into_boxed_slice());

@@ -1,7 +1,5 @@
 //! [`IdempotentFunction`]: any async function, run once per key.
 
-mod wait;
-
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -10,13 +8,13 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use self::wait::Claimed;
 use super::error::EventError;
 use crate::config::IdempotencyConfig;
 use crate::context::IdempotencyContext;
+use crate::error::ErrorKind;
 use crate::hash::hex;
 use crate::json::check_pointer;
-use crate::lifecycle::{Finished, Guard};
+use crate::lifecycle::{self, Begun, Finished, Guard};
 use crate::metrics::{Event, Metrics};
 use crate::record::{Record, StoredBody, StoredResponse};
 use crate::scope::record_id;
@@ -71,7 +69,6 @@ pub struct IdempotentFunction {
     pass_through_missing_key: bool,
     deadline_ms: Option<u64>,
     replay_hook: Option<OutputHookFn>,
-    wait_for: Option<Duration>,
 }
 
 /// A hook over replayed outputs ([`IdempotentFunction::replay_hook`]).
@@ -137,7 +134,6 @@ impl IdempotentFunction {
             pass_through_missing_key: false,
             deadline_ms: None,
             replay_hook: None,
-            wait_for: None,
         }
     }
 
@@ -260,19 +256,20 @@ impl IdempotentFunction {
         self
     }
 
-    /// Wait for a duplicate that is still in progress instead of failing
-    /// with [`EventError::InProgress`] at once: poll the record (one
-    /// consistent read each, every 50 ms doubling up to 1 s, each interval
-    /// cut by a random part of up to half so that waiting duplicates do not
-    /// poll in lockstep) for at most `max_wait`, then replay its output once it completes, or run when
-    /// its key frees (released, or its lease ended). Never waits past the
-    /// registered invocation's deadline less 1 s; off by default. Useful
-    /// for direct invocations whose caller wants the answer, not an error.
-    /// The polls are [`Store::get`](crate::Store::get)s, so a store layer
-    /// decides what they read (a cut-over reads the other tool's record of
-    /// a key that tool still holds).
+    /// Wait up to `max_wait` for a duplicate that is still in progress
+    /// instead of failing with [`EventError::InProgress`] at once, then
+    /// replay its output once it completes, or run when its key frees
+    /// (released, or its lease ended): the shared option
+    /// [`IdempotencyConfig::wait_for`], whose docs say how it polls and
+    /// what bounds it. Never waits past the registered invocation's
+    /// deadline ([`register_context`](Self::register_context)) less 1 s;
+    /// off by default. Useful for direct invocations whose caller wants the
+    /// answer, not an error. The polls are
+    /// [`Store::get`](crate::Store::get)s, so a store layer decides what
+    /// they read (a cut-over reads the other tool's record of a key that
+    /// tool still holds).
     pub fn wait_for(mut self, max_wait: Duration) -> Self {
-        self.wait_for = Some(max_wait).filter(|w| !w.is_zero());
+        self.config = self.config.wait_for(max_wait);
         self
     }
 
@@ -460,9 +457,34 @@ impl IdempotentFunction {
             });
         };
         let id = self.record_id_of(&key);
-        let guard = match self.claim(id, fingerprint, &key).await? {
-            Claimed::Run(guard) => guard,
-            Claimed::Replay(record) => return self.replay(record.id.clone(), &record),
+        let begun = lifecycle::begin(&self.config, id, fingerprint, self.deadline_ms, || {
+            key.origin()
+        })
+        .await
+        .map_err(|err| match err.kind() {
+            ErrorKind::Randomness => EventError::Randomness(err),
+            _ => EventError::Store(err),
+        })?;
+        let guard = match begun {
+            Begun::Run(guard) => guard,
+            Begun::Replay(record) => return self.replay(record.id.clone(), &record),
+            Begun::Mismatch(existing) => {
+                return Err(EventError::PayloadMismatch {
+                    record_id: existing.id.clone(),
+                    existing: Some(existing),
+                })
+            }
+            Begun::InProgress {
+                retry_after,
+                existing,
+            } => {
+                self.config.count(Event::InProgressConflict);
+                return Err(EventError::InProgress {
+                    record_id: existing.id.clone(),
+                    retry_after,
+                    existing: Some(existing),
+                });
+            }
         };
         let context = guard.context().clone();
         let (guard, output) = guard

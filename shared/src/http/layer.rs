@@ -29,7 +29,7 @@ use crate::store::Store;
 /// |---|---|
 /// | first request with a key | the handler's response, stored |
 /// | retry, same request, completed | the stored response + `Idempotent-Replayed: true` |
-/// | retry while the first still runs | `409` [problem](crate::problem), `Retry-After` |
+/// | retry while the first still runs | `409` [problem](crate::problem), `Retry-After`; with [`wait_for`](IdempotencyLayer::wait_for), the first request's response once it completes (or `409` when the wait ends first) |
 /// | same key, different request | `422` problem |
 /// | key missing (when required) or malformed | `400` problem |
 /// | store unreachable | `503` problem, `Retry-After`; the handler does not run |
@@ -279,6 +279,35 @@ impl IdempotencyLayer {
     /// responses ([`IdempotencyConfig::metrics`]). Off by default.
     pub fn metrics(self, metrics: Metrics) -> Self {
         self.map_config(|config| config.metrics(metrics))
+    }
+
+    /// Let a retry that finds the same request still in progress wait up to
+    /// `max_wait` for that request's response and answer it as a replay
+    /// (byte for byte, with `Idempotent-Replayed: true`), instead of a `409`
+    /// at once: a client whose first attempt timed out gets its answer from
+    /// the retry ([`IdempotencyConfig::wait_for`], which says how it polls
+    /// and what bounds it). Off by default; zero turns it off.
+    ///
+    /// - Never past the invocation's deadline (from the Lambda context)
+    ///   less 1 s; when the wait ends first, `409` with `Retry-After`.
+    /// - The same key with a different request answers `422` at once.
+    /// - When the first request is released meanwhile (its handler failed,
+    ///   or answered a status that is not stored), the waiting retry claims
+    ///   the key and runs the handler, as a retry then would; one the
+    ///   sweeper failed replays the sweeper's stored problem.
+    /// - Each waiting request holds its Lambda invocation (billed duration)
+    ///   and makes one store read per poll; `BENCHMARKS.md` gives both per
+    ///   engine.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_idempotency::{IdempotencyLayer, MemoryStore};
+    ///
+    /// let layer = IdempotencyLayer::new(MemoryStore::new()).wait_for(Duration::from_secs(8));
+    /// # let _ = layer;
+    /// ```
+    pub fn wait_for(self, max_wait: Duration) -> Self {
+        self.map_config(|config| config.wait_for(max_wait))
     }
 
     /// Set options of the shared config this layer holds.

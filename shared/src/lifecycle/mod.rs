@@ -2,8 +2,10 @@
 //! and the event path only read keys and shape answers around it.
 //!
 //! ```text
-//! begin ──► local cache ──► claim (store, through its layers) ──┬─► Replay / InProgress / Mismatch
-//!                                                               └─► Run(guard)
+//! begin ──► local cache ──► claim (store, through its layers) ──┬─► Replay / Mismatch
+//!                  ▲                                            ├─► Run(guard)
+//!                  │                                            └─► InProgress ──► (wait_for) poll
+//!                  └──────────── the key freed while waiting ◄───────────────────────────┘
 //! guard.run(handler) ──┬─► error or panic ──► abandon (release, fenced)
 //!                      └─► value ──► finish(outcome) ──► Stored | Oversized | Lost | Refused | Unknown
 //! ```
@@ -46,6 +48,7 @@
 
 mod guard;
 mod lease;
+mod wait;
 
 use std::time::Duration;
 
@@ -81,18 +84,55 @@ pub enum Begun<'a> {
 
 /// Begin the lifecycle of record `record_id` for the request with
 /// `fingerprint`: replay it from the local cache, or claim it in the store
-/// with a lease drawn from the invocation's deadline. `origin` describes
-/// the request as it was sent, for a store layer that reads it
+/// with a lease drawn from the invocation's deadline (epoch milliseconds).
+/// When the same request is in progress elsewhere and the config waits
+/// ([`IdempotencyConfig::wait_for`]), wait for its outcome: a replay when
+/// it completes, a claim of the key when it frees, and `InProgress` when
+/// the wait ends first. `origin` describes the request as it was sent, for
+/// a store layer that reads it
 /// ([`Store::reads_origin`](crate::Store::reads_origin)); it is only
-/// called then. A store that fails is counted and its error returned: the
-/// handler must not run. The off switch
-/// ([`IdempotencyConfig::is_disabled`]) is the caller's to check.
+/// called then (once per claim). A store that fails is counted and its
+/// error returned: the handler must not run. The off switch
+/// ([`IdempotencyConfig::is_disabled`]) is the caller's to check, and so is
+/// counting an `InProgress` answer (its metric is the caller's conflict).
 pub async fn begin<'a>(
     config: &'a IdempotencyConfig,
     record_id: String,
     fingerprint: String,
     deadline_ms: Option<u64>,
-    origin: impl FnOnce() -> Option<ClaimOrigin>,
+    origin: impl Fn() -> Option<ClaimOrigin>,
+) -> Result<Begun<'a>, Error> {
+    let started = crate::clock::now_ms();
+    let mut polls = wait::Polls::new(wait::until(config, started, deadline_ms), started);
+    loop {
+        let begun = claim(
+            config,
+            record_id.clone(),
+            fingerprint.clone(),
+            deadline_ms,
+            &origin,
+        )
+        .await?;
+        let Begun::InProgress { existing, .. } = begun else {
+            return Ok(begun);
+        };
+        match polls
+            .wait(config, &record_id, &fingerprint, existing)
+            .await?
+        {
+            wait::Waited::Freed => continue,
+            wait::Waited::Answer(begun) => return Ok(begun),
+        }
+    }
+}
+
+/// One claim: the local cache, then the store.
+async fn claim<'a>(
+    config: &'a IdempotencyConfig,
+    record_id: String,
+    fingerprint: String,
+    deadline_ms: Option<u64>,
+    origin: &impl Fn() -> Option<ClaimOrigin>,
 ) -> Result<Begun<'a>, Error> {
     if let Some(cached) = config
         .cache
@@ -151,17 +191,7 @@ pub async fn begin<'a>(
             Begun::Mismatch(Box::new(record))
         }
         ClaimOutcome::Exists(record) if record.status == Status::Completed => {
-            // A completed record always has its outcome (the stores'
-            // decoding makes sure); the entry points answer one without it
-            // as they would an abandoned key.
-            if record.response.is_some() {
-                config.count(Event::Replayed);
-                tracing::debug!("idempotent outcome replayed");
-                if let Some(cache) = &config.cache {
-                    cache.put(record.clone());
-                }
-            }
-            Begun::Replay(record)
+            replayed(config, record)
         }
         ClaimOutcome::Exists(record) => Begun::InProgress {
             retry_after: Duration::from_millis(
@@ -170,4 +200,19 @@ pub async fn begin<'a>(
             existing: Box::new(record),
         },
     })
+}
+
+/// A completed record found by a claim or a wait, to replay: counted and
+/// cached. A completed record always has its outcome (the stores' decoding
+/// makes sure); the entry points answer one without it as they would an
+/// abandoned key, so it is neither counted nor cached.
+fn replayed(config: &IdempotencyConfig, record: Record) -> Begun<'_> {
+    if record.response.is_some() {
+        config.count(Event::Replayed);
+        tracing::debug!("idempotent outcome replayed");
+        if let Some(cache) = &config.cache {
+            cache.put(record.clone());
+        }
+    }
+    Begun::Replay(record)
 }

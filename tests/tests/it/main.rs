@@ -23,6 +23,7 @@ mod postgres;
 mod powertools_cutover;
 mod process;
 mod rare_paths;
+mod reattach;
 mod redis_failover;
 mod redis_store;
 mod regressions;
