@@ -63,8 +63,87 @@ def section(data: dict) -> str:
         notes.append(f"1-minute load average {load['start']:g} at the start, {load['end']:g} at the end.")
     if notes:
         lines += ["", " ".join(notes)]
+    if data.get("waiting"):
+        lines += waiting_section(data["waiting"])
     lines.append(END)
     return "\n".join(lines) + "\n"
+
+
+# What a waiter costs on AWS, for the 1,000-waiter statement (us-east-1
+# list prices, on-demand): a strongly consistent read of an item up to 4 KB
+# is one read request unit; orders-api runs on arm64 with 256 MB.
+DYNAMODB_USD_PER_MILLION_READS = 0.125
+LAMBDA_ARM_USD_PER_GB_S = 0.0000133334
+ORDERS_API_GB = 0.25
+
+
+def fmt_ms(ms: float | None) -> str:
+    if ms is None:
+        return "n/a"
+    return f"{ms:,.0f}" if ms >= 100 else f"{ms:.1f}"
+
+
+def waiting_section(w: dict) -> list[str]:
+    lines = [
+        "",
+        "## Waiting for the first answer",
+        "",
+        "What `wait_for` (`IDEMPOTENCY_WAIT_FOR_RESULT_MS` in `orders-api`) costs: a retry that finds the "
+        "same request in progress polls its record (one `Store::get` per poll: a consistent `GetItem` on "
+        "DynamoDB, a `GET` on Redis, one `SELECT` on PostgreSQL), 50 ms after its claim, then twice as "
+        "long each time up to 1 s, each interval cut by a random part of up to half. Every engine is "
+        "polled, none notified: a Redis subscription or a PostgreSQL `LISTEN` would cost each waiter, "
+        "an invocation of its own, one more connection (and TLS handshake) than the few reads of a wait, "
+        "`LISTEN` does not work through a transaction pooler (PgBouncer; RDS Proxy pins the session), "
+        "and Redis keyspace notifications are off by default and node-local in a cluster "
+        "(docs/DESIGN.md, \"Waiting for the first answer\").",
+        "",
+        f"Per engine, {w['episodes']} episodes: a first execution of {w['first_ms']:,} ms and "
+        f"{w['waiters']} duplicates arriving evenly over 10-90 % of its run, each allowed 10 s. Added "
+        "latency = a waiter's answer minus the first execution's (0 when the waiter read the completed "
+        "record first), in ms; store requests per waiter = the episode's round trips less the first "
+        "execution's two, per waiter (its claim and its polls). The storm: "
+        f"{w['storm_waiters']:,} duplicates started at once on one key held by a first execution of 2 s, "
+        "all in one process (in Lambda each would be an invocation of its own).",
+        "",
+        "| Engine | Added latency p50 / p99 (ms) | Store requests per waiter | Storm of "
+        f"{w['storm_waiters']:,}: added latency p50 / p99 (ms) | Storm: requests per waiter |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    dynamo = None
+    for row in w["engines"]:
+        a, s = row["added_ms"], row["storm"]
+        lines.append(
+            f"| {row['engine']} | {fmt_ms(a['p50'])} / {fmt_ms(a['p99'])} | "
+            f"{row['requests_per_waiter']:.2f} | {fmt_ms(s['added_ms']['p50'])} / "
+            f"{fmt_ms(s['added_ms']['p99'])} | {s['requests_per_waiter']:.2f} |"
+        )
+        if row["engine"].startswith("DynamoDB"):
+            dynamo = row
+    if dynamo:
+        s = dynamo["storm"]
+        n = w["storm_waiters"]
+        reads = s["requests_per_waiter"] * n
+        reads_usd = reads * DYNAMODB_USD_PER_MILLION_READS / 1e6
+        held_s = s["held_ms_mean"] / 1000
+        lambda_usd = n * held_s * ORDERS_API_GB * LAMBDA_ARM_USD_PER_GB_S
+        lines += [
+            "",
+            f"**{n:,} duplicates waiting on one key**, as measured on DynamoDB Local above: "
+            f"{reads:,.0f} store requests in all ({s['requests_per_waiter']:.2f} per waiter, its claim "
+            f"included), each held {held_s:.2f} s on average. On AWS (us-east-1 on-demand list prices) "
+            f"the reads cost ${reads_usd:.5f} (${DYNAMODB_USD_PER_MILLION_READS} per million read "
+            f"request units; a consistent read of an item up to 4 KB is one), and the waiting "
+            f"invocations ${lambda_usd:.5f} ({n:,} x {held_s:.2f} s x {ORDERS_API_GB * 1024:.0f} MB "
+            f"on arm64 at ${LAMBDA_ARM_USD_PER_GB_S} per GB-s), against {n:,} `409`s that cost one "
+            "claim each and would be retried. The held invocations are the larger cost and count "
+            "against the account's concurrency. Once their polls have backed off to one a second, "
+            f"{n:,} waiters read about {n:,} units a second from one item, within one partition's "
+            "3,000; their first polls, 50 to 400 ms apart, go above it for a moment when they all "
+            "arrive at once, and a throttled poll that the SDK's retries do not absorb answers that "
+            "waiter `503` (fail closed: it never runs the handler), which the client retries.",
+        ]
+    return lines
 
 
 def main() -> None:

@@ -55,6 +55,11 @@ pub struct Config {
     pub expires_after: Duration,
     /// `IDEMPOTENCY_MAX_LEASE_SECONDS` (default 900).
     pub max_lease: Duration,
+    /// `IDEMPOTENCY_WAIT_FOR_RESULT_MS` (default 0: off): how long a retry
+    /// that finds the same order still in progress waits for its response
+    /// instead of answering `409` at once (at most 900,000, and never past
+    /// the invocation's deadline less 1 s).
+    pub wait_for_result: Duration,
     /// `ORDERS_API_DEMO_CRASHES=1`: honour the demo's `x-demo-crash:
     /// after-charge` header by exiting the process after the charge is
     /// recorded. Never set it in production.
@@ -236,6 +241,16 @@ impl Config {
             )?
             .unwrap_or(Duration::from_secs(86_400)),
             max_lease: Duration::from_secs(number("IDEMPOTENCY_MAX_LEASE_SECONDS", 900)?),
+            wait_for_result: match number("IDEMPOTENCY_WAIT_FOR_RESULT_MS", 0)? {
+                ms if ms <= 900_000 => Duration::from_millis(ms),
+                ms => {
+                    return Err(format!(
+                        "IDEMPOTENCY_WAIT_FOR_RESULT_MS={ms} is more than 900000 (15 minutes, \
+                         Lambda's longest timeout): give how long a retry waits for the \
+                         response of the same order in progress, or 0 to answer 409 at once"
+                    ))
+                }
+            },
             demo_crashes: lookup("ORDERS_API_DEMO_CRASHES").as_deref() == Some("1"),
             metrics_namespace: lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()),
             allow_anonymous: match lookup("IDEMPOTENCY_ALLOW_ANONYMOUS")
@@ -274,7 +289,8 @@ pub fn idempotency_layer(store: impl Store + 'static, config: &Config) -> Idempo
         .require_key(true)
         .tenant(tenant_source(config))
         .expires_after(config.expires_after)
-        .max_lease(config.max_lease);
+        .max_lease(config.max_lease)
+        .wait_for(config.wait_for_result);
     match &config.metrics_namespace {
         Some(namespace) => {
             layer.metrics(Metrics::new(namespace).dimension("Service", "orders-api"))
@@ -1118,6 +1134,26 @@ mod tests {
         assert_eq!(ok.provider_latency, Duration::from_millis(25));
         assert_eq!(ok.expires_after, Duration::from_secs(86_400));
         assert_eq!(ok.offload, None, "no offload unless a bucket is named");
+        assert_eq!(ok.wait_for_result, Duration::ZERO, "no wait unless asked");
+        let wait = Config::from_lookup(env(&[
+            ("IDEMPOTENCY_TABLE", "i"),
+            ("ORDERS_TABLE", "o"),
+            ("IDEMPOTENCY_WAIT_FOR_RESULT_MS", "8000"),
+        ]))
+        .unwrap();
+        assert_eq!(wait.wait_for_result, Duration::from_secs(8));
+        for bad in ["8s", "-1", "900001"] {
+            let err = Config::from_lookup(move |name: &str| match name {
+                "IDEMPOTENCY_TABLE" | "ORDERS_TABLE" => Some("t".to_owned()),
+                "IDEMPOTENCY_WAIT_FOR_RESULT_MS" => Some(bad.to_owned()),
+                _ => None,
+            })
+            .unwrap_err();
+            assert!(
+                err.contains("IDEMPOTENCY_WAIT_FOR_RESULT_MS"),
+                "{bad}: {err}"
+            );
+        }
         let with_expiry = |expiry: &'static str| {
             move |name: &str| match name {
                 "IDEMPOTENCY_TABLE" => Some("i".to_owned()),
