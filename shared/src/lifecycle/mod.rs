@@ -116,12 +116,12 @@ pub async fn begin<'a>(
         let Begun::InProgress { existing, .. } = begun else {
             return Ok(begun);
         };
-        match polls
+        // `None`: the key freed while waiting, so claiming again can win.
+        if let Some(answer) = polls
             .wait(config, &record_id, &fingerprint, existing)
             .await?
         {
-            wait::Waited::Freed => continue,
-            wait::Waited::Answer(begun) => return Ok(begun),
+            return Ok(answer);
         }
     }
 }

@@ -45,15 +45,6 @@ pub(super) fn until(
     })
 }
 
-/// How a wait ended.
-pub(super) enum Waited<'a> {
-    /// The key freed (released, expired, or its lease ended): claim again.
-    Freed,
-    /// The answer: the completed record, another request's record, or the
-    /// record still in progress when the wait ended.
-    Answer(Begun<'a>),
-}
-
 /// The polls of one wait, for the lifetime of a [`begin`](super::begin):
 /// the interval keeps growing across the claims a wait makes.
 pub(super) struct Polls {
@@ -73,14 +64,17 @@ impl Polls {
 
     /// Wait while `existing` (the record holding `record_id` for the same
     /// request) is in progress: poll it until it completes, another request
-    /// holds the key, the key frees, or the wait ends.
+    /// holds the key, the key frees, or the wait ends. `None`: the key
+    /// freed (released, expired, or its lease ended), so claim again;
+    /// otherwise the answer (the completed record, another request's
+    /// record, or the record still in progress when the wait ended).
     pub(super) async fn wait<'a>(
         &mut self,
         config: &'a IdempotencyConfig,
         record_id: &str,
         fingerprint: &str,
         mut existing: Box<Record>,
-    ) -> Result<Waited<'a>, Error> {
+    ) -> Result<Option<Begun<'a>>, Error> {
         loop {
             let now = crate::clock::now_ms();
             let Some(until) = self.until.filter(|until| now < *until) else {
@@ -91,7 +85,7 @@ impl Polls {
                         "gave up waiting for the duplicate in progress"
                     );
                 }
-                return Ok(Waited::Answer(Begun::InProgress {
+                return Ok(Some(Begun::InProgress {
                     retry_after: Duration::from_millis(
                         existing.lease_expires_at_ms.saturating_sub(now),
                     ),
@@ -115,19 +109,17 @@ impl Polls {
             match record {
                 // Released, or expired (a claim treats it as absent):
                 // claiming again runs it here.
-                None => return Ok(Waited::Freed),
-                Some(record) if record.expires_at_s.saturating_mul(1000) <= now => {
-                    return Ok(Waited::Freed)
-                }
+                None => return Ok(None),
+                Some(record) if record.expires_at_s.saturating_mul(1000) <= now => return Ok(None),
                 Some(record) if record.fingerprint != fingerprint => {
                     config.count(Event::FingerprintMismatch);
-                    return Ok(Waited::Answer(Begun::Mismatch(Box::new(record))));
+                    return Ok(Some(Begun::Mismatch(Box::new(record))));
                 }
                 Some(record) if record.status == Status::Completed => {
-                    return Ok(Waited::Answer(replayed(config, record)))
+                    return Ok(Some(replayed(config, record)))
                 }
                 // Its lease is over: claiming again takes it over.
-                Some(record) if record.lease_expires_at_ms <= now => return Ok(Waited::Freed),
+                Some(record) if record.lease_expires_at_ms <= now => return Ok(None),
                 Some(record) => *existing = record,
             }
         }

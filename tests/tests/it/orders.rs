@@ -33,6 +33,7 @@ impl App {
             provider_latency: Duration::from_millis(provider_latency_ms),
             expires_after: Duration::from_secs(3600),
             max_lease: Duration::from_secs(900),
+            wait_for_result: Duration::ZERO,
             demo_crashes: false,
             metrics_namespace: None,
             // No authorizer in front of these tests: the shared anonymous
