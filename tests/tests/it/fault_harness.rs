@@ -148,7 +148,10 @@ fn combos(transactional: bool, cutover: bool) -> Vec<Combo> {
             all.push(Combo { surface, feature });
         }
     };
-    add(Surface::Http, &[Plain, RecoveryPoints, LocalCache, BodyKey]);
+    add(
+        Surface::Http,
+        &[Plain, RecoveryPoints, LocalCache, BodyKey, WaitFor],
+    );
     add(
         Surface::Function,
         &[Plain, RecoveryPoints, LocalCache, BodyKey, WaitFor],
@@ -597,6 +600,9 @@ impl Run {
                 let mut layer = IdempotencyLayer::with_config(config);
                 if feature == Feature::BodyKey {
                     layer = layer.key_from_body("/order_id");
+                }
+                if feature == Feature::WaitFor {
+                    layer = layer.wait_for(WAIT_FOR);
                 }
                 Instance::Http(layer.layer(tower::util::BoxCloneService::new(service)))
             }

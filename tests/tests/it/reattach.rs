@@ -2,12 +2,19 @@
 //! the same request in progress waits for its response instead of a `409`,
 //! on every engine.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lambda_http::{Body, Error, Request, Response};
 use lambda_idempotency::scope::RecordScope;
+use lambda_idempotency::store::{
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease,
+    StoredRecord, SweepStore,
+};
 use lambda_idempotency::sweeper::SweepPolicy;
-use lambda_idempotency::{http::REPLAYED_HEADER, problem, store::Resolution, IdempotencyLayer};
+use lambda_idempotency::{
+    http::REPLAYED_HEADER, problem, store::Resolution, IdempotencyLayer, Store,
+};
 use tower::{Layer, ServiceExt};
 
 use crate::fixture::{
@@ -22,6 +29,7 @@ on_both_stores!(
     a_first_call_released_meanwhile_lets_the_waiter_run,
     a_first_call_failed_meanwhile_answers_its_stored_problem,
     a_waiter_whose_deadline_comes_first_answers_409_in_time,
+    a_poll_that_fails_answers_503_and_never_runs_the_handler,
 );
 
 /// The request every test sends (`POST /orders`, key `k1`).
@@ -240,4 +248,64 @@ async fn a_waiter_whose_deadline_comes_first_answers_409_in_time(f: Fixture) {
     assert!(retry_after(&conflict) >= 1);
     assert_eq!(first.await.expect("the first call answers").status(), 201);
     assert_eq!(runs.count(), 1);
+}
+
+/// `f`'s store with every read failing (the store unreachable), its writes
+/// as they are: what a waiter's polls meet when the store goes away.
+#[derive(Debug)]
+struct ReadsFail(Arc<dyn SweepStore>);
+
+#[async_trait::async_trait]
+impl Store for ReadsFail {
+    async fn claim(
+        &self,
+        request: &ClaimRequest,
+    ) -> Result<ClaimOutcome, lambda_idempotency::Error> {
+        self.0.claim(request).await
+    }
+    async fn complete(
+        &self,
+        request: CompleteRequest<'_>,
+    ) -> Result<Completion, lambda_idempotency::Error> {
+        self.0.complete(request).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<(), lambda_idempotency::Error> {
+        self.0.release(lease).await
+    }
+    async fn checkpoint(
+        &self,
+        request: CheckpointRequest<'_>,
+    ) -> Result<(), lambda_idempotency::Error> {
+        self.0.checkpoint(request).await
+    }
+    async fn get(&self, _: &str) -> Result<Option<StoredRecord>, lambda_idempotency::Error> {
+        Err(lambda_idempotency::Error::store_unavailable(
+            "the read failed on purpose",
+            "injected",
+        ))
+    }
+}
+
+async fn a_poll_that_fails_answers_503_and_never_runs_the_handler(f: Fixture) {
+    let runs = Runs::default();
+    let handler = counting_handler(runs.clone(), Duration::from_millis(800));
+    let first = start_first(
+        &waiting(&f, Duration::from_secs(10), handler.clone()),
+        order(r#"{"a":1}"#),
+        &runs,
+    )
+    .await;
+    let mut svc = IdempotencyLayer::new(ReadsFail(f.store.clone()))
+        .wait_for(Duration::from_secs(10))
+        .layer(handler);
+    let refused = call(&mut svc, order(r#"{"a":1}"#)).await;
+    // Fail closed: not the first request's answer, not a run of its own.
+    assert_eq!(refused.status(), 503);
+    assert_eq!(json(&refused)["type"], problem::STORE_UNAVAILABLE.uri);
+    assert!(retry_after(&refused) >= 1);
+    assert_eq!(first.await.expect("the first call answers").status(), 201);
+    assert_eq!(runs.count(), 1);
+    // The first request's record is untouched: a retry replays it.
+    let retry = call(&mut svc, order(r#"{"a":1}"#)).await;
+    assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
 }
