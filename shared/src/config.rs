@@ -265,7 +265,7 @@ impl IdempotencyConfig {
     /// event path). Off by default; zero turns it off.
     ///
     /// - The wait polls the record with
-    ///   [`Store::get`](crate::store::Store::get) (a consistent read on
+    ///   [`Store::get`] (a consistent read on
     ///   DynamoDB), 50 ms after the claim and then twice as long each time,
     ///   up to 1 s between polls, each interval cut by a random part of up
     ///   to half so that duplicates waiting on one key spread their reads.
