@@ -1,12 +1,17 @@
 //! Lambda entry point of `orders-api`.
 
+use std::sync::Arc;
+
 use lambda_http::Error;
+use lambda_idempotency::{DynamoStore, Store};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config =
         orders_api::Config::from_env().map_err(|e| format!("orders-api cannot start: {e}"))?;
+    let warm_up = warm_up_enabled(std::env::var("IDEMPOTENCY_WARM_UP").ok().as_deref())
+        .map_err(|e| format!("orders-api cannot start: {e}"))?;
     let aws = aws_config::load_from_env().await;
     let client = aws_sdk_dynamodb::Client::new(&aws);
     // Concurrent when the platform asks for it (AWS_LAMBDA_MAX_CONCURRENCY),
@@ -14,14 +19,41 @@ async fn main() -> Result<(), Error> {
     let s3 = aws_sdk_s3::Client::new(&aws);
     // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
     // connected and checked now, so a bad URL fails the cold start.
-    let app = match config
+    let store: Arc<dyn Store> = match config
         .engine
         .open(&aws)
         .await
         .map_err(|e| format!("orders-api cannot start: {e}"))?
     {
-        Some(store) => orders_api::app_with_store(client, store.into_store(), s3, &config),
-        None => orders_api::app_with_s3(client, s3, &config),
+        Some(store) => store.into_store(),
+        None => Arc::new(
+            DynamoStore::builder(client.clone(), config.idempotency_table.clone())
+                .open()
+                .map_err(|e| format!("orders-api cannot start: {e}"))?,
+        ),
     };
+    // IDEMPOTENCY_WARM_UP (default true): the store's connection opened
+    // now, during init, so the first request does not pay for its TCP
+    // connection and TLS handshake. On DynamoDB the connection is the
+    // client's, which the orders share. A failure is logged and the
+    // function starts: its first request opens the connection itself.
+    if warm_up {
+        if let Err(e) = store.warm_up().await {
+            tracing::warn!(error = %e, "idempotency store warm-up failed; the first request opens the connection");
+        }
+    }
+    let app = orders_api::app_with_store(client, store, s3, &config);
     lambda_http::run_concurrent(app).await
+}
+
+/// `IDEMPOTENCY_WARM_UP`: unset, empty, `true` or `1` warm up; `false` or
+/// `0` do not; anything else refuses to start.
+fn warm_up_enabled(value: Option<&str>) -> Result<bool, String> {
+    match value.map(str::trim) {
+        None | Some("") | Some("true") | Some("1") => Ok(true),
+        Some("false") | Some("0") => Ok(false),
+        Some(other) => Err(format!(
+            "IDEMPOTENCY_WARM_UP={other:?} is not a boolean: use true or false"
+        )),
+    }
 }

@@ -1,0 +1,252 @@
+//! `Store::warm_up` on every engine: it opens the store's connection during
+//! a function's init with exactly the request its documentation names, and
+//! the store layers forward it.
+
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
+use aws_sdk_dynamodb::error::BoxError;
+use lambda_idempotency::store::dynamodb::WARM_UP_RECORD_ID;
+use lambda_idempotency::store::offload::S3Offload;
+use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
+use lambda_idempotency::{DynamoStore, ErrorKind, PostgresStore, RedisStore, Store};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// Every DynamoDB request the client sends: its operation (from the
+/// `x-amz-target` header) and its JSON body.
+#[derive(Debug, Clone, Default)]
+struct Recorded(Arc<Mutex<Vec<(String, Value)>>>);
+
+impl Recorded {
+    fn requests(&self) -> Vec<(String, Value)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Intercept for Recorded {
+    fn name(&self) -> &'static str {
+        "Recorded"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let request = context.request();
+        let target = request
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or_default()
+            .to_owned();
+        let body = request
+            .body()
+            .bytes()
+            .map_or(Value::Null, |b| serde_json::from_slice(b).unwrap());
+        self.0.lock().unwrap().push((target, body));
+        Ok(())
+    }
+}
+
+/// A DynamoStore on a fresh table whose client records its requests.
+async fn recorded_dynamo_store() -> (DynamoStore, String, Recorded) {
+    let table = integration_tests::create_table(&integration_tests::client().await).await;
+    let recorded = Recorded::default();
+    let client =
+        integration_tests::client_with(vec![SharedInterceptor::new(recorded.clone())]).await;
+    let store = DynamoStore::builder(client, &table).open().unwrap();
+    (store, table, recorded)
+}
+
+/// The one request a DynamoStore's warm-up sends: an eventually consistent
+/// GetItem of the warm-up id on its table.
+fn assert_one_warm_up_get_item(recorded: &Recorded, table: &str) {
+    let requests = recorded.requests();
+    assert_eq!(requests.len(), 1, "one request, got {requests:?}");
+    let (target, body) = &requests[0];
+    assert_eq!(target, "DynamoDB_20120810.GetItem");
+    assert_eq!(
+        body,
+        &json!({"TableName": table, "Key": {"id": {"S": WARM_UP_RECORD_ID}}}),
+        "no ConsistentRead (half a read unit), no other parameter"
+    );
+}
+
+#[tokio::test]
+async fn dynamodb_warm_up_is_one_eventually_consistent_get_item_of_the_warm_up_id() {
+    let (store, table, recorded) = recorded_dynamo_store().await;
+    store.warm_up().await.unwrap();
+    assert_one_warm_up_get_item(&recorded, &table);
+    assert_eq!(
+        store.get(WARM_UP_RECORD_ID).await.unwrap(),
+        None,
+        "the warm-up wrote nothing"
+    );
+}
+
+#[tokio::test]
+async fn dynamodb_warm_up_on_an_unreachable_endpoint_fails_as_store_unavailable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 1).await;
+    let store = DynamoStore::builder(client, "nowhere").open().unwrap();
+    let err = store.warm_up().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+}
+
+/// The layers forward the warm-up to the store they wrap: through
+/// `Arc<dyn Store>`, the cut-over and the offload it is still one GetItem
+/// of the DynamoStore's, and nothing of Powertools' table or of S3.
+#[tokio::test]
+async fn store_layers_forward_the_warm_up_to_the_store_they_wrap() {
+    let (store, table, recorded) = recorded_dynamo_store().await;
+    // An S3 client on a closed port: any request to it would fail the test.
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::new()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build(),
+    );
+    let offload = S3Offload::new(store.clone(), s3, "no-bucket");
+    let records = PowertoolsRecords::new(
+        store.client().clone(),
+        "powertools-table-never-read",
+        "app.handler",
+        std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
+    );
+    let layered: Arc<dyn Store> = Arc::new(PowertoolsCutover::new(offload, records));
+    layered.warm_up().await.unwrap();
+    assert_one_warm_up_get_item(&recorded, &table);
+}
+
+/// One command a client sent, as its words.
+type Command = Vec<String>;
+
+/// A fake Redis server on a free port: it answers `PING` with `PONG` and
+/// every other command with `OK`, and records each command it is sent.
+async fn recording_redis_server() -> (u16, Arc<Mutex<Vec<Command>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let commands = Arc::new(Mutex::new(Vec::new()));
+    let seen = commands.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let (read, mut write) = socket.into_split();
+                let mut read = BufReader::new(read);
+                let mut line = String::new();
+                // RESP: `*N` then N bulk strings `$len` + bytes.
+                while read.read_line(&mut line).await.unwrap_or(0) > 0 {
+                    let words: usize = line.trim_start_matches('*').trim().parse().unwrap();
+                    let mut command = Vec::new();
+                    for _ in 0..words {
+                        line.clear();
+                        read.read_line(&mut line).await.unwrap();
+                        let len: usize = line.trim_start_matches('$').trim().parse().unwrap();
+                        let mut word = vec![0; len + 2];
+                        read.read_exact(&mut word).await.unwrap();
+                        word.truncate(len);
+                        command.push(String::from_utf8(word).unwrap());
+                    }
+                    let answer: &[u8] = if command[0].eq_ignore_ascii_case("PING") {
+                        b"+PONG\r\n"
+                    } else {
+                        b"+OK\r\n"
+                    };
+                    seen.lock().unwrap().push(command);
+                    write.write_all(answer).await.unwrap();
+                    line.clear();
+                }
+            });
+        }
+    });
+    (port, commands)
+}
+
+#[tokio::test]
+async fn redis_warm_up_connects_a_store_opened_lazily_and_sends_one_ping() {
+    let (port, commands) = recording_redis_server().await;
+    let store = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
+        .open()
+        .unwrap();
+    assert!(commands.lock().unwrap().is_empty(), "open() sends nothing");
+    store.warm_up().await.unwrap();
+    // The client's own set-up of a new connection (`CLIENT SETINFO` of its
+    // name and version) is not the store's.
+    let sent: Vec<Command> = commands
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| !(c[0].eq_ignore_ascii_case("CLIENT") && c[1].eq_ignore_ascii_case("SETINFO")))
+        .cloned()
+        .collect();
+    assert_eq!(sent, vec![vec!["PING".to_owned()]]);
+    assert_eq!(store.round_trips(), 0, "no operation of the store's");
+}
+
+#[tokio::test]
+async fn redis_warm_up_on_the_real_server_and_cluster_answers_and_counts_no_operation() {
+    let cluster_url = std::env::var("IDEMPOTENCY_TEST_REDIS_CLUSTER_URL")
+        .expect("IDEMPOTENCY_TEST_REDIS_CLUSTER_URL is set by scripts/redis-local.sh");
+    for store in [
+        RedisStore::builder(integration_tests::redis_url()).open(),
+        RedisStore::builder(cluster_url).cluster().open(),
+    ] {
+        let store = store.unwrap();
+        store.warm_up().await.unwrap();
+        assert_eq!(store.round_trips(), 0, "{}", store.describe());
+    }
+}
+
+#[tokio::test]
+async fn redis_warm_up_of_an_unreachable_server_fails_as_store_unavailable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
+        .open()
+        .unwrap();
+    let err = store.warm_up().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+}
+
+/// Directly and through PgBouncer: a store opened lazily has no connection;
+/// after the warm-up its pool holds one, idle, and no statement was sent.
+#[tokio::test]
+async fn postgres_warm_up_opens_the_pools_first_connection_without_a_statement() {
+    for url in [
+        integration_tests::postgres_url(),
+        integration_tests::postgres_pooler_url(),
+    ] {
+        let store = PostgresStore::builder(&url).open().unwrap();
+        assert_eq!(store.pool().status().size, 0, "open() connects nothing");
+        store.warm_up().await.unwrap();
+        let status = store.pool().status();
+        assert_eq!((status.size, status.available), (1, 1), "{url}");
+        assert_eq!(store.round_trips(), 0, "{url}: no statement");
+    }
+}
+
+#[tokio::test]
+async fn postgres_warm_up_of_an_unreachable_server_fails_as_store_unavailable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = PostgresStore::builder(format!("postgres://u@127.0.0.1:{port}/db"))
+        .open()
+        .unwrap();
+    let err = store.warm_up().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+}
