@@ -12,7 +12,10 @@ async fn main() -> Result<(), Error> {
         orders_api::Config::from_env().map_err(|e| format!("orders-api cannot start: {e}"))?;
     let warm_up = warm_up_enabled(std::env::var("IDEMPOTENCY_WARM_UP").ok().as_deref())
         .map_err(|e| format!("orders-api cannot start: {e}"))?;
-    let aws = aws_config::load_from_env().await;
+    let aws = aws_config::from_env()
+        .http_client(https_client())
+        .load()
+        .await;
     let client = aws_sdk_dynamodb::Client::new(&aws);
     // Concurrent when the platform asks for it (AWS_LAMBDA_MAX_CONCURRENCY),
     // sequential otherwise: the idempotent service is Clone + Send.
@@ -56,4 +59,17 @@ fn warm_up_enabled(value: Option<&str>) -> Result<bool, String> {
             "IDEMPOTENCY_WARM_UP={other:?} is not a boolean: use true or false"
         )),
     }
+}
+
+/// The SDK's HTTPS client (DynamoDB, S3) with rustls on ring rather than
+/// the default aws-lc: aws-lc seeds its random generator from CPU jitter
+/// entropy at its first use, about 35 ms of CPU before the first
+/// connection's ClientHello on the benchmark's machine (BENCHMARKS.md, the
+/// cold start over TLS), several times the handshake itself; ring takes its
+/// randomness from the kernel. The same trust roots (the platform's).
+fn https_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }
