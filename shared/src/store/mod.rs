@@ -365,18 +365,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// request itself; made during init, it is paid while Lambda's init
     /// phase runs.
     ///
-    /// What each engine sends (nothing that writes, nothing that needs a
-    /// permission the store's other operations do not have, but where
-    /// said):
+    /// What each engine sends (nothing that writes):
     /// - [`DynamoStore`](crate::DynamoStore): one eventually consistent
     ///   `GetItem` of a record id no request produces (0.5 read unit; the
     ///   function's role needs `dynamodb:GetItem` on the table, as
     ///   [`Store::get`] does), its answer ignored. The SDK keeps the
     ///   connection in its client's pool, which every clone of the client
     ///   shares;
-    /// - [`RedisStore`](crate::RedisStore): `PING` through its connection
+    /// - `RedisStore` (feature `redis`): `PING` through its connection
     ///   (a store from `open()` connects on first use);
-    /// - [`PostgresStore`](crate::PostgresStore): the pool's first
+    /// - `PostgresStore` (feature `postgres`): the pool's first
     ///   connection opened and given back to the pool, no statement;
     /// - the default, for stores without a connection
     ///   ([`MemoryStore`](crate::MemoryStore)) or that keep none: nothing.
