@@ -192,8 +192,11 @@ async fn redis_warm_up_connects_a_store_opened_lazily_and_sends_one_ping() {
     assert_eq!(store.round_trips(), 0, "no operation of the store's");
 }
 
+/// On the real server and cluster (where `PING` is routed to the nodes),
+/// the warm-up succeeds and is no operation of the store's; which command
+/// it sends is the fake server's test above.
 #[tokio::test]
-async fn redis_warm_up_on_the_real_server_and_cluster_answers_and_counts_no_operation() {
+async fn redis_warm_up_succeeds_on_a_real_server_and_cluster_without_counting_a_round_trip() {
     let cluster_url = std::env::var("IDEMPOTENCY_TEST_REDIS_CLUSTER_URL")
         .expect("IDEMPOTENCY_TEST_REDIS_CLUSTER_URL is set by scripts/redis-local.sh");
     for store in [
