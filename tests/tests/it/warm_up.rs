@@ -253,3 +253,77 @@ async fn postgres_warm_up_of_an_unreachable_server_fails_as_store_unavailable() 
     let err = store.warm_up().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
 }
+
+/// `orders-api`'s init as a process, metered on the way to DynamoDB Local:
+/// with `IDEMPOTENCY_WARM_UP` unset (the default) it makes one read of its
+/// idempotency table (half a read unit) before it asks for an invocation,
+/// with `false` none; the orders table is not touched either way.
+#[tokio::test]
+async fn orders_api_warms_up_during_init_unless_told_not_to() {
+    use integration_tests::capacity_proxy::CapacityProxy;
+    use integration_tests::functions::{orders_env, spawn, tables};
+    use integration_tests::runtime_api::RuntimeApi;
+    use std::net::ToSocketAddrs;
+
+    let upstream = integration_tests::endpoint()
+        .trim_start_matches("http://")
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap();
+    let bin = crate::process::function_bin("orders-api");
+    for (setting, reads) in [(None, 1), (Some("false"), 0)] {
+        let proxy = CapacityProxy::start(upstream).await.unwrap();
+        let tables = tables().await.unwrap();
+        let api = RuntimeApi::start().await.unwrap();
+        let mut extra = vec![("AWS_ENDPOINT_URL_DYNAMODB", proxy.endpoint())];
+        if let Some(value) = setting {
+            extra.push(("IDEMPOTENCY_WARM_UP", value.to_owned()));
+        }
+        let extra: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let _process = spawn(bin.to_str().unwrap(), &orders_env(&api, &tables, &extra)).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while api.first_poll().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "orders-api did not finish its init"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let idempotency = proxy.units(&tables.0);
+        assert_eq!(
+            idempotency.requests, reads,
+            "IDEMPOTENCY_WARM_UP={setting:?}"
+        );
+        assert_eq!(idempotency.reads(), 0.5 * reads as f64, "{idempotency:?}");
+        assert_eq!(idempotency.writes(), 0.0, "{idempotency:?}");
+        assert_eq!(proxy.units(&tables.1).requests, 0, "the orders table");
+    }
+}
+
+/// A bad `IDEMPOTENCY_WARM_UP` stops `orders-api` at start, in one line
+/// naming the variable, before it asks for any invocation.
+#[tokio::test]
+async fn a_bad_warm_up_setting_stops_orders_api_at_start_naming_it() {
+    use integration_tests::runtime_api::RuntimeApi;
+    let tables = integration_tests::functions::tables().await.unwrap();
+    let api = RuntimeApi::start().await.unwrap();
+    let env =
+        integration_tests::functions::orders_env(&api, &tables, &[("IDEMPOTENCY_WARM_UP", "yes")]);
+    let out = tokio::process::Command::new(crate::process::function_bin("orders-api"))
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .await
+        .expect("run orders-api");
+    assert!(!out.status.success(), "it must not start");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(
+        lines[0].contains(
+            "orders-api cannot start: IDEMPOTENCY_WARM_UP=\\\"yes\\\" is not a boolean: use true or false"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(api.first_poll(), None, "no invocation was asked for");
+}
