@@ -75,12 +75,25 @@ if [ "${1:-}" != "--inside" ]; then
     done
     echo $(( (total[1] - total[0]) / 2000 ))
   }
+  sha256() {
+    # SHA-256's share of the same difference: callgrind's inclusive cost of
+    # sha2's block function (everything it hashes goes through it), from
+    # the files instructions() left. The bare handler hashes nothing.
+    local kind=$1 total=()
+    for n in 2000 4000; do
+      total+=("$(callgrind_annotate --inclusive=yes --threshold=100 "$out/callgrind.$kind.$n" \
+        | awk '/sha2::sha256::compress256/ { gsub(",", "", $1); print $1; found = 1; exit } END { if (!found) print 0 }')")
+    done
+    echo $(( (total[1] - total[0]) / 2000 ))
+  }
   if command -v valgrind >/dev/null; then
     echo "bench: instructions per request (callgrind; library = wrapped - bare handler)" >&2
     bare=$(instructions bare)
-    printf '{"first_instructions": %s, "replay_instructions": %s, "cached_replay_instructions": %s, "bare_handler_instructions": %s}\n' \
-      "$(( $(instructions first) - bare ))" "$(( $(instructions replay) - bare ))" \
-      "$(( $(instructions cached) - bare ))" "$bare" >"$out/instructions.json"
+    first=$(( $(instructions first) - bare ))
+    replay=$(( $(instructions replay) - bare ))
+    cached=$(( $(instructions cached) - bare ))
+    printf '{"first_instructions": %s, "replay_instructions": %s, "cached_replay_instructions": %s, "bare_handler_instructions": %s, "first_sha256_instructions": %s, "replay_sha256_instructions": %s, "cached_replay_sha256_instructions": %s}\n' \
+      "$first" "$replay" "$cached" "$bare" "$(sha256 first)" "$(sha256 replay)" "$(sha256 cached)" >"$out/instructions.json"
   else
     echo '{}' >"$out/instructions.json"
   fi
@@ -131,6 +144,9 @@ echo "bench: cold start of orders-api through the Runtime API (10 runs, fresh Dy
 fresh_engine "$bench" cold 10 "$target_dir/release/orders-api" >"$out/cold.json"
 echo "bench: cold start of the benchmark's handler, then Powertools Python's import + setup + first invocation (10 runs each, one fresh DynamoDB Local)" >&2
 fresh_engine "$0" --cold "$py" "$bench" "$out"
+# The first request after a cold start over TLS, both tools (its own fresh
+# DynamoDB Local and TLS proxy; the goal's figures).
+"$root/scripts/bench-cold-tls.sh" --no-build
 echo "bench: duplicate storm on orders-api (10,000 requests, 1,000 keys, 10 racing duplicates each, concurrency 32, 4 processes)" >&2
 fresh_engine "$bench" storm "$target_dir/release/orders-api" 10000 1000 32 4 >"$out/storm.json"
 
@@ -139,7 +155,7 @@ import json, os, platform, subprocess, sys
 out = sys.argv[1]
 load = lambda name: json.load(open(os.path.join(out, name)))
 rust = load("rust-latency.json")
-cpu, ins, cold, same, ptcold, storm = (load(n) for n in ("cpu.json", "instructions.json", "cold.json", "cold-same.json", "powertools-cold.json", "storm.json"))
+cpu, ins, cold, same, ptcold, storm, cold_tls = (load(n) for n in ("cpu.json", "instructions.json", "cold.json", "cold-same.json", "powertools-cold.json", "storm.json", "cold-tls.json"))
 rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True).stdout.strip()
 cores = os.cpu_count()
 load_start = open(os.path.join(out, "load-start")).read().strip()
@@ -152,6 +168,7 @@ rust.update({
     "cold": cold,
     "cold_same": same,
     "powertools_cold": ptcold,
+    "cold_tls": cold_tls,
     "peak_rss_kb": storm.get("peak_rss_kb"),
     "storm": storm,
     "machine": f"{platform.machine()}, {cores} cores, {platform.system()} {platform.release()}; "

@@ -47,7 +47,6 @@ KIND_NAMES = {
 STATS = ("p50", "p99")
 FLOOR_REQUESTS = {"first": 2, "replay": 1, "in_progress": 1, "cached_replay": 0}
 OWN_TIME_GOAL = 0.10  # the middleware's own time, at most this share of Powertools' overhead
-FIRST_INSTRUCTIONS_GOAL = 80_000
 SANITY_ENGINE_RATIO = 1.5  # one client's bare PutItem p50 on the two tools' engines of a round
 SANITY_CLIENT_RATIO = 2.5  # the two clients' bare PutItem p50 of one round (boto3 adds ~0.5 ms of Python)
 CAPACITY_SIZES = (("200", "200 B"), ("1000", "1 KB"), ("10000", "10 KB"))
@@ -238,6 +237,22 @@ def cold_start(rust: dict, which: str = "cold") -> tuple[float, float, float] | 
     return rust_ms, pt_ms, rust_ms / pt_ms
 
 
+def cold_tls_series(rust: dict, variant: str, field: str) -> list[float]:
+    """One field of every run of a `bench cold-tls` variant (`orders_api_warm_up_on`,
+    `orders_api_warm_up_off`, `powertools`); empty when not measured."""
+    return [run[field] for run in (rust.get("cold_tls") or {}).get(variant) or [] if field in run]
+
+
+def cold_tls_ratio(rust: dict) -> tuple[float, float, float] | None:
+    """Medians of `orders-api`'s cold first response over TLS (warm-up on, as
+    deployed) and of Powertools' on the same endpoint, and their ratio."""
+    ours = median_or_none(cold_tls_series(rust, "orders_api_warm_up_on", "total_ms"))
+    theirs = median_or_none(cold_tls_series(rust, "powertools", "total_ms"))
+    if ours is None or theirs is None:
+        return None
+    return ours, theirs, ours / theirs
+
+
 def cpu_value(rust: dict, field: str):
     """A field of the optional cpu section, None when it or the section is missing."""
     return (rust.get("cpu") or {}).get(field)
@@ -318,7 +333,11 @@ def goals(rows: list[LatencyRow], rust: dict, powertools: dict, capacity: dict |
     """The goals in force, each with its measurement: the sanity of the run
     first (without it no comparison below means anything), then requests
     and write units, latency against Powertools, the middleware's own time,
-    instructions, cold start and memory."""
+    cold start and memory. The instruction count is a figure of the CPU
+    section, not a goal (issue 44: under valgrind SHA-256 runs without the
+    CPU's SHA extensions, and the deflate that keeps a 1 KB completion at one
+    write unit costs about 70k, so a bound of 80k contradicted the write-unit
+    goal)."""
     found, _ = sanity(rust, powertools)
     for kind in ("first", "replay", "in_progress", "cached_replay"):
         value = rust["requests"].get(kind)
@@ -354,28 +373,25 @@ def goals(rows: list[LatencyRow], rust: dict, powertools: dict, capacity: dict |
                 "n/a",
             )
         )
-    instructions = cpu_value(rust, "first_instructions")
+    cold = cold_start(rust, "cold_same")
     found.append(
         Goal(
-            "instructions per first execution (callgrind, net)",
-            NOT_MEASURED if instructions is None else f"{instructions:,}",
-            f"≤ {FIRST_INSTRUCTIONS_GOAL:,}",
-            None if instructions is None else instructions <= FIRST_INSTRUCTIONS_GOAL,
+            "cold start ratio, the same handler (claim, handler, completion), plain HTTP",
+            NOT_MEASURED if cold is None else f"{fmt_ratio(cold[2])} ({cold[0]:.1f} vs {cold[1]:.1f} ms)",
+            f"≤ {COLD_RATIO_GOAL:.2f}",
+            None if cold is None else cold[2] <= COLD_RATIO_GOAL,
         )
     )
-    for which, name in (
-        ("cold_same", "cold start ratio, the same handler (claim, handler, completion)"),
-        ("cold", "cold start ratio, `orders-api` (an order: 7 requests) against that Powertools function"),
-    ):
-        cold = cold_start(rust, which)
-        found.append(
-            Goal(
-                name,
-                NOT_MEASURED if cold is None else f"{fmt_ratio(cold[2])} ({cold[0]:.1f} vs {cold[1]:.1f} ms)",
-                f"≤ {COLD_RATIO_GOAL:.2f}",
-                None if cold is None else cold[2] <= COLD_RATIO_GOAL,
-            )
+    tls = cold_tls_ratio(rust)
+    found.append(
+        Goal(
+            "cold first response over TLS, `orders-api` (an order: 7 requests; warm-up on, as deployed) "
+            "against Powertools Python on the same TLS endpoint",
+            NOT_MEASURED if tls is None else f"{fmt_ratio(tls[2])} ({tls[0]:.1f} vs {tls[1]:.1f} ms)",
+            f"≤ {COLD_RATIO_GOAL:.2f}",
+            None if tls is None else tls[2] <= COLD_RATIO_GOAL,
         )
+    )
     rss = rust.get("peak_rss_kb")
     found.append(
         Goal(
@@ -475,8 +491,10 @@ def goals_section(found: list[Goal]) -> list[str]:
         "shows 1.7-1.8x; a slowed engine showed 10x), the run is not comparable and `make bench` exits "
         "non-zero. Powertools' overhead = its latency - DynamoDB requests made x the median bare round "
         "trip (a small conditional PutItem) of its client; the middleware's own time = the Rust latency outside "
-        "store calls (timed on every call); instructions = callgrind, wrapped minus bare handler on the "
-        "in-memory store; write units from the capacity section; cold start ratio = Rust / Powertools medians.",
+        "store calls (timed on every call); write units from the capacity section; cold start ratio = Rust / "
+        "Powertools medians of spawn to first response (over TLS: through one TLS-terminating proxy in front "
+        "of DynamoDB Local, see the cold start section). Instructions per request are a figure of the CPU "
+        "section, no longer a goal.",
         "",
         *goals_table(found),
         "",
@@ -746,6 +764,7 @@ def cpu_section(rust: dict) -> list[str]:
         ("first_grown_store", "first execution, store grown to every record of the run"),
     ):
         instructions = cpu.get(f"{kind}_instructions")
+        sha = cpu.get(f"{kind}_sha256_instructions")
         rows.append(
             [
                 label,
@@ -754,6 +773,8 @@ def cpu_section(rust: dict) -> list[str]:
                 ms(gross.get(kind)),
                 ms(wall.get(kind)),
                 NOT_MEASURED if instructions is None else f"{instructions:,}",
+                NOT_MEASURED if sha is None else f"{sha:,}",
+                NOT_MEASURED if sha is None or instructions is None else f"{instructions - sha:,}",
             ]
         )
     bare_ins = cpu.get("bare_handler_instructions")
@@ -765,6 +786,8 @@ def cpu_section(rust: dict) -> list[str]:
             ms(cpu.get("bare_handler_ns")),
             "—",
             NOT_MEASURED if bare_ins is None else f"{bare_ins:,}",
+            "—",
+            "—",
         ]
     )
     runs = cpu.get("runs", "?")
@@ -785,8 +808,11 @@ def cpu_section(rust: dict) -> list[str]:
         "adds the growth of an in-process map to tens of thousands of 1 KB records, which a DynamoDB-backed "
         "deployment never has. Wall time of the same batches is shown for comparison. Instructions: "
         "callgrind, (4,000 requests - 2,000 requests) / 2,000, wrapped minus bare; they do not move with "
-        "machine load (valgrind emulates SHA-256 without the CPU's SHA extensions, which inflates the "
-        "fingerprint's share).",
+        "machine load, but they are a figure, not a goal: valgrind's virtual CPU has no SHA extensions, so "
+        "SHA-256 (the fingerprint, the record id) runs in software there, where the real CPU (`sha_ni`, "
+        "Graviton's SHA-2 instructions) hashes the same bytes in a few thousand; the CPU time beside them is "
+        "the real CPU's. Of which SHA-256 = callgrind's inclusive cost of `sha2`'s block function "
+        "(`callgrind_annotate --inclusive=yes`), per request the same way; the last column is the rest.",
         "",
         *table(
             [
@@ -796,6 +822,8 @@ def cpu_section(rust: dict) -> list[str]:
                 "CPU, gross (µs)",
                 "Wall, net (µs)",
                 "Instructions, net",
+                "of which SHA-256",
+                "Instructions without SHA-256",
             ],
             rows,
         ),
@@ -893,12 +921,15 @@ def cold_section(rust: dict) -> list[str]:
         "Powertools Python: import + setup + first invocation of the benchmark's handler.",
         "",
     ]
-    for which, label in (("cold_same", "the same handler"), ("cold", "`orders-api`")):
+    for which, label, goal in (
+        ("cold_same", "the same handler", f"goal ≤ {COLD_RATIO_GOAL:.2f}"),
+        ("cold", "`orders-api`", "no goal on plain HTTP: its goal is over TLS, below"),
+    ):
         cold = cold_start(rust, which)
         if cold:
             lines.append(
                 f"- Rust, {label}: {series_summary((rust.get(which) or {}).get('cold_start_ms') or rust.get('cold_start_ms'))}; "
-                f"ratio {fmt_ratio(cold[2])} (goal ≤ {COLD_RATIO_GOAL:.2f})"
+                f"ratio {fmt_ratio(cold[2])} ({goal})"
             )
     lines += [f"- Powertools: {series_summary(rust.get('powertools_cold_start_ms'))}", ""]
     if rows:
@@ -927,6 +958,123 @@ def cold_section(rust: dict) -> list[str]:
             "",
         ]
     return lines
+
+
+COLD_TLS_VARIANTS = (
+    ("orders_api_warm_up_on", "Rust, `orders-api`, warm-up on (the default)"),
+    ("orders_api_warm_up_off", "Rust, `orders-api`, `IDEMPOTENCY_WARM_UP=false`"),
+    ("powertools", "Powertools Python, the same handler as above"),
+)
+
+
+def cold_tls_section(rust: dict) -> list[str]:
+    """The first request after a cold start over TLS (`bench cold-tls`): the
+    split of each variant, the warm-up's cost and gain, the trust check."""
+    data = rust.get("cold_tls")
+    if not data:
+        return ["### Over TLS: the first request after a cold start", "", NOT_MEASURED, ""]
+    med = lambda variant, field: median_or_none(cold_tls_series(rust, variant, field))  # noqa: E731
+    ms = lambda value: NOT_MEASURED if value is None else f"{value:.1f}"  # noqa: E731
+    rows = []
+    for variant, label in COLD_TLS_VARIANTS:
+        runs = (data.get(variant) or [])
+        if not runs:
+            continue
+        in_init = sum(1 for run in runs if run.get("handshake_in_init"))
+        where = "init" if in_init == len(runs) else "first invocation" if in_init == 0 else f"init in {in_init} of {len(runs)}"
+        connections = sorted({run.get("connections") for run in runs})
+        rows.append(
+            [
+                label,
+                ms(med(variant, "process_start_ms")),
+                ms(med(variant, "import_ms")) if variant == "powertools" else "—",
+                ms(med(variant, "client_setup_ms")),
+                ms(med(variant, "before_hello_ms")),
+                f"{ms(med(variant, 'handshake_ms'))} ({where})",
+                ms(med(variant, "warm_up_request_ms")) if variant != "powertools" else "—",
+                ms(med(variant, "first_execution_ms")),
+                ms(med(variant, "init_ms")),
+                ms(med(variant, "first_invocation_ms")),
+                ms(med(variant, "second_invocation_ms")) if variant != "powertools" else "—",
+                ms(med(variant, "total_ms")),
+                ", ".join(str(c) for c in connections),
+            ]
+        )
+    on, off = "orders_api_warm_up_on", "orders_api_warm_up_off"
+    init_cost = difference(med(on, "init_ms"), med(off, "init_ms"))
+    invocation_gain = difference(med(off, "first_invocation_ms"), med(on, "first_invocation_ms"))
+    total_change = difference(med(on, "total_ms"), med(off, "total_ms"))
+    ratio_on = cold_tls_ratio(rust)
+    ratio_off = None
+    off_total, pt_total = med(off, "total_ms"), med("powertools", "total_ms")
+    if off_total is not None and pt_total:
+        ratio_off = off_total / pt_total
+    refused = data.get("untrusted_refused") or {}
+    trust = "; ".join(
+        f"{who}: {info.get('connections')} connection(s), none completed a handshake "
+        f"(the proxy saw: {'; '.join(sorted(set(info.get('proxy_saw') or []))) or '?'})"
+        for who, info in (("`orders-api`", refused.get("orders_api") or {}), ("Powertools", refused.get("powertools") or {}))
+    )
+    signed = lambda value: NOT_MEASURED if value is None else f"{value:+.1f}"  # noqa: E731
+    return [
+        "### Over TLS: the first request after a cold start",
+        "",
+        "A deployed function opens a TLS connection to DynamoDB on its first request. Here both tools reach "
+        "DynamoDB Local through one TLS-terminating proxy (the benchmark's own, rustls, in the driver's "
+        "process: `tools/src/bin/bench/tls_proxy.rs`), presenting a leaf and an intermediate of a test root "
+        "made for the run (RSA 2048, `scripts/bench/tls-certs.sh`). Each tool is given the machine's roots "
+        "plus the test root, as its own variable names them: the SDK for Rust loads its roots through "
+        "rustls-native-certs, which reads `SSL_CERT_FILE` (and `SSL_CERT_DIR`, left empty) in place of the "
+        "system's; boto3 reads `AWS_CA_BUNDLE` in place of certifi's bundle. Both the same engine, warmed "
+        "through the proxy by a warm `orders-api` first; each round runs a cold `orders-api` with the "
+        "warm-up on, one with it off (in turn first) and a cold Powertools probe; medians over the rounds, "
+        "so the parts need not add up to the total.",
+        "",
+        "What each part is, on the driver's clock: process start = `orders-api` spawned without "
+        "`ORDERS_TABLE`, which exits before building a client (Powertools: interpreter start, the total "
+        "minus the phases the script times); imports = Powertools and boto3; client set-up = from there to "
+        "the proxy accepting the first connection or, without one during init, to the first `GET /next` (the "
+        "AWS configuration, the clients, the store; Powertools: its set-up phase); client's TLS set-up = "
+        "the proxy's accept of the first connection to the client's first byte, its ClientHello: what the "
+        "client does between connecting and speaking TLS, made at its first connection (botocore: loading "
+        "the CA bundle into OpenSSL; the SDK for Rust on its default crypto, aws-lc, seeds aws-lc's random "
+        "generator from CPU jitter entropy there, 32-36 ms of CPU on this machine when measured, which is "
+        "why `orders-api` builds its HTTPS client on ring, whose randomness comes from the kernel); TLS handshake = "
+        "ClientHello to the client's `Finished` (the server's flight, the client's chain verification and "
+        "key exchange: TLS 1.3, one round trip), and the phase both fell in; warm-up request = the rest of "
+        "init after the handshake (the warm-up's `GetItem` round trip); first execution = the first "
+        "invocation minus the client's TLS set-up and the handshake when they fell there. Init = spawn to the first `GET /next` "
+        "(Lambda's init phase); first invocation = from there to the response (Powertools: its invocation "
+        "phase); second invocation = the same request again in the warm process, what the first is set against; total = spawn to the first response, what the goal compares. Connections = TLS connections "
+        "a run opened (every one of them through a completed handshake).",
+        "",
+        *table(
+            [
+                "Function",
+                "Process / interpreter start (ms)",
+                "Imports (ms)",
+                "Client set-up (ms)",
+                "Client's TLS set-up, connect to ClientHello (ms)",
+                "TLS handshake (ms)",
+                "Warm-up request (ms)",
+                "First execution (ms)",
+                "Init (ms)",
+                "First invocation (ms)",
+                "Second invocation, warm (ms)",
+                "Total (ms)",
+                "Connections",
+            ],
+            rows,
+        ),
+        "",
+        f"- Ratio, `orders-api` / Powertools, total: warm-up on {fmt_ratio(ratio_on[2]) if ratio_on else NOT_MEASURED}, "
+        f"off {fmt_ratio(ratio_off)} (goal ≤ {COLD_RATIO_GOAL:.2f}, on as deployed).",
+        f"- The warm-up's cost at init: {signed(init_cost)} ms of init (the client's TLS set-up, the handshake "
+        f"and one `GetItem` round trip, moved there); the first invocation: {signed(None if invocation_gain is None else -invocation_gain)} ms; "
+        f"spawn to first response: {signed(total_change)} ms (on minus off, medians).",
+        f"- The trust is real: against the machine's roots and another root, without the test root, {trust}.",
+        "",
+    ]
 
 
 def storm_section(rust: dict) -> list[str]:
@@ -974,6 +1122,7 @@ def markdown(
         *cpu_section(rust),
         *micro_section(micro),
         *cold_section(rust),
+        *cold_tls_section(rust),
         *storm_section(rust),
         *(notes.strip().splitlines() + [""] if notes.strip() else []),
     ]

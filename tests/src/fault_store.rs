@@ -417,6 +417,10 @@ impl<S: Store> Store for FaultStore<S> {
     fn reads_origin(&self) -> bool {
         self.inner.reads_origin()
     }
+
+    async fn warm_up(&self) -> Result<(), Error> {
+        self.inner.warm_up().await
+    }
     async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         self.faulted(CallKind::Get, self.inner.get(record_id)).await
     }

@@ -1,27 +1,75 @@
 //! Lambda entry point of `orders-api`.
 
+use std::sync::Arc;
+
 use lambda_http::Error;
+use lambda_idempotency::{DynamoStore, Store};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
     let config =
         orders_api::Config::from_env().map_err(|e| format!("orders-api cannot start: {e}"))?;
-    let aws = aws_config::load_from_env().await;
+    let warm_up = warm_up_enabled(std::env::var("IDEMPOTENCY_WARM_UP").ok().as_deref())
+        .map_err(|e| format!("orders-api cannot start: {e}"))?;
+    let aws = aws_config::from_env()
+        .http_client(https_client())
+        .load()
+        .await;
     let client = aws_sdk_dynamodb::Client::new(&aws);
     // Concurrent when the platform asks for it (AWS_LAMBDA_MAX_CONCURRENCY),
     // sequential otherwise: the idempotent service is Clone + Send.
     let s3 = aws_sdk_s3::Client::new(&aws);
     // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
     // connected and checked now, so a bad URL fails the cold start.
-    let app = match config
+    let store: Arc<dyn Store> = match config
         .engine
         .open(&aws)
         .await
         .map_err(|e| format!("orders-api cannot start: {e}"))?
     {
-        Some(store) => orders_api::app_with_store(client, store.into_store(), s3, &config),
-        None => orders_api::app_with_s3(client, s3, &config),
+        Some(store) => store.into_store(),
+        None => Arc::new(
+            DynamoStore::builder(client.clone(), config.idempotency_table.clone())
+                .open()
+                .map_err(|e| format!("orders-api cannot start: {e}"))?,
+        ),
     };
+    // IDEMPOTENCY_WARM_UP (default true): the store's connection opened
+    // now, during init, so the first request does not pay for its TCP
+    // connection and TLS handshake. On DynamoDB the connection is the
+    // client's, which the orders share. A failure is logged and the
+    // function starts: its first request opens the connection itself.
+    if warm_up {
+        if let Err(e) = store.warm_up().await {
+            tracing::warn!(error = %e, "idempotency store warm-up failed; the first request opens the connection");
+        }
+    }
+    let app = orders_api::app_with_store(client, store, s3, &config);
     lambda_http::run_concurrent(app).await
+}
+
+/// `IDEMPOTENCY_WARM_UP`: unset, empty, `true` or `1` warm up; `false` or
+/// `0` do not; anything else refuses to start.
+fn warm_up_enabled(value: Option<&str>) -> Result<bool, String> {
+    match value.map(str::trim) {
+        None | Some("") | Some("true") | Some("1") => Ok(true),
+        Some("false") | Some("0") => Ok(false),
+        Some(other) => Err(format!(
+            "IDEMPOTENCY_WARM_UP={other:?} is not a boolean: use true or false"
+        )),
+    }
+}
+
+/// The SDK's HTTPS client (DynamoDB, S3) with rustls on ring rather than
+/// the default aws-lc: aws-lc seeds its random generator from CPU jitter
+/// entropy at its first use, about 35 ms of CPU before the first
+/// connection's ClientHello on the benchmark's machine (BENCHMARKS.md, the
+/// cold start over TLS), several times the handshake itself; ring takes its
+/// randomness from the kernel. The same trust roots (the platform's).
+fn https_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
 }

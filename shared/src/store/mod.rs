@@ -356,6 +356,40 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn reads_origin(&self) -> bool {
         false
     }
+
+    /// Open the store's connection now, so the first request does not pay
+    /// for it: call it once during a function's init, after the store is
+    /// built and before the first invocation. On AWS the first request to
+    /// DynamoDB, ElastiCache or RDS Proxy opens a TCP connection and makes
+    /// a TLS handshake, which costs a first invocation far more than the
+    /// request itself; made during init, it is paid while Lambda's init
+    /// phase runs.
+    ///
+    /// What each engine sends (nothing that writes):
+    /// - [`DynamoStore`](crate::DynamoStore): one eventually consistent
+    ///   `GetItem` of a record id no request produces (0.5 read unit; the
+    ///   function's role needs `dynamodb:GetItem` on the table, as
+    ///   [`Store::get`] does), its answer ignored. The SDK keeps the
+    ///   connection in its client's pool, which every clone of the client
+    ///   shares;
+    /// - `RedisStore` (feature `redis`): `PING` through its connection
+    ///   (a store from `open()` connects on first use);
+    /// - `PostgresStore` (feature `postgres`): the pool's first
+    ///   connection opened and given back to the pool, no statement;
+    /// - the default, for stores without a connection
+    ///   ([`MemoryStore`](crate::MemoryStore)) or that keep none: nothing.
+    ///
+    /// A layer that wraps another store forwards the call, as it forwards
+    /// [`Store::reads_origin`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::StoreUnavailable`] when the store cannot be reached
+    /// (or refuses the request); a function may log it and start anyway,
+    /// since its first request would then open the connection itself.
+    async fn warm_up(&self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// Refuse `writes` for a store without transactions: `Ok` when there are
@@ -457,5 +491,8 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
     }
     fn reads_origin(&self) -> bool {
         (**self).reads_origin()
+    }
+    async fn warm_up(&self) -> Result<(), Error> {
+        (**self).warm_up().await
     }
 }

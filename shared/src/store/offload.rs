@@ -593,6 +593,10 @@ impl<S: Store> Store for S3Offload<S> {
     fn reads_origin(&self) -> bool {
         self.inner.reads_origin()
     }
+
+    async fn warm_up(&self) -> Result<(), Error> {
+        self.inner.warm_up().await
+    }
 }
 
 /// The sweeper's side goes to the inner store, when it has one.

@@ -32,6 +32,7 @@ mod stream_batches;
 mod stream_discovery;
 mod stuck_guarantee;
 mod sweeper;
+mod warm_up;
 
 /// Sample events that are not HTTP requests, checked by their own tests.
 pub const NON_HTTP_EVENTS: &[&str] = &[

@@ -99,6 +99,7 @@ pub use stream::{
 
 use codec::{n, s};
 pub use layout::{KeyValue, TableLayout};
+pub use store::WARM_UP_RECORD_ID;
 
 /// Ids of the items the sweeper keeps in the table (its places in the
 /// stream, `stream.rs`); no record id (a hex hash) starts with it, so the

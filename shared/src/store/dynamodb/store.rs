@@ -172,7 +172,25 @@ impl Store for DynamoStore {
             .map(|item| sized(decode(&self.layout, record_id, item)?, item))
             .transpose()
     }
+
+    /// One eventually consistent `GetItem` of [`WARM_UP_RECORD_ID`]; what it
+    /// finds is ignored (nothing, unless someone wrote that id by hand).
+    async fn warm_up(&self) -> Result<(), Error> {
+        self.client
+            .get_item()
+            .table_name(&*self.table)
+            .set_key(Some(self.layout.key(WARM_UP_RECORD_ID)))
+            .send()
+            .await
+            .map_err(|err| self.unavailable("GetItem (warm-up)", err))?;
+        Ok(())
+    }
 }
+
+/// The record id [`DynamoStore`]'s [`Store::warm_up`] reads. The record ids
+/// the entry points make are hex SHA-256 digests of the key and its scope,
+/// never this text, so the read finds nothing.
+pub const WARM_UP_RECORD_ID: &str = "lambda-idempotency:warm-up";
 
 impl DynamoStore {
     /// The fenced recovery-point update, shared by the plain and the

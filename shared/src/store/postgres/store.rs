@@ -173,6 +173,14 @@ impl Store for PostgresStore {
         let rows = self.query("get", &sql, &[(&record_id, Type::TEXT)]).await?;
         rows.first().map(sized).transpose()
     }
+
+    /// A connection checked out of the pool and given back: the pool's
+    /// first connection (TCP, TLS when the URL asks for it, authentication)
+    /// is opened now when it has none idle. No statement is sent.
+    async fn warm_up(&self) -> Result<(), Error> {
+        drop(self.client("warm-up").await?);
+        Ok(())
+    }
 }
 
 impl PostgresStore {

@@ -455,6 +455,12 @@ impl<S: Store> Store for PowertoolsCutover<S> {
     fn reads_origin(&self) -> bool {
         true
     }
+
+    /// The inner store's connection; Powertools' table is read through a
+    /// client of the application's, usually the one the inner store uses.
+    async fn warm_up(&self) -> Result<(), Error> {
+        self.inner.warm_up().await
+    }
 }
 
 #[async_trait::async_trait]

@@ -135,6 +135,20 @@ impl Store for RedisStore {
         }
         Ok(Some(unsized_record(decode(record_id, &fields)?)))
     }
+
+    /// `PING` through the store's connection, which a store from
+    /// [`open`](super::RedisStoreBuilder::open) makes on first use (on a
+    /// cluster, to the nodes the client routes it to). Not counted in
+    /// [`round_trips`](RedisStore::round_trips): it is no operation of the
+    /// store's.
+    async fn warm_up(&self) -> Result<(), Error> {
+        let mut connection = self.connection.inner.clone();
+        let _: Value = ::redis::cmd("PING")
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| self.unavailable("warm-up (PING)", e))?;
+        Ok(())
+    }
 }
 
 impl RedisStore {

@@ -191,7 +191,6 @@ pub(crate) async fn cold_same(runs: usize, warm_up: usize) -> Result<Value> {
 /// JSON object with `"ok": true`; its other numeric fields (the phases the
 /// process timed itself) are collected as series of their own.
 pub(crate) async fn cold_command(runs: usize, command: &[String]) -> Result<Value> {
-    use tokio::io::AsyncBufReadExt;
     let (program, args) = command
         .split_first()
         .ok_or("cold-command needs a command")?;
@@ -199,22 +198,7 @@ pub(crate) async fn cold_command(runs: usize, command: &[String]) -> Result<Valu
     let mut phases: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     // Run 0 warms the disk cache and is not recorded.
     for i in 0..=runs {
-        let t = Instant::now();
-        let mut child = tokio::process::Command::new(program)
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("spawn {program}: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let line = tokio::io::BufReader::new(stdout)
-            .lines()
-            .next_line()
-            .await
-            .map_err(|e| e.to_string())?
-            .unwrap_or_default();
-        let elapsed = t.elapsed();
-        let _ = child.wait().await;
+        let (_, elapsed, line) = first_line(program, args, &[]).await?;
         let parsed: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
         if parsed.get("ok") != Some(&Value::Bool(true)) {
             return Err(format!("cold run {i} of {program} printed {line:?}"));
@@ -233,4 +217,34 @@ pub(crate) async fn cold_command(runs: usize, command: &[String]) -> Result<Valu
         out[name] = json!(series);
     }
     Ok(out)
+}
+
+/// Run `program` with `args` and `env` added to this process's
+/// environment: when it was spawned, how long from then to its first
+/// stdout line, and that line (empty when it printed none). The process is
+/// waited for.
+pub(crate) async fn first_line(
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+) -> Result<(Instant, Duration, String)> {
+    use tokio::io::AsyncBufReadExt;
+    let t = Instant::now();
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawn {program}: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let line = tokio::io::BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .map_err(|e| e.to_string())?
+        .unwrap_or_default();
+    let elapsed = t.elapsed();
+    let _ = child.wait().await;
+    Ok((t, elapsed, line))
 }

@@ -57,6 +57,15 @@
 //! - `logs N ORDERS_API_BIN`: the bytes `orders-api` writes to its log per
 //!   first execution, replay and request whose key is in progress, as
 //!   deployed (logs.rs);
+//! - `cold-tls K ORDERS_API_BIN CERT_DIR PYTHON SCRIPT [W]`: the first
+//!   request after a cold start over TLS, through a TLS-terminating proxy
+//!   in front of DynamoDB Local (a test CA's certificate, from
+//!   `scripts/bench/tls-certs.sh CERT_DIR`): `orders-api` with its store's
+//!   warm-up on and off, and Powertools Python's probe SCRIPT, K runs each,
+//!   split into process start, client set-up, TLS handshake and first
+//!   execution (cold_tls.rs), after W orders (default 300) have warmed the
+//!   engine; first, each client is shown to refuse the proxy without the
+//!   test CA;
 //! - `cold-command K CMD ARGS...`: process spawn to its first stdout line
 //!   (Powertools Python's import + setup + first invocation), K times;
 //! - `storm ORDERS_API_BIN REQUESTS KEYS CONCURRENCY PROCESSES`: the duplicate
@@ -68,13 +77,15 @@
 //!
 //! One file per subcommand, but `cold.rs`, which holds the cold starts
 //! (`cold`, `cold-same`, `cold-command`, and `serve`, the function
-//! `cold-same` starts); what several share is in `handler.rs` (the request
+//! `cold-same` starts; `cold-tls` is `cold_tls.rs`, its proxy
+//! `tls_proxy.rs`); what several share is in `handler.rs` (the request
 //! and the handler every variant wraps), `stats.rs`, `tables.rs` (the latency
 //! tables and their clients), `timed_store.rs` and `calls.rs` (the calls
 //! timed on one table).
 
 mod calls;
 mod cold;
+mod cold_tls;
 mod cpu;
 mod cutover;
 mod engine_probe;
@@ -86,8 +97,10 @@ mod stats;
 mod storm;
 mod tables;
 mod timed_store;
+mod tls_proxy;
 
 use cold::{cold, cold_command, cold_same, serve, COLD_WARM_UP_ORDERS};
+use cold_tls::cold_tls;
 use cpu::{cpu, cpu_probe};
 use cutover::cutover;
 use engine_probe::engine_probe;
@@ -132,6 +145,19 @@ fn main() {
             "cold-same" => {
                 let warm_up = num(2, COLD_WARM_UP_ORDERS as u64) as usize;
                 cold_same(num(1, 10) as usize, warm_up).await
+            }
+            "cold-tls" => {
+                let warm_up = num(6, COLD_WARM_UP_ORDERS as u64) as usize;
+                let certs = std::path::PathBuf::from(arg(3));
+                cold_tls(
+                    num(1, 10) as usize,
+                    &arg(2),
+                    &certs,
+                    &arg(4),
+                    &arg(5),
+                    warm_up,
+                )
+                .await
             }
             "cold-command" => cold_command(num(1, 10) as usize, &args[2.min(args.len())..]).await,
             "storm" => {
