@@ -360,6 +360,29 @@ async fn concurrent_duplicate_is_409_while_the_provider_is_slow() {
     assert_eq!(json(&first)["executions"], 1);
 }
 
+/// `IDEMPOTENCY_WAIT_FOR_RESULT_MS`: the duplicate waits for the first
+/// order's answer and replays it (its polls are the function's consistent
+/// `GetItem`s of its idempotency record, recorded for scripts/check-iam.py).
+#[tokio::test]
+async fn concurrent_duplicate_waits_for_the_first_answer_when_configured() {
+    let mut app = App::new(600).await;
+    app.config.wait_for_result = Duration::from_secs(10);
+    let app = std::sync::Arc::new(app);
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { app.call(order(Some("slow"), BODY)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let duplicate = app.call(order(Some("slow"), BODY)).await;
+    let first = first.await.unwrap();
+    assert_eq!(first.status(), 201);
+    assert_eq!(duplicate.status(), 201);
+    assert_eq!(duplicate.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(duplicate.body().as_ref(), first.body().as_ref());
+    assert_eq!(json(&first)["executions"], 1);
+    assert_eq!(app.charges().await, 1, "charged once");
+}
+
 #[tokio::test]
 async fn a_takeover_resumes_after_the_charge_without_calling_the_provider_again() {
     // Attempt 1 runs every phase but "crashes" before its completion is
