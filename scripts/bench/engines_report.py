@@ -135,7 +135,7 @@ def waiting_section(w: dict) -> list[str]:
             f"the reads cost ${reads_usd:.5f} (${DYNAMODB_USD_PER_MILLION_READS} per million read "
             f"request units; a consistent read of an item up to 4 KB is one), and the waiting "
             f"invocations ${lambda_usd:.5f} ({n:,} x {held_s:.2f} s x {ORDERS_API_GB * 1024:.0f} MB "
-            f"on arm64 at ${LAMBDA_ARM_USD_PER_GB_S} per GB-s), against {n:,} `409`s that cost one "
+            f"on arm64 at ${LAMBDA_ARM_USD_PER_GB_S:.10f} per GB-s), against {n:,} `409`s that cost one "
             "claim each and would be retried. The held invocations are the larger cost and count "
             "against the account's concurrency. Once their polls have backed off to one a second, "
             f"{n:,} waiters read about {n:,} units a second from one item, within one partition's "
