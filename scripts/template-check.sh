@@ -120,7 +120,7 @@ dependency = package["dependencies"]["lambda-idempotency"]
 assert package["package"]["name"] == "idempotency-template-check", package["package"]
 assert dependency.get(key) == value, (key, value, dependency)
 assert not {"path", "git", "version"} - {key} & dependency.keys(), dependency
-assert dependency["features"] == ["sweeper", "dynamodb-stream-sweep"], dependency
+assert dependency["features"] == ["sweeper", "sweep-via-stream"], dependency
 PY
 }
 

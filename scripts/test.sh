@@ -157,7 +157,7 @@ cargo test --workspace --doc
 # The library without its HTTP stack, as an event-only function builds it
 # (the default and all-features lints ran with the test builds above).
 cargo clippy -p lambda-idempotency --all-targets --no-default-features \
-  --features dynamodb,sqs,kinesis,dynamodb-stream-events -- -D warnings
+  --features dynamodb,sqs,kinesis,events-dynamodb-stream -- -D warnings
 cargo fmt --all --check
 # The two published crates as crates.io would take them, then built from
 # those archives: the library's documentation as docs.rs builds it (every

@@ -71,9 +71,9 @@
 //! | `dynamodb` (default) | the DynamoDB store (`DynamoStore`, `store::dynamodb::schema`) and transactional completion |
 //! | `sqs` | SQS batches with partial batch responses (`event::SqsBatch`) |
 //! | `kinesis` | Kinesis Data Streams batches with partial batch responses (`event::KinesisBatch`) |
-//! | `dynamodb-stream-events` | DynamoDB Streams batches with partial batch responses (`event::DynamoDbStreamBatch`) |
+//! | `events-dynamodb-stream` | DynamoDB Streams batches with partial batch responses (`event::DynamoDbStreamBatch`) |
 //! | `sweeper` | the sweeper of records stuck in progress (module `sweeper`) |
-//! | `dynamodb-stream-sweep` | stuck records found in a DynamoDB table's stream (`DynamoStoreBuilder::with_stream`); turns on `dynamodb` |
+//! | `sweep-via-stream` | stuck records found in a DynamoDB table's stream (`DynamoStoreBuilder::with_stream`); turns on `dynamodb` |
 //! | `s3-offload` | responses over the store's item limit kept in S3 (`store::offload::S3Offload`), around any store |
 //! | `redis` | the Redis / Valkey store (`RedisStore`), TLS (`rediss://`) through rustls |
 //! | `postgres` | the PostgreSQL store (`PostgresStore`, `store::postgres::POSTGRES_SCHEMA`) |
@@ -111,6 +111,7 @@ pub mod metrics;
 pub mod problem;
 mod record;
 pub mod scope;
+pub mod settings;
 pub mod store;
 #[cfg(feature = "sweeper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sweeper")))]
@@ -147,7 +148,7 @@ pub use crate::store::Store;
     feature = "sqs",
     feature = "sweeper",
     feature = "kinesis",
-    feature = "dynamodb-stream-events",
+    feature = "events-dynamodb-stream",
     feature = "s3-offload",
     feature = "redis",
     feature = "postgres",

@@ -106,7 +106,7 @@ impl SweepSummary {
 /// ([`SweepStore::stuck`], [`SweepStore::resolve_stuck`]), so the sweeper runs on a
 /// [`MemoryStore`](crate::store::memory::MemoryStore) in unit tests as on DynamoDB. There
 /// stuck records are found in the table's stream
-/// ([`DynamoStoreBuilder::with_stream`](crate::store::dynamodb::DynamoStoreBuilder), feature `dynamodb-stream-sweep`), so
+/// ([`DynamoStoreBuilder::with_stream`](crate::store::dynamodb::DynamoStoreBuilder), feature `sweep-via-stream`), so
 /// claims, recovery points and completions write nothing for the sweeper;
 /// after each sweep the store saves where the next listing starts
 /// ([`SweepStore::settle`]). Tables without a stream can opt into a sparse,

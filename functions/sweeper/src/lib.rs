@@ -123,7 +123,7 @@ impl Config {
     }
 
     /// The sweeper these settings describe, reading the table's stream with
-    /// a client built from `dynamodb-stream-sweep` at [`streams_endpoint`](Self::streams_endpoint)
+    /// a client built from `sweep-via-stream` at [`streams_endpoint`](Self::streams_endpoint)
     /// (or the index, with `SWEEP_DISCOVERY=index`).
     ///
     /// # Errors

@@ -56,10 +56,10 @@ pub(super) fn text_key(value: Option<String>) -> Option<Key> {
     value.filter(|v| !v.is_empty()).map(Key::text)
 }
 
-#[cfg(any(feature = "kinesis", feature = "dynamodb-stream-events"))]
+#[cfg(any(feature = "kinesis", feature = "events-dynamodb-stream"))]
 pub(super) use self::stream::first_failure;
 
-#[cfg(any(feature = "kinesis", feature = "dynamodb-stream-events"))]
+#[cfg(any(feature = "kinesis", feature = "events-dynamodb-stream"))]
 mod stream {
     use std::future::Future;
 
@@ -163,7 +163,7 @@ mod stream {
 /// it by hand), counted (`StreamRecordSkipped`, to alarm on) and treated as
 /// processed. Transient failures (the store unreachable, a lost completion,
 /// the handler's own error) still stop the batch at the record.
-#[cfg(any(feature = "kinesis", feature = "dynamodb-stream-events"))]
+#[cfg(any(feature = "kinesis", feature = "events-dynamodb-stream"))]
 fn skipped<E: std::fmt::Display>(
     function: &super::function::IdempotentFunction,
     source: &str,

@@ -327,7 +327,7 @@ impl IdempotentFunction {
 
     /// Count `event` in this function's metrics (stream batches count
     /// what they skip).
-    #[cfg(any(feature = "kinesis", feature = "dynamodb-stream-events"))]
+    #[cfg(any(feature = "kinesis", feature = "events-dynamodb-stream"))]
     pub(crate) fn count(&self, event: Event) {
         self.config.count(event);
     }
@@ -373,7 +373,7 @@ impl IdempotentFunction {
     #[cfg(any(
         feature = "sqs",
         feature = "kinesis",
-        feature = "dynamodb-stream-events"
+        feature = "events-dynamodb-stream"
     ))]
     pub(crate) fn fingerprint_of_canonical(
         &self,

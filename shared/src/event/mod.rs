@@ -15,10 +15,10 @@
 #[cfg(any(
     feature = "sqs",
     feature = "kinesis",
-    feature = "dynamodb-stream-events"
+    feature = "events-dynamodb-stream"
 ))]
 mod batch;
-#[cfg(feature = "dynamodb-stream-events")]
+#[cfg(feature = "events-dynamodb-stream")]
 mod dynamodb_stream;
 mod error;
 mod function;
@@ -30,7 +30,7 @@ mod service;
 #[cfg(feature = "sqs")]
 mod sqs;
 
-#[cfg(feature = "dynamodb-stream-events")]
+#[cfg(feature = "events-dynamodb-stream")]
 pub use self::dynamodb_stream::DynamoDbStreamBatch;
 pub use self::error::EventError;
 pub use self::function::IdempotentFunction;

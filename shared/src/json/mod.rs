@@ -19,7 +19,7 @@ pub(crate) use self::pointer::{check_pointer, select};
 #[cfg(any(
     feature = "sqs",
     feature = "kinesis",
-    feature = "dynamodb-stream-events"
+    feature = "events-dynamodb-stream"
 ))]
 pub(crate) use self::pointer::document::CanonicalJson;
 

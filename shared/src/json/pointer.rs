@@ -31,7 +31,7 @@ pub(crate) fn check_pointer(pointer: &str) -> Result<(), Error> {
     not(any(
         feature = "sqs",
         feature = "kinesis",
-        feature = "dynamodb-stream-events"
+        feature = "events-dynamodb-stream"
     )),
     allow(dead_code)
 )]

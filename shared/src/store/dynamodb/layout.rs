@@ -518,7 +518,7 @@ impl KeyText for AttributeValue {
     }
 }
 
-#[cfg(feature = "dynamodb-stream-sweep")]
+#[cfg(feature = "sweep-via-stream")]
 impl KeyText for aws_sdk_dynamodbstreams::types::AttributeValue {
     fn text(&self) -> Option<&str> {
         self.as_s().ok().map(String::as_str)

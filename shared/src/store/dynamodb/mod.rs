@@ -88,10 +88,10 @@ pub mod schema {
 mod codec;
 mod layout;
 mod store;
-#[cfg(feature = "dynamodb-stream-sweep")]
+#[cfg(feature = "sweep-via-stream")]
 mod stream;
 mod sweep;
-#[cfg(feature = "dynamodb-stream-sweep")]
+#[cfg(feature = "sweep-via-stream")]
 pub use stream::{
     check_lease_within_stream, streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV,
     STREAM_RETENTION,
@@ -128,11 +128,11 @@ pub struct DynamoStore {
     /// Claims write the sparse index's keys, and listings read the index.
     sweep_index: bool,
     /// Listings read the table's stream.
-    #[cfg(feature = "dynamodb-stream-sweep")]
+    #[cfg(feature = "sweep-via-stream")]
     stream: Option<aws_sdk_dynamodbstreams::Client>,
     /// Where the stream is read, for messages, when known
     /// ([`with_stream_at`](DynamoStoreBuilder::with_stream_at)).
-    #[cfg(feature = "dynamodb-stream-sweep")]
+    #[cfg(feature = "sweep-via-stream")]
     stream_endpoint: Option<Arc<str>>,
 }
 
@@ -141,7 +141,7 @@ impl DynamoStoreBuilder {
     /// read through `streams`: the listing the sweeper and the CLI use, at no
     /// cost on the hot path (claims, recovery points and completions write
     /// nothing for it). See docs/DESIGN.md section 9.
-    #[cfg(feature = "dynamodb-stream-sweep")]
+    #[cfg(feature = "sweep-via-stream")]
     pub fn with_stream(mut self, streams: aws_sdk_dynamodbstreams::Client) -> Self {
         self.stream = Some(streams);
         self.stream_endpoint = None;
@@ -156,7 +156,7 @@ impl DynamoStoreBuilder {
     /// (DynamoDB Local serves both) and an empty variable never reaches the
     /// SDK, which panics on one. Errors reading the stream name the
     /// endpoint.
-    #[cfg(feature = "dynamodb-stream-sweep")]
+    #[cfg(feature = "sweep-via-stream")]
     pub fn with_stream_at(
         mut self,
         mut config: aws_sdk_dynamodbstreams::config::Builder,
@@ -225,9 +225,9 @@ impl DynamoStoreBuilder {
             max_response_bytes: self.max_response_bytes,
             layout: Arc::new(self.layout),
             sweep_index: self.sweep_index,
-            #[cfg(feature = "dynamodb-stream-sweep")]
+            #[cfg(feature = "sweep-via-stream")]
             stream: self.stream,
-            #[cfg(feature = "dynamodb-stream-sweep")]
+            #[cfg(feature = "sweep-via-stream")]
             stream_endpoint: self.stream_endpoint.map(Arc::from),
         })
     }
@@ -241,9 +241,9 @@ pub struct DynamoStoreBuilder {
     max_response_bytes: usize,
     layout: TableLayout,
     sweep_index: bool,
-    #[cfg(feature = "dynamodb-stream-sweep")]
+    #[cfg(feature = "sweep-via-stream")]
     stream: Option<aws_sdk_dynamodbstreams::Client>,
-    #[cfg(feature = "dynamodb-stream-sweep")]
+    #[cfg(feature = "sweep-via-stream")]
     stream_endpoint: Option<String>,
 }
 
@@ -257,9 +257,9 @@ impl DynamoStore {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             layout: TableLayout::default(),
             sweep_index: false,
-            #[cfg(feature = "dynamodb-stream-sweep")]
+            #[cfg(feature = "sweep-via-stream")]
             stream: None,
-            #[cfg(feature = "dynamodb-stream-sweep")]
+            #[cfg(feature = "sweep-via-stream")]
             stream_endpoint: None,
         }
     }

@@ -148,7 +148,7 @@ impl Store for DynamoStore {
     }
 
     fn describe(&self) -> String {
-        #[cfg(feature = "dynamodb-stream-sweep")]
+        #[cfg(feature = "sweep-via-stream")]
         if let (Some(_), Some(endpoint)) = (&self.stream, &self.stream_endpoint) {
             return format!(
                 "DynamoDB table `{}` (its stream read at {endpoint})",

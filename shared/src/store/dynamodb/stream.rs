@@ -1,5 +1,5 @@
 //! Stuck records found through the table's stream instead of an index
-//! (feature `dynamodb-stream-sweep`): the hot path writes nothing for the sweeper.
+//! (feature `sweep-via-stream`): the hot path writes nothing for the sweeper.
 //!
 //! The table's stream (view type `NEW_IMAGE`, or `NEW_AND_OLD_IMAGES`; any
 //! other view type is refused, since its records carry no new image) logs

@@ -22,7 +22,7 @@ use crate::store::{
 #[async_trait::async_trait]
 impl SweepStore for DynamoStore {
     async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
-        #[cfg(feature = "dynamodb-stream-sweep")]
+        #[cfg(feature = "sweep-via-stream")]
         if let Some(streams) = &self.stream {
             // One page: the stream is read to its end (or a budget, or the
             // deadline) at once, since a record's later images decide
@@ -37,7 +37,7 @@ impl SweepStore for DynamoStore {
                 ErrorKind::InvalidConfig,
                 format!(
                     "{} has no way to find stuck records: give it the table's stream \
-                     (DynamoStoreBuilder::with_stream, feature `dynamodb-stream-sweep`) or opt into the sweep index \
+                     (DynamoStoreBuilder::with_stream, feature `sweep-via-stream`) or opt into the sweep index \
                      (DynamoStoreBuilder::with_sweep_index, on every writer too)",
                     self.describe()
                 ),
@@ -135,7 +135,7 @@ impl SweepStore for DynamoStore {
         })
     }
 
-    // Without the `dynamodb-stream-sweep` feature the deadline goes unused.
+    // Without the `sweep-via-stream` feature the deadline goes unused.
     #[allow(unused_variables)]
     async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
         let record = request.record;
@@ -216,10 +216,10 @@ impl SweepStore for DynamoStore {
         }
     }
 
-    // Without the `dynamodb-stream-sweep` feature the arguments go unused.
+    // Without the `sweep-via-stream` feature the arguments go unused.
     #[allow(unused_variables)]
     async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        #[cfg(feature = "dynamodb-stream-sweep")]
+        #[cfg(feature = "sweep-via-stream")]
         if self.stream.is_some() {
             return self
                 .settle_stream(settlement, resolved, crate::clock::now_ms())
