@@ -9,64 +9,20 @@ use crate::clock::millis;
 use crate::cache::LocalCache;
 use crate::error::Error;
 use crate::metrics::{Event, Metrics};
+use crate::settings::Settings;
 use crate::store::Store;
 
 pub use crate::cache::DEFAULT_MAX_BYTES as DEFAULT_LOCAL_CACHE_BYTES;
 
-/// Set this environment variable to `true` (or `1`, `yes`) to turn the
-/// middleware off, for local tests of the handler alone. Read by every
-/// `from_env` ([`IdempotencyConfig::from_env`]); a warning is logged when it
-/// is on.
-pub const DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
+pub use crate::settings::{
+    DISABLED_ENV, EXPIRES_AFTER_ENV, MAX_LEASE_ENV, METRICS_NAMESPACE_ENV, WAIT_FOR_RESULT_ENV,
+};
 
-/// How long a completed record replays, whole seconds from 1 to 365 days
-/// ([`IdempotencyConfig::expires_after`]). Read by every `from_env`.
-pub const EXPIRES_AFTER_ENV: &str = "IDEMPOTENCY_EXPIRES_AFTER_SECONDS";
-
-/// The longest lease, whole seconds from 1 to 86,400
-/// ([`IdempotencyConfig::max_lease`]). Read by every `from_env`.
-pub const MAX_LEASE_ENV: &str = "IDEMPOTENCY_MAX_LEASE_SECONDS";
-
-/// The CloudWatch namespace of the EMF metrics
-/// ([`IdempotencyConfig::metrics`]); unset or empty, no metrics. Read by
-/// every `from_env`.
-pub const METRICS_NAMESPACE_ENV: &str = "IDEMPOTENCY_METRICS_NAMESPACE";
-
-/// How long a duplicate that finds its request still in progress waits for
-/// that request's outcome, whole milliseconds up to 900,000 (Lambda's
-/// longest timeout); `0`, unset or empty: no wait
-/// ([`IdempotencyConfig::wait_for`]). Read by every `from_env`.
-pub const WAIT_FOR_RESULT_ENV: &str = "IDEMPOTENCY_WAIT_FOR_RESULT_MS";
-
-/// A whole number of seconds from 1 to `max` in `variable`, if set and not
-/// empty; an error naming the variable, the value and the range otherwise.
-fn seconds_from(
-    lookup: &impl Fn(&str) -> Option<String>,
-    variable: &str,
-    max: u64,
-    what: &str,
-) -> Result<Option<Duration>, Error> {
-    let Some(text) = lookup(variable).filter(|v| !v.trim().is_empty()) else {
-        return Ok(None);
-    };
-    match text.trim().parse::<u64>() {
-        Ok(seconds) if (1..=max).contains(&seconds) => Ok(Some(Duration::from_secs(seconds))),
-        _ => Err(Error::invalid_config(format!(
-            "{variable}={text:?} is not a whole number of seconds from 1 to {max}: {what}; \
-             set it so, or unset it for the default"
-        ))),
-    }
-}
-
-/// Does [`DISABLED_ENV`] turn the middleware off in this process?
+/// Does [`DISABLED_ENV`] (or its former name, `LAMBDA_IDEMPOTENCY_DISABLED`)
+/// turn the middleware off in this process? A value that is not a boolean
+/// counts as off here (idempotency stays on); every `from_env` refuses it.
 pub fn disabled_from_env() -> bool {
-    disabled_by(std::env::var(DISABLED_ENV).ok().as_deref())
-}
-
-/// The rule of [`DISABLED_ENV`]: `1`, `true` or `yes` in any case, spaces
-/// around ignored; anything else (or unset) leaves the middleware on.
-fn disabled_by(value: Option<&str>) -> bool {
-    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+    Settings::from_env().is_ok_and(|settings| settings.disabled)
 }
 
 /// What the HTTP middleware ([`IdempotencyLayer`](crate::IdempotencyLayer))
@@ -130,8 +86,9 @@ impl IdempotencyConfig {
     /// environment, read the same way for the HTTP layer and the event
     /// path (their `from_env`s call this): [`DISABLED_ENV`],
     /// [`EXPIRES_AFTER_ENV`], [`MAX_LEASE_ENV`], [`METRICS_NAMESPACE_ENV`]
-    /// and [`WAIT_FOR_RESULT_ENV`]. An unset or empty variable keeps the
-    /// default.
+    /// and [`WAIT_FOR_RESULT_ENV`], through [`Settings`] (where every
+    /// variable is defined; `docs/configuration.md` lists them). An unset
+    /// or empty variable keeps the default.
     ///
     /// # Errors
     ///
@@ -161,39 +118,7 @@ impl IdempotencyConfig {
         store: impl Store + 'static,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, Error> {
-        let mut config = Self::new(store).disabled(disabled_by(lookup(DISABLED_ENV).as_deref()));
-        if let Some(ttl) = seconds_from(
-            &lookup,
-            EXPIRES_AFTER_ENV,
-            365 * 24 * 3600,
-            "how long a completed record replays",
-        )? {
-            config = config.expires_after(ttl);
-        }
-        if let Some(lease) = seconds_from(
-            &lookup,
-            MAX_LEASE_ENV,
-            24 * 3600,
-            "the longest lease, above the function's timeout",
-        )? {
-            config = config.max_lease(lease);
-        }
-        if let Some(namespace) = lookup(METRICS_NAMESPACE_ENV).filter(|n| !n.trim().is_empty()) {
-            config = config.metrics(Metrics::new(namespace.trim()));
-        }
-        if let Some(text) = lookup(WAIT_FOR_RESULT_ENV).filter(|v| !v.trim().is_empty()) {
-            match text.trim().parse::<u64>() {
-                Ok(ms) if ms <= 900_000 => config = config.wait_for(Duration::from_millis(ms)),
-                _ => {
-                    return Err(Error::invalid_config(format!(
-                        "{WAIT_FOR_RESULT_ENV}={text:?} is not a whole number of milliseconds \
-                         from 0 to 900000: how long a duplicate waits for the outcome of the \
-                         request in progress (0: answer at once); set it so, or unset it"
-                    )))
-                }
-            }
-        }
-        Ok(config)
+        Ok(Settings::from_lookup(lookup)?.config(store))
     }
 
     /// A namespace mixed into every record id, for sharing one table between
@@ -388,23 +313,6 @@ mod tests {
         };
         assert_eq!(leases.end(5_000, Some(1_000)), (65_000, false));
         assert_eq!(leases.end(5_000, Some(4_999)), (65_000, false));
-    }
-
-    #[test]
-    fn the_disabled_variable_turns_the_middleware_off_only_when_it_says_so() {
-        for value in ["1", "true", "TRUE", " yes ", "Yes"] {
-            assert!(disabled_by(Some(value)), "{value:?}");
-        }
-        for value in [
-            None,
-            Some(""),
-            Some("0"),
-            Some("false"),
-            Some("off"),
-            Some("no"),
-        ] {
-            assert!(!disabled_by(value), "{value:?}");
-        }
     }
 
     #[test]

@@ -31,7 +31,7 @@
 /// (read at each line, so it applies to [`Metrics`], to [`emf_line`] and to
 /// the sweeper's summary alike). A line whose dimensions already name
 /// [`STACK_DIMENSION`] keeps its own value.
-pub const STACK_ENV: &str = "IDEMPOTENCY_METRICS_STACK";
+pub const STACK_ENV: &str = crate::settings::METRICS_STACK_ENV;
 
 /// The dimension that names the deployment a line comes from: see
 /// [`STACK_ENV`].
@@ -45,9 +45,14 @@ pub fn emf_line(
     counts: &[(&str, u64)],
     timestamp_ms: u64,
 ) -> String {
-    let stack = std::env::var(STACK_ENV).ok();
-    let stack = stack.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    emf_line_of(namespace, dimensions, stack, counts, timestamp_ms)
+    let stack = crate::settings::metrics_stack();
+    emf_line_of(
+        namespace,
+        dimensions,
+        stack.as_deref(),
+        counts,
+        timestamp_ms,
+    )
 }
 
 /// [`emf_line`] with the deployment's name given (`None`: no

@@ -1,2 +1,793 @@
-//! Every environment variable the library, the example functions and the
-//! CLI understand, defined, validated and documented in one place.
+//! Every `IDEMPOTENCY_*` environment variable the library, the example
+//! functions and the CLI understand, defined, validated and documented in
+//! one place, and read once.
+//!
+//! [`VARIABLES`] is the definition: each variable's name, what it holds,
+//! its default and what it sets. The parsers below read each variable
+//! through its entry, so a rule (a range, what counts as a boolean) is
+//! written once; the table in `docs/configuration.md` is generated from the
+//! same entries ([`markdown_table`]) and a test fails when the two differ.
+//!
+//! Everywhere, a variable that is unset or holds only spaces keeps its
+//! default, and spaces around a value are ignored. A value that is not what
+//! the variable holds is an [`ErrorKind::InvalidConfig`](crate::ErrorKind)
+//! error in one line that names the variable, the value and what to set.
+//!
+//! ```
+//! use lambda_idempotency::settings::Settings;
+//!
+//! let env = |name: &str| match name {
+//!     "IDEMPOTENCY_TABLE" => Some("idempotency".to_owned()),
+//!     "IDEMPOTENCY_WAIT_FOR_RESULT_MS" => Some("8000".to_owned()),
+//!     _ => None,
+//! };
+//! let settings = Settings::from_lookup(env).unwrap();
+//! assert_eq!(settings.table().unwrap(), "idempotency");
+//! assert_eq!(settings.wait_for, Some(std::time::Duration::from_secs(8)));
+//!
+//! let typo = |name: &str| (name == "IDEMPOTENCY_MAX_LEASE_SECONDS").then(|| "15m".to_owned());
+//! let err = Settings::from_lookup(typo).unwrap_err();
+//! assert!(err.to_string().starts_with("IDEMPOTENCY_MAX_LEASE_SECONDS=\"15m\" is not a whole number of seconds from 1 to 86400"));
+//! ```
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::Error;
+
+/// What a variable holds, and so how it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Kind {
+    /// Text, taken as written (spaces around it dropped).
+    Text,
+    /// A DynamoDB table name: 3 to 255 letters, digits, `_`, `-` and `.`.
+    TableName,
+    /// `true` or `false` (`1` or `0`), in any case.
+    Boolean,
+    /// A whole number from `min` to `max` (no upper bound when `max` is
+    /// `u64::MAX`), in `unit`.
+    Number {
+        /// The smallest value accepted.
+        min: u64,
+        /// The largest value accepted.
+        max: u64,
+        /// What the number counts (`seconds`, `milliseconds`, `replicas`).
+        unit: &'static str,
+    },
+    /// An RFC 3339 time such as `2026-12-01T00:00:00Z`.
+    Time,
+}
+
+impl Kind {
+    /// What the variable must hold, as the docs and the errors say it.
+    pub fn describe(&self) -> String {
+        match self {
+            Kind::Text => "text".to_owned(),
+            Kind::TableName => "a DynamoDB table name".to_owned(),
+            Kind::Boolean => "a boolean (true or false)".to_owned(),
+            Kind::Number { min, max, unit } if *max == u64::MAX => {
+                format!("a whole number of {unit} of at least {min}")
+            }
+            Kind::Number { min, max, unit } => {
+                format!("a whole number of {unit} from {min} to {max}")
+            }
+            Kind::Time => "an RFC 3339 time".to_owned(),
+        }
+    }
+}
+
+/// One environment variable: its name, what it holds, its default and what
+/// it sets. [`VARIABLES`] lists them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Variable {
+    /// The variable's name.
+    pub name: &'static str,
+    /// What it holds.
+    pub kind: Kind,
+    /// What applies when it is unset or empty.
+    pub default: &'static str,
+    /// What it sets.
+    pub what: &'static str,
+    /// Who reads it: the library's `from_env`s, a function, the CLI.
+    pub read_by: &'static str,
+}
+
+/// `IDEMPOTENCY_TABLE`: the DynamoDB table of the idempotency records.
+pub const TABLE_ENV: &str = "IDEMPOTENCY_TABLE";
+/// `IDEMPOTENCY_DISABLED`: turns idempotency off, for local tests.
+pub const DISABLED_ENV: &str = "IDEMPOTENCY_DISABLED";
+/// The off switch's former name, still read (a warning says to rename it)
+/// when [`DISABLED_ENV`] is unset.
+pub const LEGACY_DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
+/// `IDEMPOTENCY_EXPIRES_AFTER_SECONDS`: how long a completed record replays.
+pub const EXPIRES_AFTER_ENV: &str = "IDEMPOTENCY_EXPIRES_AFTER_SECONDS";
+/// `IDEMPOTENCY_MAX_LEASE_SECONDS`: the longest lease.
+pub const MAX_LEASE_ENV: &str = "IDEMPOTENCY_MAX_LEASE_SECONDS";
+/// `IDEMPOTENCY_WAIT_FOR_RESULT_MS`: how long a duplicate waits for the
+/// outcome of the request in progress.
+pub const WAIT_FOR_RESULT_ENV: &str = "IDEMPOTENCY_WAIT_FOR_RESULT_MS";
+/// `IDEMPOTENCY_METRICS_NAMESPACE`: the CloudWatch namespace of the metrics.
+pub const METRICS_NAMESPACE_ENV: &str = "IDEMPOTENCY_METRICS_NAMESPACE";
+/// `IDEMPOTENCY_METRICS_STACK`: the deployment every metric line names.
+pub const METRICS_STACK_ENV: &str = "IDEMPOTENCY_METRICS_STACK";
+/// `IDEMPOTENCY_WARM_UP`: open the store's connection during init.
+pub const WARM_UP_ENV: &str = "IDEMPOTENCY_WARM_UP";
+/// `IDEMPOTENCY_ALLOW_ANONYMOUS`: requests without a caller share one scope.
+pub const ALLOW_ANONYMOUS_ENV: &str = "IDEMPOTENCY_ALLOW_ANONYMOUS";
+/// `IDEMPOTENCY_OFFLOAD_BUCKET`: the S3 bucket of outputs too large for the
+/// store.
+pub const OFFLOAD_BUCKET_ENV: &str = "IDEMPOTENCY_OFFLOAD_BUCKET";
+/// `IDEMPOTENCY_OFFLOAD_PREFIX`: the prefix of the offloaded objects.
+pub const OFFLOAD_PREFIX_ENV: &str = "IDEMPOTENCY_OFFLOAD_PREFIX";
+/// `IDEMPOTENCY_POWERTOOLS_TABLE`: the table Powertools kept its records in.
+pub const POWERTOOLS_TABLE_ENV: &str = "IDEMPOTENCY_POWERTOOLS_TABLE";
+/// `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX`: the part before `#` of Powertools'
+/// record ids.
+pub const POWERTOOLS_KEY_PREFIX_ENV: &str = "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX";
+/// `IDEMPOTENCY_POWERTOOLS_UNTIL`: when the cut-over from Powertools ends.
+pub const POWERTOOLS_UNTIL_ENV: &str = "IDEMPOTENCY_POWERTOOLS_UNTIL";
+/// `IDEMPOTENCY_STORE_URL`: the records in Redis, Valkey or PostgreSQL.
+pub const STORE_URL_ENV: &str = "IDEMPOTENCY_STORE_URL";
+/// `IDEMPOTENCY_REDIS_CLUSTER`: the Redis URL names a cluster.
+pub const REDIS_CLUSTER_ENV: &str = "IDEMPOTENCY_REDIS_CLUSTER";
+/// `IDEMPOTENCY_CREATE_SCHEMA`: create the PostgreSQL table when missing.
+pub const CREATE_SCHEMA_ENV: &str = "IDEMPOTENCY_CREATE_SCHEMA";
+/// `IDEMPOTENCY_STORE_SECRET_ARN`: the secret holding the PostgreSQL
+/// password.
+pub const SECRET_ARN_ENV: &str = "IDEMPOTENCY_STORE_SECRET_ARN";
+/// `IDEMPOTENCY_REDIS_WAIT_REPLICAS`: how many Redis replicas must hold
+/// each write.
+pub const REDIS_WAIT_REPLICAS_ENV: &str = "IDEMPOTENCY_REDIS_WAIT_REPLICAS";
+/// `IDEMPOTENCY_REDIS_WAIT_TIMEOUT_MS`: how long a write waits for them.
+pub const REDIS_WAIT_TIMEOUT_MS_ENV: &str = "IDEMPOTENCY_REDIS_WAIT_TIMEOUT_MS";
+
+/// The longest record life: 365 days. Longer is a typo (a value in
+/// milliseconds, an extra digit), and near `u64::MAX` the expiry would not
+/// even be a time.
+pub const MAX_EXPIRES_AFTER_SECONDS: u64 = 365 * 24 * 3600;
+/// The longest lease: a day.
+pub const MAX_LEASE_SECONDS: u64 = 24 * 3600;
+/// The longest wait for a result: Lambda's longest timeout.
+pub const MAX_WAIT_FOR_RESULT_MS: u64 = 900_000;
+/// The Redis replica wait when [`REDIS_WAIT_TIMEOUT_MS_ENV`] is unset: a few
+/// hundred milliseconds, as docs/engines.md advises for ElastiCache.
+pub const DEFAULT_REDIS_WAIT_TIMEOUT_MS: u64 = 300;
+/// The longest replica wait: under the Redis store's 2 s response timeout,
+/// which the wait must stay below to ever report.
+pub const MAX_REDIS_WAIT_TIMEOUT_MS: u64 = 1999;
+
+const LIBRARY: &str = "every `from_env`";
+const FUNCTIONS: &str = "the example functions";
+
+/// Every variable, in the order of the generated table.
+pub const VARIABLES: &[Variable] = &[
+    Variable {
+        name: TABLE_ENV,
+        kind: Kind::Text,
+        default: "none: required on DynamoDB",
+        what: "the DynamoDB table of the idempotency records (`DynamoStore::from_env`)",
+        read_by: "`DynamoStore::from_env`, the example functions, the CLI (`--table`)",
+    },
+    Variable {
+        name: DISABLED_ENV,
+        kind: Kind::Boolean,
+        default: "false",
+        what: "turns idempotency off for local tests: every request runs its handler (a \
+               warning is logged once); `LAMBDA_IDEMPOTENCY_DISABLED`, its former name, is \
+               still read when it is unset",
+        read_by: LIBRARY,
+    },
+    Variable {
+        name: EXPIRES_AFTER_ENV,
+        kind: Kind::Number {
+            min: 1,
+            max: MAX_EXPIRES_AFTER_SECONDS,
+            unit: "seconds",
+        },
+        default: "86400 (24 hours)",
+        what: "how long a completed record replays: at least your clients' retry window \
+               (for a queue, its message retention)",
+        read_by: LIBRARY,
+    },
+    Variable {
+        name: MAX_LEASE_ENV,
+        kind: Kind::Number {
+            min: 1,
+            max: MAX_LEASE_SECONDS,
+            unit: "seconds",
+        },
+        default: "900 (Lambda's longest timeout)",
+        what: "the longest lease, above the function's timeout; the sweeper reads it to \
+               check its stream's retention",
+        read_by: "every `from_env`, the sweeper",
+    },
+    Variable {
+        name: WAIT_FOR_RESULT_ENV,
+        kind: Kind::Number {
+            min: 0,
+            max: MAX_WAIT_FOR_RESULT_MS,
+            unit: "milliseconds",
+        },
+        default: "0: a duplicate answers at once (409)",
+        what: "how long a duplicate that finds its request in progress waits for that \
+               request's outcome",
+        read_by: LIBRARY,
+    },
+    Variable {
+        name: METRICS_NAMESPACE_ENV,
+        kind: Kind::Text,
+        default: "no metrics",
+        what: "the CloudWatch namespace of the EMF metrics (claims, replays, conflicts, ...)",
+        read_by: LIBRARY,
+    },
+    Variable {
+        name: METRICS_STACK_ENV,
+        kind: Kind::Text,
+        default: "no `Stack` dimension",
+        what: "the value of the `Stack` dimension every EMF line carries (the templates set \
+               the stack's name)",
+        read_by: "every EMF line",
+    },
+    Variable {
+        name: WARM_UP_ENV,
+        kind: Kind::Boolean,
+        default: "true",
+        what: "open the store's connection during init, so the first request does not pay \
+               for it",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: ALLOW_ANONYMOUS_ENV,
+        kind: Kind::Boolean,
+        default: "false: a request without a JWT `sub` is refused (401)",
+        what: "requests without a caller identity share one anonymous scope (an API without \
+               an authorizer)",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: OFFLOAD_BUCKET_ENV,
+        kind: Kind::Text,
+        default: "none: an output too large for the store completes with the too-large \
+                  problem",
+        what: "the S3 bucket that keeps outputs too large for the store (`S3Offload`)",
+        read_by: FUNCTIONS,
+    },
+    Variable {
+        name: OFFLOAD_PREFIX_ENV,
+        kind: Kind::Text,
+        default: "the function's name and `/`",
+        what: "the prefix of the offloaded objects (the function's IAM policy and the \
+               bucket's lifecycle rule are scoped to it)",
+        read_by: FUNCTIONS,
+    },
+    Variable {
+        name: POWERTOOLS_TABLE_ENV,
+        kind: Kind::TableName,
+        default: "no cut-over",
+        what: "the DynamoDB table Powertools kept its records in: turns on the cut-over \
+               (docs/powertools.md); needs the next two",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: POWERTOOLS_KEY_PREFIX_ENV,
+        kind: Kind::Text,
+        default: "none: required with the table",
+        what: "the part before `#` of Powertools' record ids, such as \
+               `orders-api.app.lambda_handler`",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: POWERTOOLS_UNTIL_ENV,
+        kind: Kind::Time,
+        default: "none: required with the table",
+        what: "when the cut-over ends: the switch plus Powertools' `expires_after_seconds`",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: STORE_URL_ENV,
+        kind: Kind::Text,
+        default: "DynamoDB (`IDEMPOTENCY_TABLE`)",
+        what: "the records in Redis or Valkey (`redis://`, `rediss://`) or PostgreSQL \
+               (`postgres://`), honoured as written",
+        read_by: "the example functions, the CLI (`--store-url`)",
+    },
+    Variable {
+        name: REDIS_CLUSTER_ENV,
+        kind: Kind::Boolean,
+        default: "false",
+        what: "the Redis URL names a cluster (ElastiCache Serverless, MemoryDB)",
+        read_by: "the example functions, the CLI (`--redis-cluster`)",
+    },
+    Variable {
+        name: CREATE_SCHEMA_ENV,
+        kind: Kind::Boolean,
+        default: "false: a missing table fails the start",
+        what: "create the PostgreSQL table when it is missing (safe when many cold starts do \
+               it at once)",
+        read_by: FUNCTIONS,
+    },
+    Variable {
+        name: SECRET_ARN_ENV,
+        kind: Kind::Text,
+        default: "the password in the URL, if any",
+        what: "a Secrets Manager secret whose JSON `password` field is the PostgreSQL \
+               password, read once at start",
+        read_by: FUNCTIONS,
+    },
+    Variable {
+        name: REDIS_WAIT_REPLICAS_ENV,
+        kind: Kind::Number {
+            min: 1,
+            max: u64::MAX,
+            unit: "replicas",
+        },
+        default: "a write counts once the primary has it",
+        what: "how many replicas of one Redis primary must hold a claim, a recovery point or \
+               a completion before it counts (not with a cluster)",
+        read_by: FUNCTIONS,
+    },
+    Variable {
+        name: REDIS_WAIT_TIMEOUT_MS_ENV,
+        kind: Kind::Number {
+            min: 1,
+            max: MAX_REDIS_WAIT_TIMEOUT_MS,
+            unit: "milliseconds",
+        },
+        default: "300",
+        what: "how long a write waits for those replicas (only with \
+               `IDEMPOTENCY_REDIS_WAIT_REPLICAS`)",
+        read_by: FUNCTIONS,
+    },
+];
+
+/// The entry of `name` in [`VARIABLES`].
+///
+/// # Panics
+///
+/// When `name` has none: a mistake in this module, caught by its tests.
+pub fn variable(name: &str) -> &'static Variable {
+    VARIABLES
+        .iter()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("{name} is not in settings::VARIABLES"))
+}
+
+/// The Markdown table of [`VARIABLES`], as `docs/configuration.md` holds it.
+pub fn markdown_table() -> String {
+    let mut table = String::from(
+        "| variable | holds | unset or empty | what it sets | read by |\n|---|---|---|---|---|\n",
+    );
+    for v in VARIABLES {
+        table.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            v.name,
+            v.kind.describe(),
+            v.default,
+            v.what,
+            v.read_by
+        ));
+    }
+    table
+}
+
+impl Variable {
+    /// The value, trimmed; `None` when unset or empty.
+    fn read(&self, lookup: &impl Fn(&str) -> Option<String>) -> Option<String> {
+        lookup(self.name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// "`NAME="value"` is not <kind>: <what>; <fix>", the one-line error of
+    /// a value this variable does not hold.
+    fn refuse(&self, value: &str, fix: &str) -> Error {
+        Error::invalid_config(format!(
+            "{}={value:?} is not {}: {}; {fix}",
+            self.name,
+            self.kind.describe(),
+            self.what
+        ))
+    }
+
+    fn text(&self, lookup: &impl Fn(&str) -> Option<String>) -> Option<String> {
+        self.read(lookup)
+    }
+
+    fn boolean(&self, lookup: &impl Fn(&str) -> Option<String>) -> Result<Option<bool>, Error> {
+        let Some(value) = self.read(lookup) else {
+            return Ok(None);
+        };
+        match value.to_ascii_lowercase().as_str() {
+            "true" | "1" => Ok(Some(true)),
+            "false" | "0" => Ok(Some(false)),
+            _ => Err(Error::invalid_config(format!(
+                "{}={value:?} is not a boolean: use true or false",
+                self.name
+            ))),
+        }
+    }
+
+    fn number(&self, lookup: &impl Fn(&str) -> Option<String>) -> Result<Option<u64>, Error> {
+        let Kind::Number { min, max, .. } = self.kind else {
+            unreachable!("{} is not a number", self.name)
+        };
+        let Some(value) = self.read(lookup) else {
+            return Ok(None);
+        };
+        match value.parse::<u64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(self.refuse(
+                &value,
+                &format!("set it so, or unset it (default: {})", self.default),
+            )),
+        }
+    }
+
+    fn table_name(
+        &self,
+        lookup: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<String>, Error> {
+        let Some(value) = self.read(lookup) else {
+            return Ok(None);
+        };
+        let valid = (3..=255).contains(&value.len())
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if valid {
+            Ok(Some(value))
+        } else {
+            Err(Error::invalid_config(format!(
+                "{}={value:?} is not a DynamoDB table name (3 to 255 letters, digits, `_`, `-` \
+                 and `.`): {}",
+                self.name, self.what
+            )))
+        }
+    }
+
+    fn time(&self, lookup: &impl Fn(&str) -> Option<String>) -> Result<Option<SystemTime>, Error> {
+        let Some(value) = self.read(lookup) else {
+            return Ok(None);
+        };
+        rfc3339(&value).map(Some).ok_or_else(|| {
+            Error::invalid_config(format!(
+                "{}={value:?} is not an RFC 3339 time such as 2026-12-01T00:00:00Z: {}",
+                self.name, self.what
+            ))
+        })
+    }
+}
+
+/// An RFC 3339 time (`2026-12-01T00:00:00Z`, `2026-12-01T01:00:00+01:00`,
+/// with or without a fraction of a second, which is dropped); `None` for
+/// anything else or a time before 1970 (times are compared as epoch
+/// milliseconds).
+fn rfc3339(text: &str) -> Option<SystemTime> {
+    let time =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    let epoch_s = u64::try_from(time.unix_timestamp()).ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs(epoch_s))
+}
+
+/// Every setting the environment gives, read once: [`Settings::from_env`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Settings {
+    /// [`TABLE_ENV`]: `None` when unset ([`table`](Self::table) refuses it).
+    pub table: Option<String>,
+    /// [`DISABLED_ENV`] (or [`LEGACY_DISABLED_ENV`]).
+    pub disabled: bool,
+    /// [`EXPIRES_AFTER_ENV`]; `None`: the default (24 hours).
+    pub expires_after: Option<Duration>,
+    /// [`MAX_LEASE_ENV`]; `None`: the default (15 minutes).
+    pub max_lease: Option<Duration>,
+    /// [`WAIT_FOR_RESULT_ENV`]; `None`: no wait (unset, empty or `0`).
+    pub wait_for: Option<Duration>,
+    /// [`METRICS_NAMESPACE_ENV`]; `None`: no metrics.
+    pub metrics_namespace: Option<String>,
+    /// [`WARM_UP_ENV`]; `true` unless set to false.
+    pub warm_up: bool,
+    /// [`ALLOW_ANONYMOUS_ENV`].
+    pub allow_anonymous: bool,
+    /// [`OFFLOAD_BUCKET_ENV`] and [`OFFLOAD_PREFIX_ENV`]; `None` without a
+    /// bucket.
+    pub offload: Option<OffloadSettings>,
+    /// The three `IDEMPOTENCY_POWERTOOLS_*` variables; `None` without the
+    /// table.
+    pub powertools: Option<PowertoolsSettings>,
+    /// Where the records live when not in DynamoDB.
+    pub store: StoreSettings,
+}
+
+/// Where outputs too large for the store go ([`OFFLOAD_BUCKET_ENV`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffloadSettings {
+    /// The S3 bucket.
+    pub bucket: String,
+    /// [`OFFLOAD_PREFIX_ENV`]; `None`: the function's own default.
+    pub prefix: Option<String>,
+}
+
+/// A cut-over from Powertools for AWS Lambda (docs/powertools.md): all
+/// three variables, or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PowertoolsSettings {
+    /// [`POWERTOOLS_TABLE_ENV`].
+    pub table: String,
+    /// [`POWERTOOLS_KEY_PREFIX_ENV`]: no `#` in it.
+    pub key_prefix: String,
+    /// [`POWERTOOLS_UNTIL_ENV`].
+    pub until: SystemTime,
+}
+
+/// Where the records live when [`STORE_URL_ENV`] names an engine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreSettings {
+    /// [`STORE_URL_ENV`]; `None`: DynamoDB.
+    pub url: Option<String>,
+    /// [`REDIS_CLUSTER_ENV`].
+    pub redis_cluster: bool,
+    /// [`SECRET_ARN_ENV`].
+    pub secret_arn: Option<String>,
+    /// [`CREATE_SCHEMA_ENV`].
+    pub create_schema: bool,
+    /// [`REDIS_WAIT_REPLICAS_ENV`] and [`REDIS_WAIT_TIMEOUT_MS_ENV`];
+    /// `None`: writes count when the primary has them.
+    pub redis_wait: Option<RedisWait>,
+}
+
+/// How many Redis replicas must hold each write, and how long a write waits
+/// for them (`RedisStoreBuilder::wait_for_replicas`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisWait {
+    /// At least 1.
+    pub replicas: u32,
+    /// 1 ms to [`MAX_REDIS_WAIT_TIMEOUT_MS`].
+    pub timeout: Duration,
+}
+
+impl Settings {
+    /// Every variable of [`VARIABLES`] from the process environment.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig), in
+    /// one line naming the first variable whose value is not what it holds.
+    pub fn from_env() -> Result<Settings, Error> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env), with the variables read through
+    /// `lookup` (tests, settings kept elsewhere).
+    ///
+    /// # Errors
+    ///
+    /// As [`from_env`](Self::from_env).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, Error> {
+        let v = variable;
+        Ok(Settings {
+            table: v(TABLE_ENV).text(&lookup),
+            disabled: disabled(&lookup)?,
+            expires_after: v(EXPIRES_AFTER_ENV)
+                .number(&lookup)?
+                .map(Duration::from_secs),
+            max_lease: v(MAX_LEASE_ENV).number(&lookup)?.map(Duration::from_secs),
+            wait_for: v(WAIT_FOR_RESULT_ENV)
+                .number(&lookup)?
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            metrics_namespace: v(METRICS_NAMESPACE_ENV).text(&lookup),
+            warm_up: v(WARM_UP_ENV).boolean(&lookup)?.unwrap_or(true),
+            allow_anonymous: v(ALLOW_ANONYMOUS_ENV).boolean(&lookup)?.unwrap_or(false),
+            offload: v(OFFLOAD_BUCKET_ENV)
+                .text(&lookup)
+                .map(|bucket| OffloadSettings {
+                    bucket,
+                    prefix: v(OFFLOAD_PREFIX_ENV).text(&lookup),
+                }),
+            powertools: PowertoolsSettings::from_lookup(&lookup)?,
+            store: StoreSettings::from_lookup(&lookup)?,
+        })
+    }
+
+    /// [`TABLE_ENV`], which a DynamoDB store needs.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming
+    /// the variable when it is unset or empty.
+    pub fn table(&self) -> Result<&str, Error> {
+        self.table.as_deref().ok_or_else(|| {
+            Error::invalid_config(format!(
+                "{TABLE_ENV} is not set: give it the DynamoDB table name of the idempotency \
+                 records"
+            ))
+        })
+    }
+
+    /// The options these settings give the HTTP layer and the event path,
+    /// around `store`: [`IdempotencyConfig`](crate::IdempotencyConfig)'s
+    /// defaults where a variable is unset.
+    pub fn config(&self, store: impl crate::store::Store + 'static) -> crate::IdempotencyConfig {
+        let mut config = crate::IdempotencyConfig::new(store).disabled(self.disabled);
+        if let Some(ttl) = self.expires_after {
+            config = config.expires_after(ttl);
+        }
+        if let Some(lease) = self.max_lease {
+            config = config.max_lease(lease);
+        }
+        if let Some(namespace) = &self.metrics_namespace {
+            config = config.metrics(crate::metrics::Metrics::new(namespace));
+        }
+        if let Some(wait) = self.wait_for {
+            config = config.wait_for(wait);
+        }
+        config
+    }
+}
+
+/// [`DISABLED_ENV`], or its former name when it is unset (a warning once
+/// per process says to rename it).
+fn disabled(lookup: &impl Fn(&str) -> Option<String>) -> Result<bool, Error> {
+    if let Some(on) = variable(DISABLED_ENV).boolean(lookup)? {
+        return Ok(on);
+    }
+    let legacy = Variable {
+        name: LEGACY_DISABLED_ENV,
+        ..*variable(DISABLED_ENV)
+    };
+    let Some(on) = legacy.boolean(lookup)? else {
+        return Ok(false);
+    };
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "{LEGACY_DISABLED_ENV} is the former name of {DISABLED_ENV}: it is still read, \
+             but rename it (the old name goes in a later release)"
+        );
+    }
+    Ok(on)
+}
+
+/// [`METRICS_STACK_ENV`] from the process environment, read at each EMF
+/// line; `None` when unset or empty.
+pub fn metrics_stack() -> Option<String> {
+    variable(METRICS_STACK_ENV).text(&|name: &str| std::env::var(name).ok())
+}
+
+impl PowertoolsSettings {
+    /// The cut-over the three variables describe: `None` when the table is
+    /// unset (then the other two must be too); otherwise all three, each
+    /// checked.
+    fn from_lookup(
+        lookup: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<PowertoolsSettings>, Error> {
+        let v = variable;
+        let Some(table) = v(POWERTOOLS_TABLE_ENV).table_name(lookup)? else {
+            for name in [POWERTOOLS_KEY_PREFIX_ENV, POWERTOOLS_UNTIL_ENV] {
+                if v(name).read(lookup).is_some() {
+                    return Err(Error::invalid_config(format!(
+                        "{name} is set but {POWERTOOLS_TABLE_ENV} is not: it only applies to a \
+                         cut-over from Powertools; set the table Powertools kept its records \
+                         in, or unset {name}"
+                    )));
+                }
+            }
+            return Ok(None);
+        };
+        let key_prefix = v(POWERTOOLS_KEY_PREFIX_ENV).text(lookup).ok_or_else(|| {
+            Error::invalid_config(format!(
+                "{POWERTOOLS_KEY_PREFIX_ENV} is not set but {POWERTOOLS_TABLE_ENV} is: give it \
+                 the part before `#` of the ids in Powertools' table, such as \
+                 orders-api.app.lambda_handler"
+            ))
+        })?;
+        if key_prefix.contains('#') {
+            return Err(Error::invalid_config(format!(
+                "{POWERTOOLS_KEY_PREFIX_ENV}={key_prefix:?} holds a `#`: give only the part \
+                 before `#` of the ids in Powertools' table, such as orders-api.app.lambda_handler"
+            )));
+        }
+        let until = v(POWERTOOLS_UNTIL_ENV).time(lookup)?.ok_or_else(|| {
+            Error::invalid_config(format!(
+                "{POWERTOOLS_UNTIL_ENV} is not set but {POWERTOOLS_TABLE_ENV} is: give it when \
+                 the cut-over ends, an RFC 3339 time such as 2026-12-01T00:00:00Z (the switch \
+                 plus Powertools' expires_after_seconds)"
+            ))
+        })?;
+        Ok(Some(PowertoolsSettings {
+            table,
+            key_prefix,
+            until,
+        }))
+    }
+}
+
+impl StoreSettings {
+    /// Is it DynamoDB (no URL)?
+    pub fn is_dynamodb(&self) -> bool {
+        self.url.is_none()
+    }
+
+    /// The engine settings through `lookup`, checked together: a companion
+    /// without the URL, or the replica wait where it cannot apply, is
+    /// refused by name.
+    fn from_lookup(lookup: &impl Fn(&str) -> Option<String>) -> Result<StoreSettings, Error> {
+        let v = variable;
+        let store = StoreSettings {
+            url: v(STORE_URL_ENV).text(lookup),
+            redis_cluster: v(REDIS_CLUSTER_ENV).boolean(lookup)?.unwrap_or(false),
+            secret_arn: v(SECRET_ARN_ENV).text(lookup),
+            create_schema: v(CREATE_SCHEMA_ENV).boolean(lookup)?.unwrap_or(false),
+            redis_wait: redis_wait(lookup)?,
+        };
+        if let (Some(url), Some(_)) = (&store.url, store.redis_wait) {
+            if !is_redis_url(url) {
+                return Err(Error::invalid_config(format!(
+                    "{REDIS_WAIT_REPLICAS_ENV} is set but {STORE_URL_ENV} does not name Redis: \
+                     the replica wait is Redis's (WAIT); unset {REDIS_WAIT_REPLICAS_ENV}"
+                )));
+            }
+            if store.redis_cluster {
+                return Err(Error::invalid_config(format!(
+                    "{REDIS_WAIT_REPLICAS_ENV} is set with {REDIS_CLUSTER_ENV}: the replica wait \
+                     is for one Redis server with its replicas, and the store does not wait on \
+                     a cluster (ElastiCache Serverless included); unset one of them"
+                )));
+            }
+        }
+        if store.url.is_none() {
+            for (name, given) in [
+                (SECRET_ARN_ENV, store.secret_arn.is_some()),
+                (CREATE_SCHEMA_ENV, store.create_schema),
+                (REDIS_CLUSTER_ENV, store.redis_cluster),
+                (REDIS_WAIT_REPLICAS_ENV, store.redis_wait.is_some()),
+            ] {
+                if given {
+                    return Err(Error::invalid_config(format!(
+                        "{name} is set but {STORE_URL_ENV} is not: it only applies to the engine \
+                         that URL names; set the URL, or unset {name} to keep the records in \
+                         DynamoDB"
+                    )));
+                }
+            }
+        }
+        Ok(store)
+    }
+}
+
+/// The replica wait the two variables describe; `None` when
+/// [`REDIS_WAIT_REPLICAS_ENV`] is unset or empty.
+fn redis_wait(lookup: &impl Fn(&str) -> Option<String>) -> Result<Option<RedisWait>, Error> {
+    let timeout = variable(REDIS_WAIT_TIMEOUT_MS_ENV).number(lookup)?;
+    let Some(replicas) = variable(REDIS_WAIT_REPLICAS_ENV).number(lookup)? else {
+        return match timeout {
+            Some(_) => Err(Error::invalid_config(format!(
+                "{REDIS_WAIT_TIMEOUT_MS_ENV} is set but {REDIS_WAIT_REPLICAS_ENV} is not: the \
+                 timeout is how long a write waits for that many replicas; set both, or unset \
+                 {REDIS_WAIT_TIMEOUT_MS_ENV}"
+            ))),
+            None => Ok(None),
+        };
+    };
+    let replicas = u32::try_from(replicas).map_err(|_| {
+        variable(REDIS_WAIT_REPLICAS_ENV).refuse(&replicas.to_string(), "a few at most")
+    })?;
+    Ok(Some(RedisWait {
+        replicas,
+        timeout: Duration::from_millis(timeout.unwrap_or(DEFAULT_REDIS_WAIT_TIMEOUT_MS)),
+    }))
+}
+
+/// Does `url` name Redis or Valkey (by its scheme)?
+fn is_redis_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss")
+    })
+}
+
+#[cfg(test)]
+mod tests;

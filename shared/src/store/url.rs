@@ -6,17 +6,9 @@ use std::sync::Arc;
 use crate::error::{Error, ErrorKind};
 use crate::store::SweepStore;
 
-/// The environment variable the example functions read the engine's URL
-/// from; unset means DynamoDB.
-pub const STORE_URL_ENV: &str = "IDEMPOTENCY_STORE_URL";
-
-/// The environment variable that lets a function create the PostgreSQL
-/// schema at start (`1`); otherwise a missing table fails the start.
-pub const CREATE_SCHEMA_ENV: &str = "IDEMPOTENCY_CREATE_SCHEMA";
-
-/// The environment variable that says a Redis URL names a cluster (`true`):
-/// ElastiCache Serverless and MemoryDB run in cluster mode.
-pub const REDIS_CLUSTER_ENV: &str = "IDEMPOTENCY_REDIS_CLUSTER";
+/// The environment variables of the engine a URL names, defined with every
+/// other in [`settings`](crate::settings).
+pub use crate::settings::{CREATE_SCHEMA_ENV, REDIS_CLUSTER_ENV, STORE_URL_ENV};
 
 /// A store opened by [`open_url`], of the engine its URL named.
 #[derive(Debug, Clone)]

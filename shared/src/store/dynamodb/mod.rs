@@ -248,6 +248,22 @@ pub struct DynamoStoreBuilder {
 }
 
 impl DynamoStore {
+    /// The store on the table `IDEMPOTENCY_TABLE` names (the variable every
+    /// template sets), with the default layout, through `client`; nothing
+    /// is sent until the store's first operation. For other options, read
+    /// the name with [`Settings`](crate::settings::Settings) and use
+    /// [`builder`](Self::builder).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming
+    /// `IDEMPOTENCY_TABLE` when it is unset or empty, or any other
+    /// `IDEMPOTENCY_*` variable whose value is not what it holds.
+    pub fn from_env(client: Client) -> Result<DynamoStore, Error> {
+        let settings = crate::settings::Settings::from_env()?;
+        DynamoStore::builder(client, settings.table()?).open()
+    }
+
     /// Options for a store on `table` through `client`; nothing is sent
     /// until the store's first operation.
     pub fn builder(client: Client, table: impl Into<String>) -> DynamoStoreBuilder {
