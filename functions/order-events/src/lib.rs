@@ -9,13 +9,17 @@
 //! same event sent by direct invoke all send once; a duplicate whose `order_id`
 //! differs is a payload mismatch.
 //!
-//! Environment: `ORDERS_TABLE`; `IDEMPOTENCY_TABLE`, or
-//! `IDEMPOTENCY_STORE_URL` and its companions for the records in Redis,
-//! Valkey or PostgreSQL (crate `idempotency-engine`, docs/engines.md); and
-//! optionally `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (how long an event's record lives,
+//! Environment: `ORDERS_TABLE` (this function's own), and the library's
+//! `IDEMPOTENCY_*` variables, read and checked by
+//! `lambda_idempotency::settings` (docs/configuration.md lists them all):
+//! `IDEMPOTENCY_TABLE`, or `IDEMPOTENCY_STORE_URL` and its companions for
+//! the records in Redis, Valkey or PostgreSQL (docs/engines.md);
+//! `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (how long an event's record lives,
 //! default 86400): it must cover how long a message can be delivered again,
 //! the queue's and the dead-letter queue's retention (the template sets all
-//! three from `OrderEventsRetentionSeconds`). With `IDEMPOTENCY_OFFLOAD_BUCKET`
+//! three from `OrderEventsRetentionSeconds`); `IDEMPOTENCY_MAX_LEASE_SECONDS`,
+//! `IDEMPOTENCY_WAIT_FOR_RESULT_MS` and `IDEMPOTENCY_DISABLED` as for every
+//! `from_env`. With `IDEMPOTENCY_OFFLOAD_BUCKET`
 //! set, outputs too large for the table are kept in that S3 bucket under
 //! `IDEMPOTENCY_OFFLOAD_PREFIX` (default `order-events/`) and replayed from
 //! there ([`S3Offload`]); unset, they complete with the too-large marker.
@@ -29,8 +33,9 @@
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use lambda_idempotency::metrics::Metrics;
+use lambda_idempotency::settings::Settings;
 use lambda_idempotency::{
-    event::SqsBatch, store::offload::S3Offload, DynamoStore, IdempotencyContext,
+    event::SqsBatch, store::offload::S3Offload, DynamoStore, IdempotencyConfig, IdempotencyContext,
     IdempotentFunction, Store,
 };
 use serde::{Deserialize, Serialize};
@@ -99,7 +104,17 @@ impl Consumer {
         store: impl Store + 'static,
         orders_table: &str,
     ) -> Self {
-        let function = IdempotentFunction::new(store, "order-confirmation")
+        Self::with_config(client, IdempotencyConfig::new(store), orders_table)
+    }
+
+    /// A consumer with the idempotency options of `config` (its store, the
+    /// record life, leases, the wait, metrics: [`Settings::config`]).
+    pub fn with_config(
+        client: aws_sdk_dynamodb::Client,
+        config: IdempotencyConfig,
+        orders_table: &str,
+    ) -> Self {
+        let function = IdempotentFunction::with_config(config, "order-confirmation")
             .key_pointers(["/event_id"])
             .validate(["/order_id"]);
         Consumer {
@@ -152,7 +167,7 @@ impl Consumer {
 
     /// [`from_lookup_with_s3`](Self::from_lookup_with_s3) with the records in
     /// `store` when given (the engine `IDEMPOTENCY_STORE_URL` names, opened
-    /// by [`idempotency_engine::Engine::open`]; `IDEMPOTENCY_TABLE` is then
+    /// by [`idempotency_engine::open`]; `IDEMPOTENCY_TABLE` is then
     /// not needed), in the table otherwise. The orders stay in DynamoDB.
     pub fn from_lookup_with_store(
         client: aws_sdk_dynamodb::Client,
@@ -160,51 +175,42 @@ impl Consumer {
         store: Option<std::sync::Arc<dyn Store>>,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
-        let var = |name: &str| {
-            lookup(name)
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| format!("{name} is not set: give it the DynamoDB table name"))
-        };
+        // The IDEMPOTENCY_* variables are the library's, read and checked
+        // there; ORDERS_TABLE is this function's own.
+        let settings = Settings::from_lookup(&lookup).map_err(|e| e.to_string())?;
+        let orders_table = lookup("ORDERS_TABLE")
+            .filter(|v| !v.trim().is_empty())
+            .ok_or("ORDERS_TABLE is not set: give it the DynamoDB table name")?;
         let store: std::sync::Arc<dyn Store> = match store {
             Some(store) => store,
             None => std::sync::Arc::new(
-                DynamoStore::builder(client.clone(), var("IDEMPOTENCY_TABLE")?)
+                DynamoStore::builder(client.clone(), settings.table().map_err(|e| e.to_string())?)
                     .open()
                     .map_err(|e| e.to_string())?,
             ),
         };
-        let orders_table = var("ORDERS_TABLE")?;
-        let consumer = match lookup("IDEMPOTENCY_OFFLOAD_BUCKET").filter(|b| !b.is_empty()) {
-            None => Self::with_store(client, store, &orders_table),
-            Some(bucket) => {
+        let store: std::sync::Arc<dyn Store> = match &settings.offload {
+            None => store,
+            Some(offload) => {
                 let s3 = s3.ok_or_else(|| {
                     format!(
-                        "IDEMPOTENCY_OFFLOAD_BUCKET={bucket:?} is set but no S3 client was \
-                         given: build the consumer with from_env_with_s3"
+                        "IDEMPOTENCY_OFFLOAD_BUCKET={:?} is set but no S3 client was given: \
+                         build the consumer with from_env_with_s3",
+                        offload.bucket
                     )
                 })?;
-                let prefix = lookup("IDEMPOTENCY_OFFLOAD_PREFIX")
-                    .filter(|p| !p.is_empty())
-                    .unwrap_or_else(|| "order-events/".to_owned());
-                let offload = S3Offload::new(store, s3, bucket).key_prefix(prefix);
-                Self::with_store(client, offload, &orders_table)
+                let prefix = offload.prefix.as_deref().unwrap_or("order-events/");
+                std::sync::Arc::new(S3Offload::new(store, s3, &offload.bucket).key_prefix(prefix))
             }
         };
-        let consumer = match idempotency_engine::expires_after(
-            &lookup,
-            "set it to at least the queues' message retention",
-        )? {
-            None => consumer,
-            Some(life) => consumer.expires_after(life),
+        let config = settings.config(store);
+        let config = match &settings.metrics_namespace {
+            None => config,
+            Some(namespace) => {
+                config.metrics(Metrics::new(namespace).dimension("Service", "order-events"))
+            }
         };
-        Ok(
-            match lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()) {
-                None => consumer,
-                Some(namespace) => {
-                    consumer.metrics(Metrics::new(namespace).dimension("Service", "order-events"))
-                }
-            },
-        )
+        Ok(Self::with_config(client, config, &orders_table))
     }
 
     /// Print the idempotency metrics as CloudWatch EMF lines.

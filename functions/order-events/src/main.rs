@@ -9,9 +9,11 @@ async fn main() -> Result<(), Error> {
     let cannot_start = |e: String| format!("order-events cannot start: {e}");
     // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
     // connected and checked now, so a bad URL fails the cold start.
-    let engine = idempotency_engine::Engine::from_lookup(|name| std::env::var(name).ok())
+    let settings =
+        idempotency_engine::Settings::from_env().map_err(|e| cannot_start(e.to_string()))?;
+    let store = idempotency_engine::open(&settings.store, &aws)
+        .await
         .map_err(cannot_start)?;
-    let store = engine.open(&aws).await.map_err(cannot_start)?;
     let consumer = order_events::Consumer::from_lookup_with_store(
         aws_sdk_dynamodb::Client::new(&aws),
         Some(aws_sdk_s3::Client::new(&aws)),

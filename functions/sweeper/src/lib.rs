@@ -8,8 +8,9 @@
 //! `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` (where the stream is read; unset or
 //! empty: where `AWS_ENDPOINT_URL_DYNAMODB` points, so DynamoDB Local needs
 //! only that one, see `lambda_idempotency::store::dynamodb::streams_endpoint`), and
-//! `IDEMPOTENCY_MAX_LEASE_SECONDS` (the writers' longest lease, default 900
-//! as theirs: with the stream as discovery, one that with the grace reaches
+//! `IDEMPOTENCY_MAX_LEASE_SECONDS` (the writers' longest lease, read by the
+//! library's rule as theirs, `lambda_idempotency::settings`, default 900:
+//! with the stream as discovery, one that with the grace reaches
 //! the stream's 24-hour retention is refused, see
 //! `lambda_idempotency::store::dynamodb::check_lease_within_stream`), and
 //! `IDEMPOTENCY_STORE_URL` with its companions (the `idempotency_engine`
@@ -27,6 +28,7 @@
 use std::time::Duration;
 
 use lambda_idempotency::{
+    settings::Settings,
     store::{now_ms, SweepStore},
     sweeper::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore,
@@ -60,16 +62,14 @@ impl Config {
 
     /// Read the settings through `lookup` (for tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
-        let engine = idempotency_engine::Engine::from_lookup(&lookup)?;
-        let table = lookup("IDEMPOTENCY_TABLE").filter(|t| !t.is_empty());
-        let table = match table {
-            Some(table) => table,
-            None if engine.is_dynamodb() => {
-                return Err(
-                    "IDEMPOTENCY_TABLE is not set: give it the idempotency table name".to_owned(),
-                )
-            }
-            None => String::new(),
+        // The IDEMPOTENCY_* variables are the library's, read and checked
+        // there; the SWEEP_* ones are this function's own.
+        let settings = Settings::from_lookup(&lookup).map_err(|e| e.to_string())?;
+        let engine = settings.store.clone();
+        let table = match settings.table() {
+            Ok(table) => table.to_owned(),
+            Err(e) if engine.is_dynamodb() => return Err(e.to_string()),
+            Err(_) => String::new(),
         };
         let policy = match lookup("SWEEP_POLICY") {
             None => SweepPolicy::Release,
@@ -92,15 +92,8 @@ impl Config {
             }
         };
         if engine.is_dynamodb() && !index {
-            let max_lease = match lookup("IDEMPOTENCY_MAX_LEASE_SECONDS")
-                .as_deref()
-                .map(str::trim)
-            {
-                None | Some("") => 900,
-                Some(s) => s.parse().map_err(|_| {
-                    format!("IDEMPOTENCY_MAX_LEASE_SECONDS={s:?} is not a whole number of seconds")
-                })?,
-            };
+            // The writers' longest lease, read by the same rule as theirs.
+            let max_lease = settings.max_lease.map_or(900, |lease| lease.as_secs());
             lambda_idempotency::store::dynamodb::check_lease_within_stream(
                 Duration::from_secs(max_lease),
                 Duration::from_secs(grace),
@@ -122,9 +115,30 @@ impl Config {
         })
     }
 
-    /// The sweeper these settings describe, reading the table's stream with
-    /// a client built from `sweep-via-stream` at [`streams_endpoint`](Self::streams_endpoint)
-    /// (or the index, with `SWEEP_DISCOVERY=index`).
+    /// The store these settings describe: reading the table's stream with
+    /// a client built from `streams` at [`streams_endpoint`](Self::streams_endpoint)
+    /// (feature `sweep-via-stream`), or the index with
+    /// `SWEEP_DISCOVERY=index`.
+    ///
+    /// # Errors
+    ///
+    /// The store's configuration error, as one line.
+    fn store(
+        &self,
+        client: aws_sdk_dynamodb::Client,
+        streams: aws_sdk_dynamodbstreams::config::Builder,
+    ) -> Result<DynamoStore, String> {
+        let store = DynamoStore::builder(client, self.table.clone());
+        let store = if self.index {
+            store.with_sweep_index()
+        } else {
+            store.with_stream_at(streams, self.streams_endpoint.clone())
+        };
+        store.open().map_err(|e| e.to_string())
+    }
+
+    /// The sweeper these settings describe on the DynamoDB table, without
+    /// the cold start's check ([`start`](Self::start)).
     ///
     /// # Errors
     ///
@@ -134,17 +148,11 @@ impl Config {
         client: aws_sdk_dynamodb::Client,
         streams: aws_sdk_dynamodbstreams::config::Builder,
     ) -> Result<Sweeper, String> {
-        let store = DynamoStore::builder(client, self.table.clone());
-        let store = if self.index {
-            store.with_sweep_index()
-        } else {
-            store.with_stream_at(streams, self.streams_endpoint.clone())
-        };
-        Ok(self.sweeper_on(store.open().map_err(|e| e.to_string())?))
+        Ok(self.sweeper_on(self.store(client, streams)?))
     }
 
-    /// The sweeper of the function's cold start: [`sweeper`](Self::sweeper),
-    /// once the table's discovery is checked.
+    /// The sweeper of the function's cold start: one store, whose table's
+    /// discovery is checked before it sweeps.
     ///
     /// # Errors
     ///
@@ -154,17 +162,13 @@ impl Config {
         client: aws_sdk_dynamodb::Client,
         streams: aws_sdk_dynamodbstreams::config::Builder,
     ) -> Result<Sweeper, String> {
+        let store = self.store(client, streams)?;
         if !self.index {
             // A stream without new images would list nothing, sweep after
             // sweep, and report success: refuse it now.
-            DynamoStore::builder(client.clone(), self.table.clone())
-                .open()
-                .map_err(|e| e.to_string())?
-                .check_stream()
-                .await
-                .map_err(|e| e.to_string())?;
+            store.check_stream().await.map_err(|e| e.to_string())?;
         }
-        self.sweeper(client, streams)
+        Ok(self.sweeper_on(store))
     }
 
     /// The sweeper these settings describe on `store` (the engine
@@ -271,9 +275,11 @@ mod tests {
         };
         assert!(config("900", "stream").is_ok());
         assert!(config("86000", "stream").is_ok());
-        let err = config("90000", "stream").unwrap_err();
+        // The longest lease the writers accept (a day, the library's rule)
+        // with the grace reaches the stream's retention.
+        let err = config("86400", "stream").unwrap_err();
         assert!(
-            err.contains("IDEMPOTENCY_MAX_LEASE_SECONDS=90000")
+            err.contains("IDEMPOTENCY_MAX_LEASE_SECONDS=86400")
                 && err.contains("86400 s")
                 && err.contains("SWEEP_GRACE_SECONDS=60")
                 && !err.contains('\n'),
@@ -281,8 +287,16 @@ mod tests {
         );
         // The grace counts: 86,340 s plus 60 s reaches the retention.
         assert!(config("86340", "stream").is_err());
-        // The index keeps a record until it is resolved: no bound there.
-        assert!(config("90000", "index").is_ok());
+        // The index keeps a record until it is resolved: no bound there
+        // but the writers' own (a day), the same rule as theirs.
+        assert!(config("86400", "index").is_ok());
+        for discovery in ["stream", "index"] {
+            let err = config("90000", discovery).unwrap_err();
+            assert!(
+                err.starts_with("IDEMPOTENCY_MAX_LEASE_SECONDS=\"90000\" is not a whole number of seconds from 1 to 86400"),
+                "{err}"
+            );
+        }
         assert!(config("soon", "stream")
             .unwrap_err()
             .contains("IDEMPOTENCY_MAX_LEASE_SECONDS"));

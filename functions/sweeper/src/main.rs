@@ -9,9 +9,7 @@ async fn main() -> Result<(), Error> {
     let aws = aws_config::load_from_env().await;
     // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
     // connected and checked now, so a bad URL fails the cold start.
-    let opened = config
-        .engine
-        .open(&aws)
+    let opened = idempotency_engine::open(&config.engine, &aws)
         .await
         .map_err(|e| format!("sweeper cannot start: {e}"))?;
     let sweeper = match opened {
