@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use lambda_idempotency::settings;
 
 /// Inspect, list, release and fail idempotency records.
 #[derive(Debug, Parser)]
@@ -40,7 +41,7 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
     /// The idempotency table.
-    #[arg(long, env = "IDEMPOTENCY_TABLE", global = true)]
+    #[arg(long, env = settings::TABLE_ENV, global = true)]
     pub(crate) table: Option<String>,
     /// A DynamoDB endpoint other than AWS's (DynamoDB Local: http://localhost:8000).
     #[arg(long, env = "AWS_ENDPOINT_URL_DYNAMODB", global = true)]
@@ -56,7 +57,7 @@ pub(crate) struct StoreArgs {
     /// Wins over --table, as it does for the functions.
     #[arg(
         long,
-        env = "IDEMPOTENCY_STORE_URL",
+        env = settings::STORE_URL_ENV,
         global = true,
         hide_env_values = true
     )]
@@ -64,9 +65,10 @@ pub(crate) struct StoreArgs {
     /// The Redis URL names a Redis Cluster (ElastiCache Serverless, MemoryDB).
     #[arg(
         long,
-        env = "IDEMPOTENCY_REDIS_CLUSTER",
+        env = settings::REDIS_CLUSTER_ENV,
         global = true,
-        value_parser = clap::builder::BoolishValueParser::new()
+        // The functions' rule for the variable (true/false, 1/0).
+        value_parser = settings::boolean
     )]
     pub(crate) redis_cluster: bool,
 }

@@ -399,14 +399,9 @@ impl Variable {
         let Some(value) = self.read(lookup) else {
             return Ok(None);
         };
-        match value.to_ascii_lowercase().as_str() {
-            "true" | "1" => Ok(Some(true)),
-            "false" | "0" => Ok(Some(false)),
-            _ => Err(Error::invalid_config(format!(
-                "{}={value:?} is not a boolean: use true or false",
-                self.name
-            ))),
-        }
+        boolean(&value)
+            .map(Some)
+            .map_err(|e| Error::invalid_config(format!("{}={value:?} {e}", self.name)))
     }
 
     fn number(&self, lookup: &impl Fn(&str) -> Option<String>) -> Result<Option<u64>, Error> {
@@ -650,6 +645,21 @@ fn disabled(lookup: &impl Fn(&str) -> Option<String>) -> Result<bool, Error> {
         );
     }
     Ok(on)
+}
+
+/// The one rule of every boolean variable ([`Kind::Boolean`]): `true` or
+/// `1`, `false` or `0`, in any case, spaces around ignored. The CLI parses
+/// its `--redis-cluster` (and [`REDIS_CLUSTER_ENV`]) with it too.
+///
+/// # Errors
+///
+/// Anything else, with what to write instead.
+pub fn boolean(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err("is not a boolean: use true or false".to_owned()),
+    }
 }
 
 /// [`METRICS_STACK_ENV`] from the process environment, read at each EMF
