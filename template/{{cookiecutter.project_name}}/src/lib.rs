@@ -14,6 +14,7 @@ use lambda_http::{service_fn, Body, Error, Request, Response};
 use lambda_idempotency::{
     http::Idempotency,
     metrics::Metrics,
+    settings::Settings,
     store::now_ms,
     sweeper::{SweepPolicy, SweepSummary, Sweeper},
     DynamoStore, IdempotencyContext, IdempotencyLayer, Store,
@@ -26,12 +27,13 @@ use tower::Layer;
 pub struct Config {
     /// `IDEMPOTENCY_TABLE`: the table of idempotency records.
     pub table: String,
-    /// `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (default 86400): how long a
-    /// completed request replays; it must cover your clients' retries.
-    pub expires_after: Duration,
-    /// `IDEMPOTENCY_METRICS_NAMESPACE`: the middleware's CloudWatch metrics
-    /// (EMF lines on stdout) under this namespace; none when unset.
-    pub metrics_namespace: Option<String>,
+    /// Every `IDEMPOTENCY_*` variable, read and checked by the library (its
+    /// `settings` module lists them all): `IDEMPOTENCY_EXPIRES_AFTER_SECONDS`
+    /// (default 86400: how long a completed request replays; it must cover
+    /// your clients' retries), `IDEMPOTENCY_METRICS_NAMESPACE` (the
+    /// middleware's CloudWatch metrics as EMF lines on stdout; none when
+    /// unset), `IDEMPOTENCY_WAIT_FOR_RESULT_MS`, `IDEMPOTENCY_DISABLED`, ...
+    pub settings: Settings,
 }
 
 impl Config {
@@ -42,32 +44,20 @@ impl Config {
 
     /// Read the settings through `lookup` (for tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
-        let table = lookup("IDEMPOTENCY_TABLE")
-            .filter(|t| !t.is_empty())
-            .ok_or("IDEMPOTENCY_TABLE is not set: give it the idempotency table's name")?;
-        let expires_after = match lookup("IDEMPOTENCY_EXPIRES_AFTER_SECONDS") {
-            None => 86_400,
-            Some(s) => s.trim().parse::<u64>().map_err(|_| {
-                format!("IDEMPOTENCY_EXPIRES_AFTER_SECONDS={s:?} is not a whole number of seconds")
-            })?,
-        };
-        Ok(Config {
-            table,
-            expires_after: Duration::from_secs(expires_after),
-            metrics_namespace: lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()),
-        })
+        let settings = Settings::from_lookup(lookup).map_err(|e| e.to_string())?;
+        let table = settings.table().map_err(|e| e.to_string())?.to_owned();
+        Ok(Config { table, settings })
     }
 }
 
 /// The idempotency middleware of this API, its records in `store`.
 pub fn idempotency(store: impl Store + 'static, config: &Config) -> IdempotencyLayer {
-    let layer = IdempotencyLayer::new(store)
+    let layer = IdempotencyLayer::with_config(config.settings.config(store))
         // A POST without a key is refused (400), not run unprotected.
-        .require_key(true)
-        .expires_after(config.expires_after);
+        .require_key(true);
     // Every caller shares one scope of keys. Behind a JWT authorizer, scope
     // them per caller: `.tenant(TenantSource::jwt_sub())`.
-    match &config.metrics_namespace {
+    match &config.settings.metrics_namespace {
         Some(namespace) => layer.metrics(Metrics::new(namespace).dimension("Service", "api")),
         None => layer,
     }
@@ -197,9 +187,8 @@ impl SweeperConfig {
 
     /// Read the settings through `lookup` (for tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<SweeperConfig, String> {
-        let table = lookup("IDEMPOTENCY_TABLE")
-            .filter(|t| !t.is_empty())
-            .ok_or("IDEMPOTENCY_TABLE is not set: give it the idempotency table's name")?;
+        let settings = Settings::from_lookup(&lookup).map_err(|e| e.to_string())?;
+        let table = settings.table().map_err(|e| e.to_string())?.to_owned();
         let policy = match lookup("SWEEP_POLICY") {
             None => SweepPolicy::Release,
             Some(p) => p.parse().map_err(|e| format!("SWEEP_POLICY: {e}"))?,
