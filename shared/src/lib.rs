@@ -10,23 +10,44 @@
 //!
 //! ```no_run
 //! use lambda_http::{service_fn, Body, Error, Request, Response};
-//! use lambda_idempotency::{DynamoStore, IdempotencyContext, IdempotencyLayer, TenantSource};
+//! use lambda_idempotency::{DynamoStore, IdempotencyContext, IdempotencyLayer};
 //! use tower::Layer;
 //!
 //! async fn create_order(req: Request) -> Result<Response<Body>, Error> {
-//!     // Stable across retries of this key: pass it to your payment provider.
-//!     let charge_key = IdempotencyContext::of(&req).map(|c| c.derived_key("charge"));
-//!     Ok(Response::builder().status(201).body(Body::from(format!("{charge_key:?}")))?)
+//!     // None only for a request the layer let through unrecorded (IDEMPOTENCY_DISABLED,
+//!     // a method it does not cover): no stable key to charge with, so refuse it.
+//!     let Some(ctx) = IdempotencyContext::of(&req) else {
+//!         return Ok(Response::builder().status(400).body("no idempotency record".into())?);
+//!     };
+//!     // The same on every retry of this request: hand it to your payment provider.
+//!     let charge_key = ctx.derived_key("charge"); // 32 hex characters
+//!     let body = format!(r#"{{"status":"created","charge_key":"{charge_key}"}}"#);
+//!     Ok(Response::builder().status(201).header("content-type", "application/json").body(body.into())?)
 //! }
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Error> {
 //!     let aws = aws_config::load_from_env().await;
-//!     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), "idempotency").open()?;
-//!     let layer = IdempotencyLayer::new(store).require_key(true).tenant(TenantSource::jwt_sub());
-//!     lambda_http::run(layer.layer(service_fn(create_order))).await
+//!     // The table IDEMPOTENCY_TABLE names (unset: an error that says so).
+//!     let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&aws))?;
+//!     // POST and PATCH are covered; one without an Idempotency-Key gets a 400.
+//!     let idempotency = IdempotencyLayer::from_env(store)?.require_key(true);
+//!     lambda_http::run(idempotency.layer(service_fn(create_order))).await
 //! }
 //! ```
+//!
+//! The same program as the README's quickstart, where its table and its
+//! function's IAM statement are, in SAM. [`DynamoStore::from_env`] opens the
+//! table `IDEMPOTENCY_TABLE` names; [`IdempotencyLayer::from_env`] reads the
+//! deployment's options (`IDEMPOTENCY_DISABLED=true` switches the layer off
+//! for local tests; every variable is in [`settings`], and
+//! `docs/configuration.md` in the repository lists them). The layer covers
+//! `POST` and `PATCH` ([`IdempotencyLayer::methods`] names others);
+//! [`require_key(true)`](IdempotencyLayer::require_key) answers a covered
+//! request without a key with a `400`. Behind a JWT authorizer, add
+//! `.tenant(TenantSource::jwt_sub())` so no caller replays another's
+//! response. With every default, [`http::idempotent`] wraps a handler in one
+//! call.
 //!
 //! # What a client sees
 //!
@@ -58,6 +79,7 @@
 //! | [`config`] | [`IdempotencyConfig`], the options both paths share, and the off switch |
 //! | [`context`] | [`IdempotencyContext`], what the handler sees |
 //! | [`lifecycle`] | the claim lifecycle every entry point runs ([`lifecycle::begin`], [`lifecycle::Guard`]), for an entry point of your own |
+//! | [`settings`] | every `IDEMPOTENCY_*` environment variable, read and validated in one place ([`settings::Settings`]) |
 //! | [`scope`] | [`scope::RecordScope`]: which record a key maps to |
 //! | [`fingerprint`] | [`Fingerprinter`]: what makes two requests the same |
 //! | [`metrics`], [`problem`] | CloudWatch EMF metrics, the problem documents |

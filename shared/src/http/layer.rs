@@ -17,7 +17,8 @@ use crate::metrics::{Event, Metrics};
 use crate::record::Record;
 use crate::store::Store;
 
-/// The HTTP middleware: [`IdempotencyLayer`] and the [`Idempotency`] service.
+/// The HTTP middleware's configuration: a `tower::Layer` that wraps a
+/// handler in the [`Idempotency`] service.
 ///
 /// Wrap any `lambda_http` handler (API Gateway REST and HTTP APIs, Function
 /// URLs, ALB) or a whole router. For each request with a covered method (POST
@@ -58,7 +59,9 @@ use crate::store::Store;
 /// # Ok::<(), Error>(()) }).unwrap();
 /// ```
 ///
-/// Configuration and factory of the [`Idempotency`] middleware.
+/// [`from_env`](Self::from_env) takes the deployment's options from the
+/// environment; [`crate::http::idempotent`] wraps a handler with every
+/// default in one call.
 #[derive(Clone, Debug)]
 pub struct IdempotencyLayer {
     pub(super) config: Config,
@@ -168,7 +171,10 @@ impl IdempotencyLayer {
     /// A layer with the options a deployment sets in the environment
     /// ([`IdempotencyConfig::from_env`], read the same way as
     /// [`IdempotentFunction::from_env`](crate::event::IdempotentFunction::from_env)):
-    /// `LAMBDA_IDEMPOTENCY_DISABLED=true` turns it off for local tests.
+    /// [`DISABLED_ENV`] (`IDEMPOTENCY_DISABLED=true`) turns it off for local
+    /// tests; its former name, `LAMBDA_IDEMPOTENCY_DISABLED`, is still read
+    /// when it is unset, with a warning. Every variable:
+    /// [`settings`](crate::settings).
     ///
     /// # Errors
     ///
@@ -182,9 +188,21 @@ impl IdempotencyLayer {
         &self.config.shared
     }
 
-    /// The methods the middleware covers; others pass through. Until they
-    /// are named here, a key sent with another method that changes things
-    /// (PUT, DELETE) is counted as [`Event::UncoveredKey`] and logged once.
+    /// The methods the middleware covers (default `POST` and `PATCH`),
+    /// replacing the default: name every one, the defaults included. Others
+    /// pass through to the handler unprotected. Until they are named here,
+    /// a key sent with another method that changes things (PUT, DELETE) is
+    /// counted as [`Event::UncoveredKey`] and logged once.
+    ///
+    /// ```
+    /// use lambda_http::http::Method;
+    /// use lambda_idempotency::{IdempotencyLayer, MemoryStore};
+    ///
+    /// // PUT covered too.
+    /// let layer = IdempotencyLayer::new(MemoryStore::new())
+    ///     .methods([Method::POST, Method::PATCH, Method::PUT]);
+    /// # let _ = layer;
+    /// ```
     pub fn methods<I: IntoIterator<Item = Method>>(mut self, methods: I) -> Self {
         self.config.methods = methods.into_iter().collect();
         self.config.methods_named = true;
@@ -230,8 +248,11 @@ impl IdempotencyLayer {
         self
     }
 
-    /// Answer `400` when a covered request has no key (default: pass it through
-    /// unprotected).
+    /// Answer `400` (a problem document) when a covered request has no key,
+    /// so no client skips the protection by omission. Off by default: a
+    /// covered request without a key then runs the handler unprotected, as
+    /// before; leave it off on an existing API whose clients do not send the
+    /// key yet. A malformed key is a `400` either way.
     pub fn require_key(mut self, required: bool) -> Self {
         self.config.require_key = required;
         self
@@ -353,8 +374,8 @@ impl IdempotencyLayer {
     }
 
     /// Keep up to `entries` completed records in process memory for at most
-    /// `max_age`, so a warm instance replays them without a store request
-    /// . Off by default.
+    /// `max_age`, so a warm instance replays them without a store request.
+    /// Off by default.
     pub fn local_cache(mut self, entries: usize, max_age: Duration) -> Self {
         self.config.shared = self.config.shared.local_cache(entries, max_age);
         self

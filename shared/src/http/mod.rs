@@ -32,7 +32,15 @@ pub fn stored_by_default(status: StatusCode) -> bool {
         || matches!(status.as_u16(), 400 | 405 | 410 | 413 | 414 | 415 | 422)
 }
 
-/// Wrap a handler function with the default configuration: the simple case.
+/// Wrap a handler function with every default: the simple case.
+///
+/// The same as `IdempotencyLayer::new(store).layer(service_fn(handler))`:
+/// `POST` and `PATCH` covered, the key optional (a request without one runs
+/// the handler unprotected), one anonymous tenant scope. It reads no
+/// environment variable; for the deployment's options (`IDEMPOTENCY_DISABLED`
+/// and the rest) or any other option, use
+/// [`IdempotencyLayer::from_env`] or [`IdempotencyLayer::new`] and its
+/// methods.
 ///
 /// ```no_run
 /// use lambda_http::{Body, Error, Request, Response};
@@ -44,8 +52,9 @@ pub fn stored_by_default(status: StatusCode) -> bool {
 ///
 /// #[tokio::main]
 /// async fn main() -> Result<(), Error> {
-///     let config = aws_config::load_from_env().await;
-///     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&config), "idempotency").open()?;
+///     let aws = aws_config::load_from_env().await;
+///     // The table IDEMPOTENCY_TABLE names.
+///     let store = DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&aws))?;
 ///     lambda_http::run(idempotent(store, create_order)).await
 /// }
 /// ```
