@@ -256,7 +256,7 @@ impl DynamoStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming
+    /// [`ErrorKind::InvalidConfig`] naming
     /// `IDEMPOTENCY_TABLE` when it is unset or empty, or any other
     /// `IDEMPOTENCY_*` variable whose value is not what it holds.
     pub fn from_env(client: Client) -> Result<DynamoStore, Error> {
