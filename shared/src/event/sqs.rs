@@ -141,6 +141,7 @@ impl SqsBatch {
     /// batch response; `process` then stops and returns an
     /// [`ErrorKind::InvalidEvent`] error: fail the invocation with it, so SQS
     /// delivers the whole batch again (the records that succeeded replay).
+    #[must_use = "the response names the messages that failed: dropped, SQS is told the whole batch succeeded and deletes them"]
     pub async fn process<O, E, F, Fut>(
         &self,
         event: SqsEvent,

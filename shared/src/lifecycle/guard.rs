@@ -25,7 +25,53 @@ use crate::store::{CompleteRequest, Completion, Lease};
 /// Nothing is released from `drop`, because a cancelled handler may have
 /// committed part of its work, and only the lease's end is safe then; the
 /// drop is logged.
+///
+/// That is also why a guard is `#[must_use]`: dropping one (or the one
+/// [`run`](Self::run) hands back) without `finish` is a warning, since the
+/// outcome it came for is then never recorded. This does not compile:
+///
+/// ```compile_fail
+/// # #![deny(unused_must_use)]
+/// use lambda_idempotency::lifecycle::{self, Begun};
+/// use lambda_idempotency::{IdempotencyConfig, MemoryStore};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let config = IdempotencyConfig::new(MemoryStore::new());
+/// let begun = lifecycle::begin(&config, "task#42".into(), "fp".into(), None, || None).await?;
+/// if let Begun::Run(guard) = begun {
+///     // The guard comes back with the value, and is dropped here unfinished.
+///     guard.run(async { Ok::<_, lambda_idempotency::Error>("done") }).await?;
+/// }
+/// # Ok::<(), lambda_idempotency::Error>(())
+/// # }).unwrap();
+/// ```
+///
+/// Finished, the same code compiles:
+///
+/// ```
+/// # #![deny(unused_must_use)]
+/// use lambda_idempotency::lifecycle::{self, Begun, Finished};
+/// use lambda_idempotency::store::{StoredBody, StoredResponse};
+/// use lambda_idempotency::{IdempotencyConfig, MemoryStore};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let config = IdempotencyConfig::new(MemoryStore::new());
+/// let begun = lifecycle::begin(&config, "task#42".into(), "fp".into(), None, || None).await?;
+/// if let Begun::Run(guard) = begun {
+///     let (guard, out) = guard.run(async { Ok::<_, lambda_idempotency::Error>("done") }).await?;
+///     let stored = StoredResponse::new(200, vec![], StoredBody::Text(out.into()));
+///     assert!(matches!(guard.finish(stored).await, Finished::Stored));
+/// }
+/// # Ok::<(), lambda_idempotency::Error>(())
+/// # }).unwrap();
+/// ```
+///
+/// The lint sees a guard dropped as a whole value (a statement, or a tuple
+/// element of one), not one bound to `_` in a pattern:
+/// `let (_, out) = guard.run(work).await?;` still compiles without a
+/// warning, and only the log line of `drop` tells.
 #[derive(Debug)]
+#[must_use = "a Guard dropped without `finish` (or `abandon`) leaves the record in progress until its lease ends; the next retry then runs the handler again"]
 pub struct Guard<'a> {
     config: &'a IdempotencyConfig,
     lease: Lease,
@@ -38,6 +84,7 @@ pub struct Guard<'a> {
 /// its answer from it.
 #[derive(Debug)]
 #[non_exhaustive]
+#[must_use = "dropping `Finished` answers as if the outcome were recorded: `Lost`, `Refused` and `Unknown` mean duplicates will not replay it (a retry runs again, or waits for the lease)"]
 pub enum Finished {
     /// Recorded: duplicates replay it.
     Stored,
@@ -95,6 +142,7 @@ impl<'a> Guard<'a> {
     /// the retry now, not at the lease's end) and goes on unwinding, as it
     /// would have without the guard; a value comes back with the guard, to
     /// [`finish`](Self::finish) or [`abandon`](Self::abandon).
+    #[must_use = "the guard handed back with the value must be finished (or abandoned): dropped, it leaves the record in progress until its lease ends and the next retry runs the handler again"]
     pub async fn run<T, E>(self, work: impl Future<Output = Result<T, E>>) -> Result<(Self, T), E> {
         match AssertUnwindSafe(work).catch_unwind().await {
             Ok(Ok(value)) => Ok((self, value)),

@@ -63,6 +63,7 @@ pub use self::guard::{Finished, Guard};
 /// What [`begin`] decided.
 #[derive(Debug)]
 #[non_exhaustive]
+#[must_use = "a Begun dropped unanswered loses the decision: `Run`'s guard leaves the record in progress until its lease ends (the next retry runs the handler again), and a replay, conflict or mismatch is never answered"]
 pub enum Begun<'a> {
     /// This invocation holds the key: run the handler under the guard.
     Run(Guard<'a>),
@@ -95,6 +96,7 @@ pub enum Begun<'a> {
 /// error returned: the handler must not run. The off switch
 /// ([`IdempotencyConfig::is_disabled`]) is the caller's to check, and so is
 /// counting an `InProgress` answer (its metric is the caller's conflict).
+#[must_use = "the claim may be won: a `Begun::Run` dropped leaves the record in progress until its lease ends, and the next retry runs the handler again"]
 pub async fn begin<'a>(
     config: &'a IdempotencyConfig,
     record_id: String,

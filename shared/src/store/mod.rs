@@ -161,6 +161,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 350_000;
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a `Claimed` lease dropped is never completed nor released: the record stays in progress until the lease ends"]
 pub enum ClaimOutcome {
     /// This invocation holds the record now; run the handler.
     Claimed(Lease),
