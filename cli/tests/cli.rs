@@ -285,7 +285,11 @@ async fn times_past_the_year_9999_show_as_its_last_second() {
         expires_at_s: u64::MAX,
         origin: None,
     };
-    env.store.claim(&forever).await.unwrap();
+    let claimed = env.store.claim(&forever).await.unwrap();
+    assert!(
+        matches!(claimed, lambda_idempotency::store::ClaimOutcome::Claimed(_)),
+        "the record that never expires is claimed: {claimed:?}"
+    );
     env.claim("live", "owner-l", 600_000).await;
     let last = "9999-12-31T23:59:59Z";
 

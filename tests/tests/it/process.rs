@@ -149,9 +149,13 @@ pub(crate) async fn sweeper_of_one_stuck_record(
         .open()
         .unwrap();
     let stuck = crate::fixture::claim_request(&digit.to_string().repeat(64), "crashed", 1);
-    lambda_idempotency::Store::claim(&store, &stuck)
+    let claimed = lambda_idempotency::Store::claim(&store, &stuck)
         .await
         .unwrap();
+    assert!(
+        matches!(claimed, lambda_idempotency::store::ClaimOutcome::Claimed(_)),
+        "the stuck record is claimed: {claimed:?}"
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
     let api = RuntimeApi::start().await.unwrap();
     let mut env = api.function_env("sweeper");
