@@ -1,0 +1,508 @@
+//! The function's settings, read once at start from the environment.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use lambda_idempotency::store::powertools::PowertoolsRecords;
+
+/// Settings read from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `IDEMPOTENCY_TABLE`: where the records live unless `engine` names
+    /// another store (then it may be unset, and is empty).
+    pub idempotency_table: String,
+    /// `IDEMPOTENCY_STORE_URL` and its companions: the records in Redis,
+    /// Valkey or PostgreSQL instead ([`idempotency_engine`]).
+    pub engine: idempotency_engine::Engine,
+    /// `ORDERS_TABLE`.
+    pub orders_table: String,
+    /// `SIMULATED_PROVIDER_LATENCY_MS` (default 0).
+    pub provider_latency: Duration,
+    /// `IDEMPOTENCY_EXPIRES_AFTER_SECONDS` (default 86400).
+    pub expires_after: Duration,
+    /// `IDEMPOTENCY_MAX_LEASE_SECONDS` (default 900).
+    pub max_lease: Duration,
+    /// `IDEMPOTENCY_WAIT_FOR_RESULT_MS` (default 0: off): how long a retry
+    /// that finds the same order still in progress waits for its response
+    /// instead of answering `409` at once (at most 900,000, and never past
+    /// the invocation's deadline less 1 s).
+    pub wait_for_result: Duration,
+    /// `ORDERS_API_DEMO_CRASHES=1`: honour the demo's `x-demo-crash:
+    /// after-charge` header by exiting the process after the charge is
+    /// recorded. Never set it in production.
+    pub demo_crashes: bool,
+    /// `IDEMPOTENCY_METRICS_NAMESPACE`: emit the middleware's EMF metrics
+    /// under this CloudWatch namespace (off when unset).
+    pub metrics_namespace: Option<String>,
+    /// `IDEMPOTENCY_ALLOW_ANONYMOUS=true`: requests without a JWT `sub` share
+    /// one anonymous scope (an API without an authorizer). Default `false`:
+    /// they are refused with a `401`, so no caller can replay another's
+    /// response.
+    pub allow_anonymous: bool,
+    /// `IDEMPOTENCY_OFFLOAD_BUCKET` (and `IDEMPOTENCY_OFFLOAD_PREFIX`, default
+    /// `orders-api/`): keep responses too large for the idempotency table in
+    /// this S3 bucket and replay them from there ([`app_with_s3`](crate::app_with_s3)). Unset:
+    /// such a response completes with the `response-too-large` problem.
+    pub offload: Option<Offload>,
+    /// `IDEMPOTENCY_POWERTOOLS_TABLE`, `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX`
+    /// and `IDEMPOTENCY_POWERTOOLS_UNTIL`: the cut-over from Powertools;
+    /// `None` (the table unset or empty) when there is none.
+    pub powertools: Option<PowertoolsCutover>,
+}
+
+/// The variable naming the DynamoDB table Powertools kept its records in.
+pub const POWERTOOLS_TABLE_ENV: &str = "IDEMPOTENCY_POWERTOOLS_TABLE";
+/// The variable of the part before `#` of Powertools' record ids.
+pub const POWERTOOLS_KEY_PREFIX_ENV: &str = "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX";
+/// The variable of when the cut-over ends (RFC 3339).
+pub const POWERTOOLS_UNTIL_ENV: &str = "IDEMPOTENCY_POWERTOOLS_UNTIL";
+
+/// A cut-over from Powertools for AWS Lambda (Python) without running a
+/// key twice (docs/powertools.md, "Cutting over"): until `until`, a key
+/// this API has no record of is looked up in Powertools' table (one
+/// `GetItem`); a key Powertools completed replays its stored response, one
+/// it still runs answers `409`. Powertools' default layout: partition key
+/// `id`, MD5 of the `Idempotency-Key` header's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PowertoolsCutover {
+    /// `IDEMPOTENCY_POWERTOOLS_TABLE`: the DynamoDB table (it may be the
+    /// idempotency table itself).
+    pub table: String,
+    /// `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX`: the part before `#` of the ids
+    /// Powertools wrote (`<function name>.<module>.<handler>`, or its
+    /// decorator's `key_prefix`).
+    pub key_prefix: String,
+    /// `IDEMPOTENCY_POWERTOOLS_UNTIL`: when the lookups stop; the switch
+    /// plus Powertools' `expires_after_seconds` is enough.
+    pub until: std::time::SystemTime,
+}
+
+impl PowertoolsCutover {
+    /// The cut-over the three variables describe through `lookup`: `None`
+    /// when the table is unset or empty (then the other two must be too);
+    /// otherwise all three are needed, each checked, and a bad one is
+    /// refused in one line naming it.
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<PowertoolsCutover>, String> {
+        let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let Some(table) = set(POWERTOOLS_TABLE_ENV) else {
+            for name in [POWERTOOLS_KEY_PREFIX_ENV, POWERTOOLS_UNTIL_ENV] {
+                if set(name).is_some() {
+                    return Err(format!(
+                        "{name} is set but {POWERTOOLS_TABLE_ENV} is not: it only applies to a \
+                         cut-over from Powertools; set the table Powertools kept its records \
+                         in, or unset {name}"
+                    ));
+                }
+            }
+            return Ok(None);
+        };
+        let table = table.trim().to_owned();
+        let valid_table = (3..=255).contains(&table.len())
+            && table
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !valid_table {
+            return Err(format!(
+                "{POWERTOOLS_TABLE_ENV}={table:?} is not a DynamoDB table name (3 to 255 \
+                 letters, digits, `_`, `-` and `.`): the name of the table Powertools kept its \
+                 records in"
+            ));
+        }
+        let key_prefix = set(POWERTOOLS_KEY_PREFIX_ENV).ok_or_else(|| {
+            format!(
+                "{POWERTOOLS_KEY_PREFIX_ENV} is not set but {POWERTOOLS_TABLE_ENV} is: give it \
+                 the part before `#` of the ids in Powertools' table, such as \
+                 orders-api.app.lambda_handler"
+            )
+        })?;
+        let key_prefix = key_prefix.trim().to_owned();
+        if key_prefix.contains('#') {
+            return Err(format!(
+                "{POWERTOOLS_KEY_PREFIX_ENV}={key_prefix:?} holds a `#`: give only the part \
+                 before `#` of the ids in Powertools' table, such as orders-api.app.lambda_handler"
+            ));
+        }
+        let until_text = set(POWERTOOLS_UNTIL_ENV).ok_or_else(|| {
+            format!(
+                "{POWERTOOLS_UNTIL_ENV} is not set but {POWERTOOLS_TABLE_ENV} is: give it when \
+                 the cut-over ends, an RFC 3339 time such as 2026-12-01T00:00:00Z (the switch \
+                 plus Powertools' expires_after_seconds)"
+            )
+        })?;
+        let until = rfc3339(until_text.trim()).ok_or_else(|| {
+            format!(
+                "{POWERTOOLS_UNTIL_ENV}={until_text:?} is not an RFC 3339 time such as \
+                 2026-12-01T00:00:00Z: when the cut-over ends (the switch plus Powertools' \
+                 expires_after_seconds)"
+            )
+        })?;
+        Ok(Some(PowertoolsCutover {
+            table,
+            key_prefix,
+            until,
+        }))
+    }
+
+    /// The records this cut-over reads, through `client`.
+    pub fn records(&self, client: Client) -> PowertoolsRecords {
+        PowertoolsRecords::new(client, &self.table, &self.key_prefix, self.until)
+    }
+}
+
+/// An RFC 3339 time (`2026-12-01T00:00:00Z`, `2026-12-01T01:00:00+01:00`,
+/// with or without a fraction of a second, which is dropped), as a
+/// `SystemTime`; `None` for anything else or a time before 1970 (the
+/// window's end is compared as epoch milliseconds).
+fn rfc3339(text: &str) -> Option<std::time::SystemTime> {
+    let time =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    let epoch_s = u64::try_from(time.unix_timestamp()).ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(epoch_s))
+}
+
+/// Where responses too large for the idempotency table go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offload {
+    /// The S3 bucket.
+    pub bucket: String,
+    /// The prefix of this function's objects (its IAM policy and the
+    /// bucket's lifecycle rule are scoped to it).
+    pub prefix: String,
+}
+
+impl Config {
+    /// Read the settings; the error names the variable and what it must hold.
+    pub fn from_env() -> Result<Config, String> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Read the settings through `lookup` (for tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let required = |name: &str| {
+            lookup(name)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("{name} is not set: give it the DynamoDB table name"))
+        };
+        let number = |name: &str, default: u64| match lookup(name) {
+            None => Ok(default),
+            Some(v) => v
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{name}={v:?} is not a whole non-negative number")),
+        };
+        let engine = idempotency_engine::Engine::from_lookup(&lookup)?;
+        Ok(Config {
+            idempotency_table: if engine.is_dynamodb() {
+                required("IDEMPOTENCY_TABLE")?
+            } else {
+                lookup("IDEMPOTENCY_TABLE").unwrap_or_default()
+            },
+            engine,
+            orders_table: required("ORDERS_TABLE")?,
+            provider_latency: Duration::from_millis(number("SIMULATED_PROVIDER_LATENCY_MS", 0)?),
+            expires_after: idempotency_engine::expires_after(
+                &lookup,
+                "set it to at least your clients' retry window",
+            )?
+            .unwrap_or(Duration::from_secs(86_400)),
+            max_lease: Duration::from_secs(number("IDEMPOTENCY_MAX_LEASE_SECONDS", 900)?),
+            wait_for_result: match number("IDEMPOTENCY_WAIT_FOR_RESULT_MS", 0)? {
+                ms if ms <= 900_000 => Duration::from_millis(ms),
+                ms => {
+                    return Err(format!(
+                        "IDEMPOTENCY_WAIT_FOR_RESULT_MS={ms} is more than 900000 (15 minutes, \
+                         Lambda's longest timeout): give how long a retry waits for the \
+                         response of the same order in progress, or 0 to answer 409 at once"
+                    ))
+                }
+            },
+            demo_crashes: lookup("ORDERS_API_DEMO_CRASHES").as_deref() == Some("1"),
+            metrics_namespace: lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()),
+            allow_anonymous: match lookup("IDEMPOTENCY_ALLOW_ANONYMOUS")
+                .as_deref()
+                .map(str::trim)
+            {
+                None | Some("") | Some("false") | Some("0") => false,
+                Some("true") | Some("1") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "IDEMPOTENCY_ALLOW_ANONYMOUS={other:?} is not a boolean: use true or false"
+                    ))
+                }
+            },
+            offload: lookup("IDEMPOTENCY_OFFLOAD_BUCKET")
+                .filter(|b| !b.is_empty())
+                .map(|bucket| Offload {
+                    bucket,
+                    prefix: lookup("IDEMPOTENCY_OFFLOAD_PREFIX")
+                        .filter(|p| !p.is_empty())
+                        .unwrap_or_else(|| "orders-api/".to_owned()),
+                }),
+            powertools: PowertoolsCutover::from_lookup(&lookup)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `pairs` with the two tables orders-api always needs.
+    fn with_tables(pairs: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut all = vec![("IDEMPOTENCY_TABLE", "i"), ("ORDERS_TABLE", "o")];
+        all.extend_from_slice(pairs);
+        all
+    }
+
+    #[test]
+    fn the_cut_over_is_off_unless_its_table_is_named_and_read_when_it_is() {
+        let lookup = idempotency_engine::lookup_in;
+        let off = Config::from_lookup(lookup(&with_tables(&[]))).unwrap();
+        assert_eq!(off.powertools, None);
+        let empty = Config::from_lookup(lookup(&with_tables(&[
+            ("IDEMPOTENCY_POWERTOOLS_TABLE", ""),
+            ("IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", ""),
+            ("IDEMPOTENCY_POWERTOOLS_UNTIL", ""),
+        ])))
+        .unwrap();
+        assert_eq!(
+            empty.powertools, None,
+            "empty is off: the template parameters' default"
+        );
+        for (until, epoch_s) in [
+            ("2026-12-01T00:00:00Z", 1_796_083_200),
+            ("2026-12-01T01:00:00+01:00", 1_796_083_200),
+            ("2026-12-01T00:00:00.500Z", 1_796_083_200),
+            ("2026-11-30t19:00:00-05:00", 1_796_083_200),
+            ("2000-02-29T12:00:00Z", 951_825_600),
+            ("1970-01-01T00:00:00Z", 0),
+        ] {
+            let on = Config::from_lookup(lookup(&with_tables(&[
+                ("IDEMPOTENCY_POWERTOOLS_TABLE", "IdempotencyTable"),
+                (
+                    "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX",
+                    "orders-api.app.lambda_handler",
+                ),
+                ("IDEMPOTENCY_POWERTOOLS_UNTIL", until),
+            ])))
+            .unwrap();
+            let cutover = on.powertools.expect("the cut-over is on");
+            assert_eq!(cutover.table, "IdempotencyTable");
+            assert_eq!(cutover.key_prefix, "orders-api.app.lambda_handler");
+            assert_eq!(
+                cutover
+                    .until
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs(),
+                epoch_s,
+                "{until}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_bad_cut_over_setting_is_refused_in_one_line_naming_its_variable() {
+        let table = ("IDEMPOTENCY_POWERTOOLS_TABLE", "pt-table");
+        let prefix = (
+            "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX",
+            "orders-api.app.lambda_handler",
+        );
+        let until = ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01T00:00:00Z");
+        let cases: &[(&[(&str, &str)], &str)] = &[
+            (
+                &[prefix, until],
+                "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX is set but IDEMPOTENCY_POWERTOOLS_TABLE is not",
+            ),
+            (
+                &[until],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL is set but IDEMPOTENCY_POWERTOOLS_TABLE is not",
+            ),
+            (
+                &[("IDEMPOTENCY_POWERTOOLS_TABLE", "a b"), prefix, until],
+                "IDEMPOTENCY_POWERTOOLS_TABLE=\"a b\" is not a DynamoDB table name",
+            ),
+            (
+                &[table, until],
+                "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX is not set but IDEMPOTENCY_POWERTOOLS_TABLE is",
+            ),
+            (
+                &[
+                    table,
+                    ("IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", "orders-api.app.h#abc"),
+                    until,
+                ],
+                "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX=\"orders-api.app.h#abc\" holds a `#`",
+            ),
+            (
+                &[table, prefix],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL is not set but IDEMPOTENCY_POWERTOOLS_TABLE is",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-12-01\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "1796083200"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"1796083200\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-13-01T00:00:00Z"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-13-01T00:00:00Z\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-02-29T00:00:00Z"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-02-29T00:00:00Z\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01T00:00:00"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"2026-12-01T00:00:00\" is not an RFC 3339 time",
+            ),
+            (
+                &[
+                    table,
+                    prefix,
+                    ("IDEMPOTENCY_POWERTOOLS_UNTIL", "1969-12-31T23:59:59Z"),
+                ],
+                "IDEMPOTENCY_POWERTOOLS_UNTIL=\"1969-12-31T23:59:59Z\" is not an RFC 3339 time",
+            ),
+        ];
+        for (pairs, start) in cases {
+            let err = Config::from_lookup(idempotency_engine::lookup_in(&with_tables(pairs)))
+                .unwrap_err();
+            assert!(err.starts_with(start), "{pairs:?}: {err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    #[test]
+    fn the_replica_wait_is_read_for_the_store() {
+        let config = Config::from_lookup(idempotency_engine::lookup_in(&with_tables(&[
+            ("IDEMPOTENCY_STORE_URL", "redis://primary:6379"),
+            ("IDEMPOTENCY_REDIS_WAIT_REPLICAS", "1"),
+            ("IDEMPOTENCY_REDIS_WAIT_TIMEOUT_MS", "250"),
+        ])))
+        .unwrap();
+        assert_eq!(
+            config.engine.redis_wait,
+            Some(idempotency_engine::RedisWait {
+                replicas: 1,
+                timeout: Duration::from_millis(250)
+            })
+        );
+        let err = Config::from_lookup(idempotency_engine::lookup_in(&with_tables(&[
+            ("IDEMPOTENCY_STORE_URL", "redis://primary:6379"),
+            ("IDEMPOTENCY_REDIS_WAIT_REPLICAS", "-1"),
+        ])))
+        .unwrap_err();
+        assert!(
+            err.starts_with("IDEMPOTENCY_REDIS_WAIT_REPLICAS=\"-1\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn config_requires_tables_and_numbers() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let err = Config::from_lookup(env(&[("ORDERS_TABLE", "o")])).unwrap_err();
+        assert!(err.contains("IDEMPOTENCY_TABLE"));
+        let err = Config::from_lookup(env(&[
+            ("IDEMPOTENCY_TABLE", "i"),
+            ("ORDERS_TABLE", "o"),
+            ("SIMULATED_PROVIDER_LATENCY_MS", "fast"),
+        ]))
+        .unwrap_err();
+        assert!(err.contains("SIMULATED_PROVIDER_LATENCY_MS"));
+        let ok = Config::from_lookup(env(&[
+            ("IDEMPOTENCY_TABLE", "i"),
+            ("ORDERS_TABLE", "o"),
+            ("SIMULATED_PROVIDER_LATENCY_MS", "25"),
+        ]))
+        .unwrap();
+        assert_eq!(ok.provider_latency, Duration::from_millis(25));
+        assert_eq!(ok.expires_after, Duration::from_secs(86_400));
+        assert_eq!(ok.offload, None, "no offload unless a bucket is named");
+        assert_eq!(ok.wait_for_result, Duration::ZERO, "no wait unless asked");
+        let wait = Config::from_lookup(env(&[
+            ("IDEMPOTENCY_TABLE", "i"),
+            ("ORDERS_TABLE", "o"),
+            ("IDEMPOTENCY_WAIT_FOR_RESULT_MS", "8000"),
+        ]))
+        .unwrap();
+        assert_eq!(wait.wait_for_result, Duration::from_secs(8));
+        for bad in ["8s", "-1", "900001"] {
+            let err = Config::from_lookup(move |name: &str| match name {
+                "IDEMPOTENCY_TABLE" | "ORDERS_TABLE" => Some("t".to_owned()),
+                "IDEMPOTENCY_WAIT_FOR_RESULT_MS" => Some(bad.to_owned()),
+                _ => None,
+            })
+            .unwrap_err();
+            assert!(
+                err.contains("IDEMPOTENCY_WAIT_FOR_RESULT_MS"),
+                "{bad}: {err}"
+            );
+        }
+        let with_expiry = |expiry: &'static str| {
+            move |name: &str| match name {
+                "IDEMPOTENCY_TABLE" => Some("i".to_owned()),
+                "ORDERS_TABLE" => Some("o".to_owned()),
+                "IDEMPOTENCY_EXPIRES_AFTER_SECONDS" => Some(expiry.to_owned()),
+                _ => None,
+            }
+        };
+        // A record that expires as it is written, or in centuries (an
+        // expiry past what the arithmetic and TTL hold), is a typo: refused
+        // at start, by name.
+        for absurd in ["0", "31536001", "18446744073709551615"] {
+            let err = Config::from_lookup(with_expiry(absurd)).unwrap_err();
+            assert!(
+                err.contains("IDEMPOTENCY_EXPIRES_AFTER_SECONDS") && err.contains("31536000"),
+                "{absurd}: {err}"
+            );
+        }
+        let year = Config::from_lookup(with_expiry("31536000")).unwrap();
+        assert_eq!(year.expires_after, Duration::from_secs(31_536_000));
+        let offloaded = Config::from_lookup(env(&[
+            ("IDEMPOTENCY_TABLE", "i"),
+            ("ORDERS_TABLE", "o"),
+            ("IDEMPOTENCY_OFFLOAD_BUCKET", "large-responses"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            offloaded.offload,
+            Some(Offload {
+                bucket: "large-responses".into(),
+                prefix: "orders-api/".into()
+            })
+        );
+    }
+}
