@@ -1,9 +1,19 @@
-//! The function's settings, read once at start from the environment.
+//! The settings of `orders-api`: the library's `IDEMPOTENCY_*` variables,
+//! read and checked once by `lambda_idempotency::settings` (every function
+//! by the same rules; docs/configuration.md lists them), and this function's
+//! own: `ORDERS_TABLE`, `SIMULATED_PROVIDER_LATENCY_MS` and
+//! `ORDERS_API_DEMO_CRASHES`.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
+use lambda_idempotency::settings::{PowertoolsSettings, Settings};
 use lambda_idempotency::store::powertools::PowertoolsRecords;
+use lambda_idempotency::TenantSource;
+
+pub use lambda_idempotency::settings::{
+    POWERTOOLS_KEY_PREFIX_ENV, POWERTOOLS_TABLE_ENV, POWERTOOLS_UNTIL_ENV,
+};
 
 /// Settings read from the environment.
 #[derive(Debug, Clone)]
@@ -12,7 +22,7 @@ pub struct Config {
     /// another store (then it may be unset, and is empty).
     pub idempotency_table: String,
     /// `IDEMPOTENCY_STORE_URL` and its companions: the records in Redis,
-    /// Valkey or PostgreSQL instead ([`idempotency_engine`]).
+    /// Valkey or PostgreSQL instead ([`idempotency_engine::open`]).
     pub engine: idempotency_engine::Engine,
     /// `ORDERS_TABLE`.
     pub orders_table: String,
@@ -41,21 +51,20 @@ pub struct Config {
     pub allow_anonymous: bool,
     /// `IDEMPOTENCY_OFFLOAD_BUCKET` (and `IDEMPOTENCY_OFFLOAD_PREFIX`, default
     /// `orders-api/`): keep responses too large for the idempotency table in
-    /// this S3 bucket and replay them from there ([`app_with_s3`](crate::app_with_s3)). Unset:
-    /// such a response completes with the `response-too-large` problem.
+    /// this S3 bucket and replay them from there ([`app_with_s3`](crate::app_with_s3)).
+    /// Unset: such a response completes with the `response-too-large` problem.
     pub offload: Option<Offload>,
     /// `IDEMPOTENCY_POWERTOOLS_TABLE`, `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX`
     /// and `IDEMPOTENCY_POWERTOOLS_UNTIL`: the cut-over from Powertools;
     /// `None` (the table unset or empty) when there is none.
     pub powertools: Option<PowertoolsCutover>,
+    /// `IDEMPOTENCY_DISABLED=true`: the middleware switched off, for local
+    /// tests (a warning is logged).
+    pub disabled: bool,
+    /// `IDEMPOTENCY_WARM_UP` (default true): the store's connection opened
+    /// during init (`Store::warm_up`).
+    pub warm_up: bool,
 }
-
-/// The variable naming the DynamoDB table Powertools kept its records in.
-pub const POWERTOOLS_TABLE_ENV: &str = "IDEMPOTENCY_POWERTOOLS_TABLE";
-/// The variable of the part before `#` of Powertools' record ids.
-pub const POWERTOOLS_KEY_PREFIX_ENV: &str = "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX";
-/// The variable of when the cut-over ends (RFC 3339).
-pub const POWERTOOLS_UNTIL_ENV: &str = "IDEMPOTENCY_POWERTOOLS_UNTIL";
 
 /// A cut-over from Powertools for AWS Lambda (Python) without running a
 /// key twice (docs/powertools.md, "Cutting over"): until `until`, a key
@@ -74,92 +83,24 @@ pub struct PowertoolsCutover {
     pub key_prefix: String,
     /// `IDEMPOTENCY_POWERTOOLS_UNTIL`: when the lookups stop; the switch
     /// plus Powertools' `expires_after_seconds` is enough.
-    pub until: std::time::SystemTime,
+    pub until: SystemTime,
+}
+
+impl From<PowertoolsSettings> for PowertoolsCutover {
+    fn from(settings: PowertoolsSettings) -> Self {
+        PowertoolsCutover {
+            table: settings.table,
+            key_prefix: settings.key_prefix,
+            until: settings.until,
+        }
+    }
 }
 
 impl PowertoolsCutover {
-    /// The cut-over the three variables describe through `lookup`: `None`
-    /// when the table is unset or empty (then the other two must be too);
-    /// otherwise all three are needed, each checked, and a bad one is
-    /// refused in one line naming it.
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<PowertoolsCutover>, String> {
-        let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let Some(table) = set(POWERTOOLS_TABLE_ENV) else {
-            for name in [POWERTOOLS_KEY_PREFIX_ENV, POWERTOOLS_UNTIL_ENV] {
-                if set(name).is_some() {
-                    return Err(format!(
-                        "{name} is set but {POWERTOOLS_TABLE_ENV} is not: it only applies to a \
-                         cut-over from Powertools; set the table Powertools kept its records \
-                         in, or unset {name}"
-                    ));
-                }
-            }
-            return Ok(None);
-        };
-        let table = table.trim().to_owned();
-        let valid_table = (3..=255).contains(&table.len())
-            && table
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-        if !valid_table {
-            return Err(format!(
-                "{POWERTOOLS_TABLE_ENV}={table:?} is not a DynamoDB table name (3 to 255 \
-                 letters, digits, `_`, `-` and `.`): the name of the table Powertools kept its \
-                 records in"
-            ));
-        }
-        let key_prefix = set(POWERTOOLS_KEY_PREFIX_ENV).ok_or_else(|| {
-            format!(
-                "{POWERTOOLS_KEY_PREFIX_ENV} is not set but {POWERTOOLS_TABLE_ENV} is: give it \
-                 the part before `#` of the ids in Powertools' table, such as \
-                 orders-api.app.lambda_handler"
-            )
-        })?;
-        let key_prefix = key_prefix.trim().to_owned();
-        if key_prefix.contains('#') {
-            return Err(format!(
-                "{POWERTOOLS_KEY_PREFIX_ENV}={key_prefix:?} holds a `#`: give only the part \
-                 before `#` of the ids in Powertools' table, such as orders-api.app.lambda_handler"
-            ));
-        }
-        let until_text = set(POWERTOOLS_UNTIL_ENV).ok_or_else(|| {
-            format!(
-                "{POWERTOOLS_UNTIL_ENV} is not set but {POWERTOOLS_TABLE_ENV} is: give it when \
-                 the cut-over ends, an RFC 3339 time such as 2026-12-01T00:00:00Z (the switch \
-                 plus Powertools' expires_after_seconds)"
-            )
-        })?;
-        let until = rfc3339(until_text.trim()).ok_or_else(|| {
-            format!(
-                "{POWERTOOLS_UNTIL_ENV}={until_text:?} is not an RFC 3339 time such as \
-                 2026-12-01T00:00:00Z: when the cut-over ends (the switch plus Powertools' \
-                 expires_after_seconds)"
-            )
-        })?;
-        Ok(Some(PowertoolsCutover {
-            table,
-            key_prefix,
-            until,
-        }))
-    }
-
     /// The records this cut-over reads, through `client`.
     pub fn records(&self, client: Client) -> PowertoolsRecords {
         PowertoolsRecords::new(client, &self.table, &self.key_prefix, self.until)
     }
-}
-
-/// An RFC 3339 time (`2026-12-01T00:00:00Z`, `2026-12-01T01:00:00+01:00`,
-/// with or without a fraction of a second, which is dropped), as a
-/// `SystemTime`; `None` for anything else or a time before 1970 (the
-/// window's end is compared as epoch milliseconds).
-fn rfc3339(text: &str) -> Option<std::time::SystemTime> {
-    let time =
-        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
-    let epoch_s = u64::try_from(time.unix_timestamp()).ok()?;
-    Some(std::time::UNIX_EPOCH + Duration::from_secs(epoch_s))
 }
 
 /// Where responses too large for the idempotency table go.
@@ -173,6 +114,16 @@ pub struct Offload {
 }
 
 impl Config {
+    /// Where a request's tenant comes from: the JWT `sub`, refusing requests
+    /// without one unless the configuration allows a shared anonymous scope.
+    pub fn tenant_source(&self) -> TenantSource {
+        if self.allow_anonymous {
+            TenantSource::jwt_sub().or_anonymous()
+        } else {
+            TenantSource::jwt_sub()
+        }
+    }
+
     /// Read the settings; the error names the variable and what it must hold.
     pub fn from_env() -> Result<Config, String> {
         Self::from_lookup(|name| std::env::var(name).ok())
@@ -180,67 +131,53 @@ impl Config {
 
     /// Read the settings through `lookup` (for tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let settings = Settings::from_lookup(&lookup).map_err(|e| e.to_string())?;
+        Self::from_settings(settings, lookup)
+    }
+
+    /// The configuration from the library's `settings`, already read and
+    /// checked, and this function's own variables through `lookup`.
+    pub fn from_settings(
+        settings: Settings,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, String> {
         let required = |name: &str| {
             lookup(name)
-                .filter(|v| !v.is_empty())
+                .filter(|v| !v.trim().is_empty())
                 .ok_or_else(|| format!("{name} is not set: give it the DynamoDB table name"))
         };
-        let number = |name: &str, default: u64| match lookup(name) {
-            None => Ok(default),
-            Some(v) => v
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{name}={v:?} is not a whole non-negative number")),
+        let idempotency_table = match settings.table() {
+            Ok(table) => table.to_owned(),
+            Err(e) if settings.store.is_dynamodb() => return Err(e.to_string()),
+            Err(_) => String::new(),
         };
-        let engine = idempotency_engine::Engine::from_lookup(&lookup)?;
+        let orders_table = required("ORDERS_TABLE")?;
+        let provider_latency = match lookup("SIMULATED_PROVIDER_LATENCY_MS") {
+            None => 0,
+            Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                format!("SIMULATED_PROVIDER_LATENCY_MS={v:?} is not a whole non-negative number")
+            })?,
+        };
         Ok(Config {
-            idempotency_table: if engine.is_dynamodb() {
-                required("IDEMPOTENCY_TABLE")?
-            } else {
-                lookup("IDEMPOTENCY_TABLE").unwrap_or_default()
-            },
-            engine,
-            orders_table: required("ORDERS_TABLE")?,
-            provider_latency: Duration::from_millis(number("SIMULATED_PROVIDER_LATENCY_MS", 0)?),
-            expires_after: idempotency_engine::expires_after(
-                &lookup,
-                "set it to at least your clients' retry window",
-            )?
-            .unwrap_or(Duration::from_secs(86_400)),
-            max_lease: Duration::from_secs(number("IDEMPOTENCY_MAX_LEASE_SECONDS", 900)?),
-            wait_for_result: match number("IDEMPOTENCY_WAIT_FOR_RESULT_MS", 0)? {
-                ms if ms <= 900_000 => Duration::from_millis(ms),
-                ms => {
-                    return Err(format!(
-                        "IDEMPOTENCY_WAIT_FOR_RESULT_MS={ms} is more than 900000 (15 minutes, \
-                         Lambda's longest timeout): give how long a retry waits for the \
-                         response of the same order in progress, or 0 to answer 409 at once"
-                    ))
-                }
-            },
+            idempotency_table,
+            engine: settings.store,
+            orders_table,
+            provider_latency: Duration::from_millis(provider_latency),
+            expires_after: settings
+                .expires_after
+                .unwrap_or(Duration::from_secs(86_400)),
+            max_lease: settings.max_lease.unwrap_or(Duration::from_secs(900)),
+            wait_for_result: settings.wait_for.unwrap_or(Duration::ZERO),
             demo_crashes: lookup("ORDERS_API_DEMO_CRASHES").as_deref() == Some("1"),
-            metrics_namespace: lookup("IDEMPOTENCY_METRICS_NAMESPACE").filter(|n| !n.is_empty()),
-            allow_anonymous: match lookup("IDEMPOTENCY_ALLOW_ANONYMOUS")
-                .as_deref()
-                .map(str::trim)
-            {
-                None | Some("") | Some("false") | Some("0") => false,
-                Some("true") | Some("1") => true,
-                Some(other) => {
-                    return Err(format!(
-                        "IDEMPOTENCY_ALLOW_ANONYMOUS={other:?} is not a boolean: use true or false"
-                    ))
-                }
-            },
-            offload: lookup("IDEMPOTENCY_OFFLOAD_BUCKET")
-                .filter(|b| !b.is_empty())
-                .map(|bucket| Offload {
-                    bucket,
-                    prefix: lookup("IDEMPOTENCY_OFFLOAD_PREFIX")
-                        .filter(|p| !p.is_empty())
-                        .unwrap_or_else(|| "orders-api/".to_owned()),
-                }),
-            powertools: PowertoolsCutover::from_lookup(&lookup)?,
+            metrics_namespace: settings.metrics_namespace,
+            allow_anonymous: settings.allow_anonymous,
+            offload: settings.offload.map(|offload| Offload {
+                bucket: offload.bucket,
+                prefix: offload.prefix.unwrap_or_else(|| "orders-api/".to_owned()),
+            }),
+            powertools: settings.powertools.map(PowertoolsCutover::from),
+            disabled: settings.disabled,
+            warm_up: settings.warm_up,
         })
     }
 }

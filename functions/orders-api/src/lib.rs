@@ -34,7 +34,6 @@ use aws_sdk_dynamodb::Client;
 use lambda_idempotency::metrics::Metrics;
 use lambda_idempotency::{
     http::Idempotency, store::offload::S3Offload, DynamoStore, IdempotencyLayer, Store,
-    TenantSource,
 };
 use tower::Layer;
 
@@ -49,12 +48,13 @@ pub use routes::Orders;
 /// store (without the cut-over from Powertools, which needs a DynamoDB
 /// client: [`with_cutover`]).
 pub fn idempotency_layer(store: impl Store + 'static, config: &Config) -> IdempotencyLayer {
-    // LAMBDA_IDEMPOTENCY_DISABLED=true switches it off for local tests; the
-    // other variables are this function's own (`Config`), checked at start.
+    // Every setting was read and checked at start (`Config`, the library's
+    // variables by the library's rules); IDEMPOTENCY_DISABLED=true switches
+    // the middleware off for local tests.
     let layer = IdempotencyLayer::new(store)
-        .disabled(lambda_idempotency::config::disabled_from_env())
+        .disabled(config.disabled)
         .require_key(true)
-        .tenant(tenant_source(config))
+        .tenant(config.tenant_source())
         .expires_after(config.expires_after)
         .max_lease(config.max_lease)
         .wait_for(config.wait_for_result);
@@ -80,16 +80,6 @@ pub fn with_cutover(store: Arc<dyn Store>, client: &Client, config: &Config) -> 
     }
 }
 
-/// Where a request's tenant comes from: the JWT `sub`, refusing requests
-/// without one unless the configuration allows a shared anonymous scope.
-pub(crate) fn tenant_source(config: &Config) -> TenantSource {
-    if config.allow_anonymous {
-        TenantSource::jwt_sub().or_anonymous()
-    } else {
-        TenantSource::jwt_sub()
-    }
-}
-
 /// The whole function: the router behind the idempotency middleware, its
 /// records in the idempotency table alone (`config.offload` needs an S3
 /// client: [`app_with_s3`]).
@@ -111,7 +101,7 @@ pub fn app_with_s3(client: Client, s3: aws_sdk_s3::Client, config: &Config) -> I
 }
 
 /// [`app_with_s3`] with the records in `store`: the engine
-/// `IDEMPOTENCY_STORE_URL` names ([`idempotency_engine::Engine::open`]); the
+/// `IDEMPOTENCY_STORE_URL` names ([`idempotency_engine::open`]); the
 /// orders stay in DynamoDB.
 pub fn app_with_store(
     client: Client,

@@ -8,10 +8,10 @@ use lambda_idempotency::{DynamoStore, Store};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_http::tracing::init_default_subscriber();
+    // Every variable read once, here: a bad value stops the start in one
+    // line naming it.
     let config =
         orders_api::Config::from_env().map_err(|e| format!("orders-api cannot start: {e}"))?;
-    let warm_up = warm_up_enabled(std::env::var("IDEMPOTENCY_WARM_UP").ok().as_deref())
-        .map_err(|e| format!("orders-api cannot start: {e}"))?;
     let aws = aws_config::from_env()
         .http_client(https_client())
         .load()
@@ -22,9 +22,7 @@ async fn main() -> Result<(), Error> {
     let s3 = aws_sdk_s3::Client::new(&aws);
     // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
     // connected and checked now, so a bad URL fails the cold start.
-    let store: Arc<dyn Store> = match config
-        .engine
-        .open(&aws)
+    let store: Arc<dyn Store> = match idempotency_engine::open(&config.engine, &aws)
         .await
         .map_err(|e| format!("orders-api cannot start: {e}"))?
     {
@@ -40,25 +38,13 @@ async fn main() -> Result<(), Error> {
     // connection and TLS handshake. On DynamoDB the connection is the
     // client's, which the orders share. A failure is logged and the
     // function starts: its first request opens the connection itself.
-    if warm_up {
+    if config.warm_up {
         if let Err(e) = store.warm_up().await {
             tracing::warn!(error = %e, "idempotency store warm-up failed; the first request opens the connection");
         }
     }
     let app = orders_api::app_with_store(client, store, s3, &config);
     lambda_http::run_concurrent(app).await
-}
-
-/// `IDEMPOTENCY_WARM_UP`: unset, empty, `true` or `1` warm up; `false` or
-/// `0` do not; anything else refuses to start.
-fn warm_up_enabled(value: Option<&str>) -> Result<bool, String> {
-    match value.map(str::trim) {
-        None | Some("") | Some("true") | Some("1") => Ok(true),
-        Some("false") | Some("0") => Ok(false),
-        Some(other) => Err(format!(
-            "IDEMPOTENCY_WARM_UP={other:?} is not a boolean: use true or false"
-        )),
-    }
 }
 
 /// The SDK's HTTPS client (DynamoDB, S3) with rustls on ring rather than

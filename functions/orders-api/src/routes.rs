@@ -10,7 +10,7 @@ use lambda_http::{Body, Request, Response};
 
 use crate::order::{create_order, order_json, Inner};
 use crate::response::{dependency_failed, json_response, problem, problems};
-use crate::{tenant_source, Config};
+use crate::Config;
 
 /// The router and handlers.
 #[derive(Clone, Debug)]
@@ -27,7 +27,7 @@ impl Orders {
                 table: config.orders_table.clone(),
                 provider_latency: config.provider_latency,
                 demo_crashes: config.demo_crashes,
-                tenant: tenant_source(config),
+                tenant: config.tenant_source(),
                 allow_anonymous: config.allow_anonymous,
             }),
         }

@@ -42,6 +42,8 @@ impl App {
             allow_anonymous: true,
             offload: None,
             powertools: None,
+            disabled: false,
+            warm_up: true,
         };
         let function = integration_tests::iam_record::dynamodb_client("orders-api").await;
         App {
@@ -490,7 +492,7 @@ async fn a_failed_confirmation_after_the_charge_resumes_on_retry_without_a_secon
 
 #[tokio::test]
 async fn with_the_middleware_switched_off_orders_still_run_with_fresh_ids() {
-    // What `LAMBDA_IDEMPOTENCY_DISABLED` does to the deployed function: the
+    // What `IDEMPOTENCY_DISABLED` does to the deployed function: the
     // same layer, switched off, so the router sees no idempotency record.
     let app = App::new(0).await;
     let store = app.store();
