@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use lambda_http::Error;
+use lambda_idempotency::settings::Settings;
 use lambda_idempotency::{DynamoStore, IdempotencyLayer, TenantSource};
 use tower::Layer;
 
@@ -28,7 +29,8 @@ async fn show(Path(id): Path<String>) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
+    // IDEMPOTENCY_TABLE, read (and checked) by the library's settings.
+    let table = Settings::from_env()?.table()?.to_owned();
     let aws = aws_config::load_from_env().await;
     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table).open()?;
     let router = Router::new()

@@ -3,10 +3,11 @@
 //! response with `Idempotent-Replayed: true`.
 //!
 //! Environment: `IDEMPOTENCY_TABLE` (the table `template.yaml` creates) and
-//! the usual AWS variables. `LAMBDA_IDEMPOTENCY_DISABLED=true` switches the
+//! the usual AWS variables. `IDEMPOTENCY_DISABLED=true` switches the
 //! middleware off for local tests (`from_env`).
 
 use lambda_http::{service_fn, Body, Error, Request, Response};
+use lambda_idempotency::settings::Settings;
 use lambda_idempotency::{DynamoStore, IdempotencyContext, IdempotencyLayer, TenantSource};
 use tower::Layer;
 
@@ -31,7 +32,8 @@ async fn create_order(req: Request) -> Result<Response<Body>, Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
+    // IDEMPOTENCY_TABLE, read (and checked) by the library's settings.
+    let table = Settings::from_env()?.table()?.to_owned();
     let aws = aws_config::load_from_env().await;
     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table).open()?;
     let idempotency = IdempotencyLayer::from_env(store)?

@@ -9,6 +9,7 @@
 //! total_cents bigint)` table is its own.
 
 use lambda_http::{service_fn, Body, Error, Request, Response};
+use lambda_idempotency::settings::Settings;
 use lambda_idempotency::{
     store::postgres::{PgType, PgWrite},
     IdempotencyContext, IdempotencyLayer, PostgresStore,
@@ -30,11 +31,16 @@ async fn create_order(req: Request) -> Result<Response<Body>, Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let url = std::env::var("IDEMPOTENCY_STORE_URL")
-        .map_err(|_| "IDEMPOTENCY_STORE_URL is not set: give it a postgres:// URL")?;
+    // IDEMPOTENCY_STORE_URL and IDEMPOTENCY_CREATE_SCHEMA, read (and
+    // checked) by the library's settings.
+    let settings = Settings::from_env()?;
+    let url = settings
+        .store
+        .url
+        .ok_or("IDEMPOTENCY_STORE_URL is not set: give it a postgres:// URL")?;
     let store = PostgresStore::builder(&url).open()?;
     // The schema is never created silently.
-    if std::env::var("IDEMPOTENCY_CREATE_SCHEMA").as_deref() == Ok("1") {
+    if settings.store.create_schema {
         store.migrate().await?;
     } else {
         store.check_schema().await?;

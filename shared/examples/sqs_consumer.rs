@@ -5,6 +5,7 @@
 //! Environment: `IDEMPOTENCY_TABLE` and the usual AWS variables.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_idempotency::settings::Settings;
 use lambda_idempotency::{event::SqsBatch, DynamoStore, IdempotentFunction};
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
@@ -25,7 +26,8 @@ async fn handle(batch: &SqsBatch, event: LambdaEvent<SqsEvent>) -> Result<SqsBat
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
+    // IDEMPOTENCY_TABLE, read (and checked) by the library's settings.
+    let table = Settings::from_env()?.table()?.to_owned();
     let aws = aws_config::load_from_env().await;
     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table).open()?;
     let function = IdempotentFunction::new(store, "send-confirmation").validate(["/order_id"]);

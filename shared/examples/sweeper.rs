@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use lambda_idempotency::settings::Settings;
 use lambda_idempotency::{
     store::now_ms,
     sweeper::{SweepPolicy, SweepSummary, Sweeper},
@@ -25,7 +26,8 @@ async fn sweep(
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "set IDEMPOTENCY_TABLE")?;
+    // IDEMPOTENCY_TABLE, read (and checked) by the library's settings.
+    let table = Settings::from_env()?.table()?.to_owned();
     let aws = aws_config::load_from_env().await;
     // Stuck records are found in the table's stream (view type NEW_IMAGE):
     // the hot path writes nothing for the sweeper. The stream is read where

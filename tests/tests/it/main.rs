@@ -6,6 +6,7 @@ mod alarms;
 mod beyond;
 mod body_key;
 mod contract;
+mod docs_in_step;
 mod dynamo;
 mod engines;
 mod event_options;

@@ -148,11 +148,10 @@ async fn cold_series(series: &ColdSeries<'_>, runs: usize, warm_up: usize) -> Re
 /// a Lambda function, so its cold start is set against Powertools' with the
 /// same work (one claim, one completion).
 pub(crate) async fn serve() -> Result<Value> {
-    let table = std::env::var("IDEMPOTENCY_TABLE").map_err(|_| "IDEMPOTENCY_TABLE is not set")?;
     let aws = aws_config::load_from_env().await;
-    let store = DynamoStore::builder(aws_sdk_dynamodb::Client::new(&aws), table)
-        .open()
-        .map_err(|e| e.to_string())?;
+    // IDEMPOTENCY_TABLE, read (and checked) by the library's settings.
+    let store =
+        DynamoStore::from_env(aws_sdk_dynamodb::Client::new(&aws)).map_err(|e| e.to_string())?;
     let svc = IdempotencyLayer::new(store).layer(handler(Duration::ZERO));
     lambda_http::run(svc).await.map_err(|e| e.to_string())?;
     Ok(Value::Null)
