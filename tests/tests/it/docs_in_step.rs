@@ -131,7 +131,12 @@ fn no_code_outside_the_settings_module_reads_an_idempotency_variable() {
                 line.contains(&format!("{reader}IDEMPOTENCY_"))
                     || line.contains(&format!("{reader}LAMBDA_IDEMPOTENCY_"))
             }) {
-                offenders.push(format!("{}:{}: {}", path.display(), number + 1, line.trim()));
+                offenders.push(format!(
+                    "{}:{}: {}",
+                    path.display(),
+                    number + 1,
+                    line.trim()
+                ));
             }
         }
     }
@@ -147,7 +152,10 @@ fn no_code_outside_the_settings_module_reads_an_idempotency_variable() {
 fn quickstart(text: &str) -> String {
     let lines: Vec<&str> = text
         .lines()
-        .map(|line| line.strip_prefix("//!").map_or(line, |l| l.strip_prefix(' ').unwrap_or(l)))
+        .map(|line| {
+            line.strip_prefix("//!")
+                .map_or(line, |l| l.strip_prefix(' ').unwrap_or(l))
+        })
         .collect();
     let heading = lines
         .iter()
@@ -158,7 +166,12 @@ fn quickstart(text: &str) -> String {
             .iter()
             .position(|l| l.starts_with("```rust") || *l == "```no_run")
             .expect("a Rust block under Quickstart");
-    let end = start + 1 + lines[start + 1..].iter().position(|l| *l == "```").expect("its end");
+    let end = start
+        + 1
+        + lines[start + 1..]
+            .iter()
+            .position(|l| *l == "```")
+            .expect("its end");
     lines[start + 1..end].join("\n")
 }
 
@@ -169,5 +182,8 @@ fn readme_and_the_crate_docs_show_the_same_quickstart() {
     let readme = quickstart(&read(&root.join("README.md")));
     let crate_docs = quickstart(&read(&root.join("shared/src/lib.rs")));
     assert!(readme.contains("IdempotencyLayer"), "{readme}");
-    assert_eq!(readme, crate_docs, "README.md's quickstart differs from shared/src/lib.rs's");
+    assert_eq!(
+        readme, crate_docs,
+        "README.md's quickstart differs from shared/src/lib.rs's"
+    );
 }
