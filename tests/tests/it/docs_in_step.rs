@@ -187,3 +187,62 @@ fn readme_and_the_crate_docs_show_the_same_quickstart() {
         "README.md's quickstart differs from shared/src/lib.rs's"
     );
 }
+
+/// Each bad value of a library variable is refused by the library, once,
+/// and every function answers with the library's own line: the same rule
+/// wherever the variable is read.
+#[test]
+fn every_function_refuses_a_bad_value_with_the_librarys_line() {
+    use lambda_idempotency::settings::{self, Settings};
+    // The consumer is only built, never called: a client that sends nothing.
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build(),
+    );
+    let bad: &[(&str, &str)] = &[
+        (settings::MAX_LEASE_ENV, "0"),
+        (settings::MAX_LEASE_ENV, "15m"),
+        (settings::EXPIRES_AFTER_ENV, "31536001"),
+        (settings::WAIT_FOR_RESULT_ENV, "5s"),
+        (settings::DISABLED_ENV, "yes"),
+        (settings::LEGACY_DISABLED_ENV, "on"),
+        (settings::WARM_UP_ENV, "maybe"),
+        (settings::ALLOW_ANONYMOUS_ENV, "2"),
+        (settings::POWERTOOLS_UNTIL_ENV, "2026-12-01T00:00:00Z"),
+        (settings::REDIS_WAIT_REPLICAS_ENV, "1"),
+    ];
+    for (name, value) in bad {
+        let pairs = [
+            ("IDEMPOTENCY_TABLE", "idempotency"),
+            ("ORDERS_TABLE", "orders"),
+            (*name, *value),
+        ];
+        let lookup = integration_tests_lookup(&pairs);
+        let library = Settings::from_lookup(&lookup)
+            .expect_err("the library refuses it")
+            .to_string();
+        assert!(library.starts_with(name), "{library}");
+        let orders = orders_api::Config::from_lookup(&lookup).expect_err("orders-api refuses it");
+        let sweeper = sweeper::Config::from_lookup(&lookup).expect_err("the sweeper refuses it");
+        let events = order_events::Consumer::from_lookup(client.clone(), &lookup)
+            .expect_err("order-events refuses it");
+        for (function, message) in [
+            ("orders-api", orders),
+            ("sweeper", sweeper),
+            ("order-events", events),
+        ] {
+            assert_eq!(message, library, "{function}, {name}={value:?}");
+        }
+    }
+}
+
+fn integration_tests_lookup<'a>(
+    pairs: &'a [(&'a str, &'a str)],
+) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name| {
+        let (_, value) = pairs.iter().find(|(key, _)| *key == name)?;
+        Some((*value).to_owned())
+    }
+}
