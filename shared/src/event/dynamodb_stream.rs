@@ -149,7 +149,7 @@ impl DynamoDbStreamBatch {
     /// [`ErrorKind::InvalidEvent`](crate::ErrorKind::InvalidEvent) error:
     /// fail the invocation with it, so Lambda delivers the whole batch again
     /// (the records that succeeded replay).
-    #[must_use = "the response names the record that failed: dropped, Lambda is told the whole batch succeeded and moves past it and the records after it"]
+    #[must_use = "the response names the stream record that failed: dropped, Lambda is told the whole batch succeeded and moves past that change and the ones after it"]
     pub async fn process<O, E, F, Fut>(
         &self,
         event: Event,

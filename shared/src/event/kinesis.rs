@@ -164,7 +164,7 @@ impl KinesisBatch {
     /// [`ErrorKind::InvalidEvent`](crate::ErrorKind::InvalidEvent) error:
     /// fail the invocation with it, so Lambda delivers the whole batch again
     /// (the records that succeeded replay).
-    #[must_use = "the response names the record that failed: dropped, Lambda is told the whole batch succeeded and moves past it and the records after it"]
+    #[must_use = "the response names the Kinesis record that failed: dropped, Lambda is told the whole batch succeeded and moves past that record and the rest of its shard's batch"]
     pub async fn process<O, E, F, Fut>(
         &self,
         event: KinesisEvent,
