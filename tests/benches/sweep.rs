@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lambda_idempotency::{
-    store::{now_ms, ClaimOutcome, ClaimRequest},
+    store::ClaimOutcome,
     sweeper::{SweepPolicy, Sweeper},
     Store,
 };
@@ -35,26 +35,17 @@ async fn main() {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             for i in (w..items).step_by(workers) {
-                let now = now_ms();
-                let request = ClaimRequest {
-                    // Ids as the middleware makes them (hashes): spread over
-                    // the 16 index shards as in production.
-                    record_id: lambda_idempotency::scope::RecordScope {
-                        namespace: "bench",
-                        ..lambda_idempotency::scope::RecordScope::new(
-                            "POST",
-                            "/orders",
-                            &format!("key-{i}"),
-                        )
-                    }
-                    .record_id(),
-                    fingerprint: "fp".into(),
-                    owner: format!("owner-{i}"),
-                    now_ms: now,
-                    lease_expires_at_ms: now + 1,
-                    expires_at_s: now / 1000 + 3600,
-                    origin: None,
-                };
+                let record_id = lambda_idempotency::scope::RecordScope {
+                    namespace: "bench",
+                    ..lambda_idempotency::scope::RecordScope::new(
+                        "POST",
+                        "/orders",
+                        &format!("key-{i}"),
+                    )
+                }
+                .record_id();
+                let request =
+                    integration_tests::claim_request(&record_id, &format!("owner-{i}"), 1);
                 match store.claim(&request).await {
                     Ok(ClaimOutcome::Claimed(_)) => {}
                     other => panic!("claim {i}: {other:?}"),

@@ -762,3 +762,23 @@ pub async fn postgres_fresh_database() -> String {
     let server = &base[..base.rfind('/').unwrap_or(base.len())];
     format!("{server}/{name}?{query}")
 }
+
+/// A claim of record `id` by `owner` (fingerprint `fp`), its lease ending
+/// `lease_ms` from now, its record kept an hour: the claim every suite's
+/// setup makes.
+pub fn claim_request(
+    id: &str,
+    owner: &str,
+    lease_ms: u64,
+) -> lambda_idempotency::store::ClaimRequest {
+    let now = lambda_idempotency::store::now_ms();
+    lambda_idempotency::store::ClaimRequest {
+        record_id: id.into(),
+        fingerprint: "fp".into(),
+        owner: owner.into(),
+        now_ms: now,
+        lease_expires_at_ms: now + lease_ms,
+        expires_at_s: now / 1000 + 3600,
+        origin: None,
+    }
+}

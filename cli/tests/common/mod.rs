@@ -3,9 +3,7 @@
 
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{
-        now_ms, ClaimOutcome, ClaimRequest, CompleteRequest, Lease, StoredBody, StoredResponse,
-    },
+    store::{now_ms, ClaimOutcome, CompleteRequest, Lease, StoredBody, StoredResponse},
     ErrorKind, IdempotencyLayer, Store,
 };
 use serde_json::Value;
@@ -40,16 +38,7 @@ pub fn json_lines(output: &std::process::Output) -> Vec<Value> {
 
 /// A real claim of `key`'s record in `store`, its lease ending in `lease_ms`.
 pub async fn claim(store: &(impl Store + ?Sized), key: &str, owner: &str, lease_ms: u64) -> Lease {
-    let now = now_ms();
-    let request = ClaimRequest {
-        record_id: id(key),
-        fingerprint: "fp".into(),
-        owner: owner.into(),
-        now_ms: now,
-        lease_expires_at_ms: now + lease_ms,
-        expires_at_s: now / 1000 + 3600,
-        origin: None,
-    };
+    let request = integration_tests::claim_request(&id(key), owner, lease_ms);
     match store.claim(&request).await.expect("claim") {
         ClaimOutcome::Claimed(lease) => lease,
         other => panic!("claim of {key}: {other:?}"),

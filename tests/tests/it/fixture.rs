@@ -136,20 +136,7 @@ pub async fn complete(
         .await
 }
 
-/// A claim of record `id` by `owner` (fingerprint `fp`), its lease ending in
-/// `lease_ms`, its record kept an hour.
-pub fn claim_request(id: &str, owner: &str, lease_ms: u64) -> ClaimRequest {
-    let now = now_ms();
-    ClaimRequest {
-        record_id: id.into(),
-        fingerprint: "fp".into(),
-        owner: owner.into(),
-        now_ms: now,
-        lease_expires_at_ms: now + lease_ms,
-        expires_at_s: now / 1000 + 3600,
-        origin: None,
-    }
-}
+pub use integration_tests::claim_request;
 
 /// The lease of a claim that must have succeeded.
 pub fn claimed(outcome: ClaimOutcome) -> Lease {

@@ -25,7 +25,7 @@ use integration_tests::runtime_api::{Outcome, RuntimeApi};
 use lambda_http::Request;
 use lambda_idempotency::{
     scope::RecordScope,
-    store::{now_ms, ClaimRequest, CompleteRequest},
+    store::{now_ms, CompleteRequest},
     sweeper::Sweeper,
     DynamoStore, IdempotencyLayer, Store,
 };
@@ -250,15 +250,7 @@ async fn sweeper(lab: &Lab) -> Result<Value> {
     let now = now_ms();
     for i in 0..200u64 {
         let id = RecordScope::new("POST", "/orders", &format!("sweep-{i}")).record_id();
-        let request = ClaimRequest {
-            record_id: id,
-            fingerprint: "fp".into(),
-            owner: format!("owner-{i}"),
-            now_ms: now,
-            lease_expires_at_ms: now + 1,
-            expires_at_s: now / 1000 + 3600,
-            origin: None,
-        };
+        let request = integration_tests::claim_request(&id, &format!("owner-{i}"), 1);
         let outcome = lab
             .direct
             .claim(&request)
