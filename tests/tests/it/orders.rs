@@ -647,19 +647,10 @@ async fn a_bad_cut_over_setting_stops_orders_api_at_start_naming_it() {
             ("IDEMPOTENCY_POWERTOOLS_UNTIL", "next tuesday"),
         ],
     );
-    let bin = crate::process::function_bin("orders-api");
-    let out = tokio::process::Command::new(&bin)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
-        .await
-        .expect("run orders-api");
-    assert!(!out.status.success(), "it must not start");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    let line = crate::process::refused_start("orders-api", &env).await;
     assert!(
-        lines[0].contains("orders-api cannot start: IDEMPOTENCY_POWERTOOLS_UNTIL=\\\"next tuesday\\\" is not an RFC 3339 time"),
-        "{stderr}"
+        line.contains("orders-api cannot start: IDEMPOTENCY_POWERTOOLS_UNTIL=\\\"next tuesday\\\" is not an RFC 3339 time"),
+        "{line}"
     );
     assert_eq!(api.first_poll(), None, "no invocation was asked for");
 }

@@ -19,6 +19,21 @@ pub(crate) fn function_bin(name: &str) -> std::path::PathBuf {
     bin
 }
 
+/// Run function `name` with `env` and expect it to refuse to start: a
+/// failed exit and exactly one non-empty line on stderr, which is returned.
+pub(crate) async fn refused_start(name: &str, env: &[(String, String)]) -> String {
+    let out = tokio::process::Command::new(function_bin(name))
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {name}: {e}"));
+    assert!(!out.status.success(), "it must not start");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    lines[0].to_owned()
+}
+
 fn orders_api_bin() -> std::path::PathBuf {
     function_bin("orders-api")
 }

@@ -310,20 +310,12 @@ async fn a_bad_warm_up_setting_stops_orders_api_at_start_naming_it() {
     let api = RuntimeApi::start().await.unwrap();
     let env =
         integration_tests::functions::orders_env(&api, &tables, &[("IDEMPOTENCY_WARM_UP", "yes")]);
-    let out = tokio::process::Command::new(crate::process::function_bin("orders-api"))
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
-        .await
-        .expect("run orders-api");
-    assert!(!out.status.success(), "it must not start");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    let line = crate::process::refused_start("orders-api", &env).await;
     assert!(
-        lines[0].contains(
+        line.contains(
             "orders-api cannot start: IDEMPOTENCY_WARM_UP=\\\"yes\\\" is not a boolean: use true or false"
         ),
-        "{stderr}"
+        "{line}"
     );
     assert_eq!(api.first_poll(), None, "no invocation was asked for");
 }
