@@ -394,91 +394,95 @@ mod tests {
         StuckPage, StuckRequest, SweepCursor,
     };
 
-    /// A store that breaks rule 1: its claim succeeds whatever it finds, so
-    /// two owners can hold one key at once. The suite must not pass it. It
-    /// implements the hot path only, which is all [`run`] needs.
-    #[derive(Debug, Default)]
-    struct ClaimsEverything(MemoryStore);
+    /// The promise a [`Flawed`] store breaks; each suite must catch its own.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Flaw {
+        /// Rule 1: its claim succeeds whatever it finds, so two owners can
+        /// hold one key at once ([`run`] must fail).
+        ClaimsEverything,
+        /// Its `scan` ignores its limit and lists everything in one page
+        /// ([`run_sweep`] must fail).
+        ScansInOnePage,
+    }
+
+    /// A [`MemoryStore`] with one [`Flaw`]: every other call is the memory
+    /// store's own.
+    #[derive(Debug)]
+    struct Flawed {
+        store: MemoryStore,
+        flaw: Flaw,
+    }
+
+    impl Flawed {
+        fn new(flaw: Flaw) -> Self {
+            Flawed {
+                store: MemoryStore::new(),
+                flaw,
+            }
+        }
+    }
 
     #[async_trait::async_trait]
-    impl Store for ClaimsEverything {
+    impl Store for Flawed {
         async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
-            Ok(match self.0.claim(request).await? {
-                ClaimOutcome::Exists(record) => ClaimOutcome::Claimed(Lease {
-                    record_id: record.id,
-                    owner: request.owner.clone(),
-                    fingerprint: request.fingerprint.clone(),
-                    attempt: record.attempt,
-                    recovered: None,
-                }),
-                claimed => claimed,
+            Ok(match self.store.claim(request).await? {
+                ClaimOutcome::Exists(record) if self.flaw == Flaw::ClaimsEverything => {
+                    ClaimOutcome::Claimed(Lease {
+                        record_id: record.id,
+                        owner: request.owner.clone(),
+                        fingerprint: request.fingerprint.clone(),
+                        attempt: record.attempt,
+                        recovered: None,
+                    })
+                }
+                outcome => outcome,
             })
         }
         async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
-            self.0.complete(request).await
+            self.store.complete(request).await
         }
         async fn release(&self, lease: &Lease) -> Result<(), Error> {
-            self.0.release(lease).await
+            self.store.release(lease).await
         }
         async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
-            self.0.checkpoint(request).await
+            self.store.checkpoint(request).await
         }
         async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-            Store::get(&self.0, record_id).await
-        }
-    }
-
-    /// A store whose `scan` ignores its limit and lists everything in one
-    /// page: the sweep suite must not pass it.
-    #[derive(Debug, Default)]
-    struct ScansInOnePage(MemoryStore);
-
-    #[async_trait::async_trait]
-    impl Store for ScansInOnePage {
-        async fn claim(&self, request: &ClaimRequest) -> Result<ClaimOutcome, Error> {
-            self.0.claim(request).await
-        }
-        async fn complete(&self, request: CompleteRequest<'_>) -> Result<Completion, Error> {
-            self.0.complete(request).await
-        }
-        async fn release(&self, lease: &Lease) -> Result<(), Error> {
-            self.0.release(lease).await
-        }
-        async fn checkpoint(&self, request: CheckpointRequest<'_>) -> Result<(), Error> {
-            self.0.checkpoint(request).await
-        }
-        async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-            Store::get(&self.0, record_id).await
+            Store::get(&self.store, record_id).await
         }
     }
 
     #[async_trait::async_trait]
-    impl SweepStore for ScansInOnePage {
+    impl SweepStore for Flawed {
         async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
-            self.0.stuck(request).await
+            self.store.stuck(request).await
         }
         async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
-            self.0.resolve_stuck(request).await
+            self.store.resolve_stuck(request).await
         }
         async fn scan(
             &self,
             cursor: Option<SweepCursor>,
-            _limit: usize,
+            limit: usize,
         ) -> Result<RecordPage, Error> {
-            self.0.scan(cursor, usize::MAX).await
+            let limit = match self.flaw {
+                Flaw::ScansInOnePage => usize::MAX,
+                Flaw::ClaimsEverything => limit,
+            };
+            self.store.scan(cursor, limit).await
         }
     }
 
     #[tokio::test]
     #[should_panic(expected = "expected an existing record")]
     async fn a_store_that_breaks_a_rule_fails_the_suite() {
-        run(|| async { ClaimsEverything::default() }).await;
+        run(|| async { Flawed::new(Flaw::ClaimsEverything) }).await;
     }
 
     #[tokio::test]
     #[should_panic(expected = "page.records.len() <= 3")]
     async fn a_store_whose_scan_ignores_its_limit_fails_the_sweep_suite() {
-        run_sweep(|| async { ScansInOnePage::default() }).await;
+        run_sweep(|| async { Flawed::new(Flaw::ScansInOnePage) }).await;
     }
 
     #[tokio::test]
