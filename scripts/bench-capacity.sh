@@ -7,10 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-# shellcheck source=scripts/target-dir.sh
-source scripts/target-dir.sh
-out="$target_dir/bench"
-mkdir -p "$out"
+# shellcheck source=scripts/bench-out.sh
+source scripts/bench-out.sh
 
 if [ "${1:-}" != "--inside" ]; then
   # shellcheck source=scripts/bench-venv.sh

@@ -12,10 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-# shellcheck source=scripts/target-dir.sh
-source scripts/target-dir.sh
-out="$target_dir/bench"
-mkdir -p "$out"
+# shellcheck source=scripts/bench-out.sh
+source scripts/bench-out.sh
 
 # `--no-build`: the binaries are built and the venv made (`make bench`).
 if [ "${1:-}" != "--inside" ]; then

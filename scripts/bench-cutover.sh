@@ -6,10 +6,8 @@
 #   BENCH_CUTOVER_ITERATIONS (default 1000) first executions per variant
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/target-dir.sh
-source scripts/target-dir.sh
-out="$target_dir/bench"
-mkdir -p "$out"
+# shellcheck source=scripts/bench-out.sh
+source scripts/bench-out.sh
 # shellcheck source=scripts/bench-venv.sh
 source scripts/bench-venv.sh
 cargo build --release --quiet -p tools --bin bench

@@ -9,10 +9,8 @@
 #   BENCH_ITERATIONS (default 2000) iterations per engine
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/target-dir.sh
-source scripts/target-dir.sh
-out="$target_dir/bench"
-mkdir -p "$out"
+# shellcheck source=scripts/bench-out.sh
+source scripts/bench-out.sh
 
 if [ "${1:-}" != "--inside" ]; then
   cargo build --release --quiet -p tools --bin bench

@@ -7,10 +7,8 @@
 # profile: debug builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=scripts/target-dir.sh
-source scripts/target-dir.sh
-out="$target_dir/bench"
-mkdir -p "$out"
+# shellcheck source=scripts/bench-out.sh
+source scripts/bench-out.sh
 n="${BENCH_LOG_INVOCATIONS:-50}"
 
 # shellcheck source=scripts/bench-venv.sh

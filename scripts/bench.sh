@@ -12,10 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-# shellcheck source=scripts/target-dir.sh
-source scripts/target-dir.sh
-out="$target_dir/bench"
-mkdir -p "$out" docs
+# shellcheck source=scripts/bench-out.sh
+source scripts/bench-out.sh
+mkdir -p docs
 
 # The like-for-like cold starts, inside one fresh engine: the benchmark's
 # handler in the middleware (`bench serve`, which warms the engine with a
