@@ -5,11 +5,13 @@ from sections import report_main
 
 START = "<!-- cutover:start -->"
 END = "<!-- cutover:end -->"
-KINDS = (
-    ("no_cutover", "No cut-over configured"),
-    ("window_open", "Window open (`PowertoolsRecords`, key not in Powertools' table)"),
-    ("window_over", "Window over"),
-)
+# Each kind of first execution `bench cutover` measures, and its row's
+# label, in the table's order.
+LABELS = {
+    "no_cutover": "No cut-over configured",
+    "window_open": "Window open (`PowertoolsRecords`, key not in Powertools' table)",
+    "window_over": "Window over",
+}
 
 
 def percentile(values: list, q: float) -> float:
@@ -20,7 +22,7 @@ def percentile(values: list, q: float) -> float:
 def section(data: dict) -> str:
     rows = []
     base = percentile(data["samples"]["no_cutover_us"], 0.5)
-    for kind, label in KINDS:
+    for kind, label in LABELS.items():
         us = data["samples"][f"{kind}_us"]
         p50 = percentile(us, 0.5)
         rows.append(
