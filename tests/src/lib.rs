@@ -32,14 +32,27 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use lambda_idempotency::{store::DeferredWrites, DynamoStore};
 
-/// Counts HTTP requests sent to DynamoDB (every attempt, retries included).
+/// Counts the HTTP requests an SDK client sends (every attempt, retries
+/// included), and keeps each one's operation (the `x-amz-target` header,
+/// empty for S3) and its JSON body (`null` when it is not JSON).
 #[derive(Debug, Clone, Default)]
-pub struct RequestCounter(Arc<AtomicU64>);
+pub struct RequestCounter {
+    sent: Arc<AtomicU64>,
+    requests: Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>,
+}
 
 impl RequestCounter {
     /// Requests sent so far.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+        self.sent.load(Ordering::SeqCst)
+    }
+
+    /// The requests sent so far: operation and JSON body.
+    pub fn requests(&self) -> Vec<(String, serde_json::Value)> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 }
 
@@ -50,11 +63,26 @@ impl Intercept for RequestCounter {
 
     fn read_before_transmit(
         &self,
-        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
         _runtime_components: &RuntimeComponents,
         _cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        self.0.fetch_add(1, Ordering::SeqCst);
+        let request = context.request();
+        let operation = request
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or_default()
+            .to_owned();
+        let body = request
+            .body()
+            .bytes()
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .unwrap_or(serde_json::Value::Null);
+        self.requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push((operation, body));
+        self.sent.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 }

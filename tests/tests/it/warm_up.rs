@@ -4,52 +4,17 @@
 
 use std::sync::{Arc, Mutex};
 
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents, SharedInterceptor};
-use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::config::SharedInterceptor;
 use lambda_idempotency::store::dynamodb::WARM_UP_RECORD_ID;
 use lambda_idempotency::store::offload::S3Offload;
 use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
 use lambda_idempotency::{DynamoStore, ErrorKind, PostgresStore, RedisStore, Store};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// Every DynamoDB request the client sends: its operation (from the
 /// `x-amz-target` header) and its JSON body.
-#[derive(Debug, Clone, Default)]
-struct Recorded(Arc<Mutex<Vec<(String, Value)>>>);
-
-impl Recorded {
-    fn requests(&self) -> Vec<(String, Value)> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-impl Intercept for Recorded {
-    fn name(&self) -> &'static str {
-        "Recorded"
-    }
-
-    fn read_before_transmit(
-        &self,
-        context: &BeforeTransmitInterceptorContextRef<'_>,
-        _runtime_components: &RuntimeComponents,
-        _cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let request = context.request();
-        let target = request
-            .headers()
-            .get("x-amz-target")
-            .unwrap_or_default()
-            .to_owned();
-        let body = request
-            .body()
-            .bytes()
-            .map_or(Value::Null, |b| serde_json::from_slice(b).unwrap());
-        self.0.lock().unwrap().push((target, body));
-        Ok(())
-    }
-}
+type Recorded = integration_tests::RequestCounter;
 
 /// A DynamoStore on a fresh table whose client records its requests.
 async fn recorded_dynamo_store() -> (DynamoStore, String, Recorded) {
