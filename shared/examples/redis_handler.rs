@@ -2,30 +2,36 @@
 //! (ElastiCache, MemoryDB, Valkey): the same contract, one script per claim
 //! and one per completion.
 //!
-//! Environment: `REDIS_URL` (`redis://` or `rediss://` for TLS, credentials
-//! and database number as written) and `REDIS_CLUSTER=true` for a cluster
-//! (cluster mode enabled, ElastiCache Serverless). The function fails at
-//! start, naming the server, when it cannot reach it.
+//! Environment, as the example functions read it: `IDEMPOTENCY_STORE_URL`
+//! (`redis://` or `rediss://` for TLS, credentials and database number as
+//! written) and `IDEMPOTENCY_REDIS_CLUSTER=true` for a cluster (cluster mode
+//! enabled, ElastiCache Serverless). The function fails at start, naming
+//! the server, when it cannot reach it.
 
-use lambda_http::{service_fn, Body, Error, Request, Response};
+use lambda_http::http::StatusCode;
+use lambda_http::{service_fn, Body, Error, IntoResponse, Request, Response};
+use lambda_idempotency::settings::Settings;
 use lambda_idempotency::{IdempotencyContext, IdempotencyLayer, RedisStore, TenantSource};
 use tower::Layer;
 
 async fn create_order(req: Request) -> Result<Response<Body>, Error> {
     let charge_key = IdempotencyContext::of(&req).map(|ctx| ctx.derived_key("charge"));
     // ... charge with `charge_key`, write the order ...
-    let body = serde_json::json!({ "charge_key": charge_key });
-    Ok(Response::builder()
-        .status(201)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))?)
+    let created = serde_json::json!({ "charge_key": charge_key });
+    // A JSON body: `content-type: application/json`.
+    Ok((StatusCode::CREATED, created).into_response().await)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let url = std::env::var("REDIS_URL").map_err(|_| "set REDIS_URL")?;
+    // The library's settings read and check every IDEMPOTENCY_* variable.
+    let settings = Settings::from_env()?;
+    let url = settings
+        .store
+        .url
+        .ok_or("IDEMPOTENCY_STORE_URL is not set: give it a redis:// or rediss:// URL")?;
     let mut store = RedisStore::builder(url).key_prefix("orders:");
-    if std::env::var("REDIS_CLUSTER").as_deref() == Ok("true") {
+    if settings.store.redis_cluster {
         store = store.cluster();
     }
     let store = store.connect().await?;
