@@ -10,7 +10,7 @@
 
 use lambda_http::http::StatusCode;
 use lambda_http::{service_fn, Body, Error, IntoResponse, Request, Response};
-use lambda_idempotency::settings::Settings;
+use lambda_idempotency::settings::{Settings, StoreSettings};
 use lambda_idempotency::{IdempotencyContext, IdempotencyLayer, RedisStore, TenantSource};
 use tower::Layer;
 
@@ -25,15 +25,21 @@ async fn create_order(req: Request) -> Result<Response<Body>, Error> {
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     // The library's settings read and check every IDEMPOTENCY_* variable.
-    let settings = Settings::from_env()?;
-    let url = settings
-        .store
-        .url
-        .ok_or("IDEMPOTENCY_STORE_URL is not set: give it a redis:// or rediss:// URL")?;
-    let mut store = RedisStore::builder(url).key_prefix("orders:");
-    if settings.store.redis_cluster {
-        store = store.cluster();
-    }
+    let store = match Settings::from_env()?.store {
+        StoreSettings {
+            url: Some(url),
+            redis_cluster,
+            ..
+        } => {
+            let builder = RedisStore::builder(url).key_prefix("orders:");
+            if redis_cluster {
+                builder.cluster()
+            } else {
+                builder
+            }
+        }
+        _ => return Err("IDEMPOTENCY_STORE_URL is not set: give it a redis:// URL".into()),
+    };
     let store = store.connect().await?;
     let idempotency = IdempotencyLayer::from_env(store)?
         .require_key(true)
