@@ -20,19 +20,5 @@ end
 if f[1] ~= 'IN_PROGRESS' then
   return 0
 end
-redis.call('HSET', record, 'status', 'COMPLETED', 'expires', ARGV[4],
-  'response_status', ARGV[5], 'response_headers', ARGV[6], 'response_body_kind', ARGV[7])
-if ARGV[8] == '' then
-  redis.call('HDEL', record, 'response_body')
-else
-  redis.call('HSET', record, 'response_body', ARGV[8])
-end
-if ARGV[9] == '' then
-  redis.call('HDEL', record, 'response_encoding')
-else
-  redis.call('HSET', record, 'response_encoding', ARGV[9])
-end
-redis.call('HDEL', record, 'checkpoint')
-redis.call('EXPIREAT', record, ARGV[10])
-redis.call('ZREM', index, ARGV[1])
+write_completed(record, index, ARGV[1], nil, 4)
 return 1

@@ -73,12 +73,14 @@ const SHARDS: u8 = 16;
 const EXPIRY_GRACE_S: u64 = 300;
 
 /// The scripts' sources: claim, complete, release, checkpoint, resolve, stuck.
+/// A completion and the sweeper's `fail` write a final outcome alike: both
+/// scripts start with completed.lua's `write_completed`.
 const SOURCES: [&str; 6] = [
     include_str!("claim.lua"),
-    include_str!("complete.lua"),
+    concat!(include_str!("completed.lua"), include_str!("complete.lua")),
     include_str!("release.lua"),
     include_str!("checkpoint.lua"),
-    include_str!("resolve.lua"),
+    concat!(include_str!("completed.lua"), include_str!("resolve.lua")),
     include_str!("stuck.lua"),
 ];
 

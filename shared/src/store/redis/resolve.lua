@@ -24,21 +24,7 @@ if ARGV[6] == 'release' and f[6] then
   return 'resumable'
 end
 if ARGV[6] == 'fail' and not expired then
-  redis.call('HSET', record, 'status', 'COMPLETED', 'owner', ARGV[14], 'expires', ARGV[7],
-    'response_status', ARGV[8], 'response_headers', ARGV[9], 'response_body_kind', ARGV[10])
-  if ARGV[11] == '' then
-    redis.call('HDEL', record, 'response_body')
-  else
-    redis.call('HSET', record, 'response_body', ARGV[11])
-  end
-  if ARGV[12] == '' then
-    redis.call('HDEL', record, 'response_encoding')
-  else
-    redis.call('HSET', record, 'response_encoding', ARGV[12])
-  end
-  redis.call('HDEL', record, 'checkpoint')
-  redis.call('EXPIREAT', record, ARGV[13])
-  redis.call('ZREM', index, ARGV[1])
+  write_completed(record, index, ARGV[1], ARGV[14], 7)
   return 'failed'
 end
 -- Released, or failing a record past its expiry: it is absent by
