@@ -47,14 +47,8 @@ struct PgOrders {
 impl PgOrders {
     async fn new() -> Self {
         let store = integration_tests::postgres_store().await;
-        let table = store.table().replace("idempotency_records", "orders");
-        let client = store.pool().get().await.unwrap();
-        client
-            .batch_execute(&format!(
-                "CREATE TABLE {table} (id text PRIMARY KEY, state text NOT NULL)"
-            ))
-            .await
-            .unwrap();
+        crate::postgres::create_orders(&store, &store).await;
+        let table = crate::postgres::orders(&store);
         PgOrders { store, table }
     }
 }

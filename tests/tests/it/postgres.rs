@@ -35,8 +35,8 @@ async fn store_with_orders() -> PostgresStore {
 
 /// Create the application's `orders` table beside `store`'s records through
 /// `admin`: the store itself, or a direct connection where the store's own
-/// go through a proxy.
-async fn create_orders(admin: &PostgresStore, store: &PostgresStore) {
+/// go through a proxy. Its name: [`orders`].
+pub(crate) async fn create_orders(admin: &PostgresStore, store: &PostgresStore) {
     admin
         .pool()
         .get()
@@ -60,8 +60,8 @@ async fn row_count(admin: &PostgresStore, table: &str) -> i64 {
         .get(0)
 }
 
-/// The application's table, in the store's schema.
-fn orders(store: &PostgresStore) -> String {
+/// The application's `orders` table beside `store`'s records, in its schema.
+pub(crate) fn orders(store: &PostgresStore) -> String {
     store.table().replace("idempotency_records", "orders")
 }
 

@@ -403,17 +403,8 @@ impl Transactional {
         let admin = PostgresStore::builder(integration_tests::postgres_url())
             .open()
             .unwrap();
-        let table = store.table().replace("idempotency_records", "orders");
-        admin
-            .pool()
-            .get()
-            .await
-            .unwrap()
-            .batch_execute(&format!(
-                "CREATE TABLE {table} (id text PRIMARY KEY, state text NOT NULL)"
-            ))
-            .await
-            .unwrap();
+        crate::postgres::create_orders(&admin, &store).await;
+        let table = crate::postgres::orders(&store);
         Transactional {
             store: Arc::new(store),
             orders: Orders::Postgres { admin, table },
