@@ -99,10 +99,14 @@ async fn deliver_kinesis(
 }
 
 /// Deliver `records` to `batch` with a handler that fails none of them, and
-/// check that the batch reports no failure.
+/// check that the batch reports no failure: the shard goes on.
 async fn deliver_kinesis_ok(batch: &KinesisBatch, records: Vec<KinesisEventRecord>, seen: &Seen) {
     let response = deliver_kinesis(batch, records, seen, &Arc::default()).await;
-    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        kinesis_failed(&response),
+        Vec::<&str>::new(),
+        "the shard goes on"
+    );
 }
 
 /// A handler that records each run's sequence number and fails the ones in
@@ -123,6 +127,35 @@ fn kinesis_handler(
             Ok(seq)
         })
     }
+}
+
+/// A config on `store` whose metrics lines (EMF JSON) are kept in the
+/// returned list, for [`skipped_counts`].
+fn metered(
+    store: Arc<dyn lambda_idempotency::store::SweepStore>,
+) -> (
+    lambda_idempotency::IdempotencyConfig,
+    Arc<Mutex<Vec<String>>>,
+) {
+    use lambda_idempotency::metrics::Metrics;
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    let config = lambda_idempotency::IdempotencyConfig::new(store)
+        .metrics(Metrics::new("Test").sink(move |l| sink.lock().unwrap().push(l.to_owned())));
+    (config, lines)
+}
+
+/// The `StreamRecordSkipped` count of each metrics line that has one.
+fn skipped_counts(lines: &Mutex<Vec<String>>) -> Vec<u64> {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|l| {
+            let line: Value = serde_json::from_str(l).expect("EMF JSON");
+            line["StreamRecordSkipped"].as_u64()
+        })
+        .collect()
 }
 
 async fn kinesis_duplicates_in_a_batch_and_a_redelivered_batch_run_once(f: Fixture) {
@@ -349,12 +382,8 @@ async fn completed_record_whose_output_no_longer_fits_counts_as_processed(f: Fix
 /// day): it is counted (`StreamRecordSkipped`) and the shard goes on, where
 /// it used to be named as the batch's failure on every redelivery.
 async fn an_abandoned_record_or_a_missing_key_does_not_stall_the_shard(f: Fixture) {
-    use lambda_idempotency::metrics::Metrics;
-    use lambda_idempotency::{sweeper::SweepPolicy, IdempotencyConfig};
-    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-    let sink = lines.clone();
-    let config = IdempotencyConfig::new(f.store.clone())
-        .metrics(Metrics::new("Test").sink(move |l| sink.lock().unwrap().push(l.to_owned())));
+    use lambda_idempotency::sweeper::SweepPolicy;
+    let (config, lines) = metered(f.store.clone());
     let batch = KinesisBatch::new(IdempotentFunction::with_config(config, "consumer"))
         .key_data_pointer("/event_id");
     let seen = Seen::default();
@@ -384,38 +413,20 @@ async fn an_abandoned_record_or_a_missing_key_does_not_stall_the_shard(f: Fixtur
         .unwrap();
     assert!(first.batch_item_failures.is_empty());
 
-    let again = batch
-        .process(
-            kinesis_event(vec![
-                kinesis_record("1", r#"{"event_id":"e1"}"#),
-                kinesis_record("2", r#"{"n":2}"#),
-                kinesis_record("3", r#"{"event_id":"e3"}"#),
-            ]),
-            |record, _| {
-                seen.push(record.kinesis.sequence_number.clone());
-                async { Ok::<String, String>("ok".into()) }
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        kinesis_failed(&again),
-        Vec::<&str>::new(),
-        "the shard goes on"
-    );
+    deliver_kinesis_ok(
+        &batch,
+        vec![
+            kinesis_record("1", r#"{"event_id":"e1"}"#),
+            kinesis_record("2", r#"{"n":2}"#),
+            kinesis_record("3", r#"{"event_id":"e3"}"#),
+        ],
+        &seen,
+    )
+    .await;
     assert_eq!(seen.all(), ["1", "3"], "the abandoned e1 did not run again");
     // Counted in the batch's one line.
-    let skipped: Vec<u64> = lines
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|l| {
-            let line: Value = serde_json::from_str(l).expect("EMF JSON");
-            line["StreamRecordSkipped"].as_u64()
-        })
-        .collect();
     assert_eq!(
-        skipped,
+        skipped_counts(&lines),
         [2],
         "the abandoned record and the one without a key"
     );
@@ -564,36 +575,25 @@ async fn dynamodb_validation_applies_to_the_new_image(f: Fixture) {
     let seen = Seen::default();
     let function = IdempotentFunction::new(f.store.clone(), "outbox").validate(["/amount"]);
     let batch = DynamoDbStreamBatch::new(function).key_item_keys();
-    let image = |amount: Value, note: &str| json!({"order_id": {"S": "o1"}, "amount": amount, "note": {"S": note}});
+    // Change `n` (event `ev-n`, sequence number `n00`) of `order`, its new
+    // image holding `amount` and `note`.
+    let change = |n: u32, order: &str, amount: Value, note: &str| {
+        dynamodb_record(
+            &format!("ev-{n}"),
+            &format!("{n}00"),
+            order_keys(order),
+            json!({"order_id": {"S": "o1"}, "amount": amount, "note": {"S": note}}),
+        )
+    };
     let response = deliver_dynamodb(
         &batch,
         vec![
-            dynamodb_record(
-                "ev-1",
-                "100",
-                order_keys("o1"),
-                image(json!({"N": "5"}), "a"),
-            ),
+            change(1, "o1", json!({"N": "5"}), "a"),
             // Same amount, another field changed: replays.
-            dynamodb_record(
-                "ev-2",
-                "200",
-                order_keys("o1"),
-                image(json!({"N": "5"}), "b"),
-            ),
+            change(2, "o1", json!({"N": "5"}), "b"),
             // The amount as a string is a change: a payload mismatch.
-            dynamodb_record(
-                "ev-3",
-                "300",
-                order_keys("o1"),
-                image(json!({"S": "5"}), "a"),
-            ),
-            dynamodb_record(
-                "ev-4",
-                "400",
-                order_keys("o2"),
-                image(json!({"N": "1"}), "a"),
-            ),
+            change(3, "o1", json!({"S": "5"}), "a"),
+            change(4, "o2", json!({"N": "1"}), "a"),
         ],
         &seen,
         &[],
@@ -696,51 +696,32 @@ async fn sample_dynamodb_stream_event_processes_each_change_once(f: Fixture) {
 /// skipped (logged with its depth, counted) and the shard goes on.
 async fn kinesis_data_nested_too_deep_is_skipped_never_run(f: Fixture) {
     use crate::events::nested_json;
-    use lambda_idempotency::metrics::Metrics;
-    use lambda_idempotency::IdempotencyConfig;
     for pass_through in [false, true] {
-        let lines = Arc::new(Mutex::new(Vec::<String>::new()));
-        let sink = lines.clone();
-        let config = IdempotencyConfig::new(f.store.clone())
-            .metrics(Metrics::new("Test").sink(move |l| sink.lock().unwrap().push(l.to_owned())));
+        let (config, lines) = metered(f.store.clone());
         let function = IdempotentFunction::with_config(config, format!("deep-{pass_through}"))
             .pass_through_missing_key(pass_through);
         let batch = KinesisBatch::new(function).key_data_pointer("/event_id");
         let seen = Seen::default();
-        let response = batch
-            .process(
-                kinesis_event(vec![
-                    kinesis_record("1", &nested_json("e1", 127)),
-                    kinesis_record("2", &nested_json("e2", 128)),
-                    kinesis_record("3", &nested_json("e3", 5_000)),
-                    kinesis_record("4", r#"{"event_id":"e4"}"#),
-                ]),
-                |record, _| {
-                    seen.push(record.kinesis.sequence_number.clone());
-                    async { Ok::<String, String>("ok".into()) }
-                },
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            kinesis_failed(&response),
-            Vec::<&str>::new(),
-            "the shard goes on"
-        );
+        deliver_kinesis_ok(
+            &batch,
+            vec![
+                kinesis_record("1", &nested_json("e1", 127)),
+                kinesis_record("2", &nested_json("e2", 128)),
+                kinesis_record("3", &nested_json("e3", 5_000)),
+                kinesis_record("4", r#"{"event_id":"e4"}"#),
+            ],
+            &seen,
+        )
+        .await;
         assert_eq!(
             seen.all(),
             ["1", "4"],
             "the records nested too deep never ran (pass_through_missing_key({pass_through}))"
         );
-        let skipped: Vec<u64> = lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|l| {
-                let line: Value = serde_json::from_str(l).expect("EMF JSON");
-                line["StreamRecordSkipped"].as_u64()
-            })
-            .collect();
-        assert_eq!(skipped, [2], "both records nested too deep are counted");
+        assert_eq!(
+            skipped_counts(&lines),
+            [2],
+            "both records nested too deep are counted"
+        );
     }
 }
