@@ -45,6 +45,21 @@ async fn first_sweep(store: &DynamoStore) {
     assert!(!positions(store).await.is_empty(), "{first:?}");
 }
 
+/// The sequence number of the latest record in `store`'s stream, which
+/// must hold one: where the proxy's trims and closed shards are set.
+async fn latest_record(store: &DynamoStore) -> String {
+    latest_sequence(store.table())
+        .await
+        .expect("the stream holds records")
+}
+
+/// [`through_proxy`] after its [`first_sweep`]: what most tests start from.
+async fn swept_once_through_proxy() -> (DynamoStore, StreamsProxy) {
+    let (store, proxy) = through_proxy().await;
+    first_sweep(&store).await;
+    (store, proxy)
+}
+
 fn hashed_id(key: &str) -> String {
     RecordScope::new("POST", "/orders", key).record_id()
 }
@@ -216,8 +231,7 @@ async fn a_stream_without_new_images_is_refused_not_read_as_empty() {
 /// iterator instead of taking the first empty page for the shard's end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_pages_before_the_records_hide_no_stuck_record() {
-    let (store, proxy) = through_proxy().await;
-    first_sweep(&store).await;
+    let (store, proxy) = swept_once_through_proxy().await;
     let others = neighbours(&store).await;
     let ids = stuck_records(&store, "behind-empty-pages", 5).await;
     proxy.empty_pages(3);
@@ -262,9 +276,7 @@ async fn an_outage_longer_than_the_retention(positions_expired_too: bool) {
     // The outage: records stuck meanwhile, and the stream trims them.
     let others = neighbours(&store).await;
     let ids = stuck_records(&store, "during-the-outage", 30).await;
-    let latest = latest_sequence(store.table())
-        .await
-        .expect("the stream holds records");
+    let latest = latest_record(&store).await;
     proxy.trim_through(&latest);
     if positions_expired_too {
         // Two days without a sweep: the places expired (TTL) as well.
@@ -334,8 +346,7 @@ async fn records_stuck_while_the_positions_expired_are_caught_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_shard_keeps_the_progress_read_before_it() {
     for throttle in [false, true] {
-        let (store, proxy) = through_proxy().await;
-        first_sweep(&store).await;
+        let (store, proxy) = swept_once_through_proxy().await;
         let ids = stuck_records(&store, "read-before-the-failure", 5).await;
         proxy.fail_reads_after(1, throttle);
         let summary = sweep(&store).await;
@@ -427,8 +438,7 @@ async fn one_failing_shard_costs_that_shard_alone() {
 /// advances sweep by sweep instead of being read again forever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deadline_mid_listing_keeps_the_progress_made() {
-    let (store, proxy) = through_proxy().await;
-    first_sweep(&store).await;
+    let (store, proxy) = swept_once_through_proxy().await;
     // More than two GetRecords pages (1,000 records each).
     let ids = stuck_records(&store, "backlog", 2_500).await;
     let sweeper = Sweeper::new(store.clone())
@@ -469,8 +479,7 @@ async fn a_deadline_mid_listing_keeps_the_progress_made() {
 /// older view must not move the saved place back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_sweep_never_moves_a_position_back() {
-    let (store, proxy) = through_proxy().await;
-    first_sweep(&store).await;
+    let (store, proxy) = swept_once_through_proxy().await;
     let ids = stuck_records(&store, "overlapping", 4).await;
     // Sweep A lists (through the proxy) and is slow to finish...
     let listing_a = store.stuck(StuckRequest::new(now_ms(), 100)).await.unwrap();
@@ -504,16 +513,13 @@ async fn an_older_sweep_never_moves_a_position_back() {
 /// record stuck later is found as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_idle_past_the_retention_reports_its_trim_once() {
-    let (store, proxy) = through_proxy().await;
-    first_sweep(&store).await;
+    let (store, proxy) = swept_once_through_proxy().await;
     let early = stuck_records(&store, "before-the-idle-day", 2).await;
     let read = sweep(&store).await;
     assert_eq!((read.released, read.errors), (2, 0), "{read:?}");
     assert_eq!(gone(&store, &early).await, 2);
     // A day without a write: the stream trims through its latest record.
-    let latest = latest_sequence(store.table())
-        .await
-        .expect("the stream holds records");
+    let latest = latest_record(&store).await;
     proxy.trim_through(&latest);
     let first = sweep(&store).await;
     assert!(first.trimmed, "{first:?}");
@@ -547,13 +553,10 @@ async fn a_shard_idle_past_the_retention_reports_its_trim_once() {
 /// stuck records do not end it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_pages_in_a_closed_shard_hide_no_stuck_record() {
-    let (store, proxy) = through_proxy().await;
-    first_sweep(&store).await;
+    let (store, proxy) = swept_once_through_proxy().await;
     let others = neighbours(&store).await;
     let ids = stuck_records(&store, "behind-empty-pages-in-a-closed-shard", 3).await;
-    let latest = latest_sequence(store.table())
-        .await
-        .expect("the stream holds records");
+    let latest = latest_record(&store).await;
     proxy.close_shards_at(&latest);
     proxy.empty_pages(12);
     let summary = sweep(&store).await;
@@ -687,14 +690,25 @@ async fn carried(store: &DynamoStore) -> HashMap<String, usize> {
         .collect()
 }
 
+/// `after`, the last sweep, found nothing, failed nowhere and left nothing
+/// to read, and no shard carries a record any more.
+async fn assert_nothing_left(store: &DynamoStore, after: &SweepSummary) {
+    assert_eq!(
+        (after.found, after.errors, after.remaining),
+        (0, 0, false),
+        "{after:?}"
+    );
+    let left = carried(store).await;
+    assert!(left.values().all(|n| *n == 0), "{left:?}");
+}
+
 /// 1,800 stuck records with a recovery point in one shard (issue 41, item
 /// 4): more than DynamoDB's 400 KB item limit lets a position item carry.
 /// Every sweep saves its place (no error) and lists all 1,800, a record
 /// stuck beside them is resolved, and once they are gone the place moves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resumable_records_past_the_item_limit_are_all_found_again() {
-    let (store, _proxy) = through_proxy().await;
-    first_sweep(&store).await;
+    let (store, _proxy) = swept_once_through_proxy().await;
     let ids = resumable_records(&store, "carried-from-the-stream", 1_800).await;
     for n in 1..=2 {
         let summary = sweep(&store).await;
@@ -725,13 +739,7 @@ async fn resumable_records_past_the_item_limit_are_all_found_again() {
     // Their retries end them: nothing is carried any more.
     delete_records(&store, &ids).await;
     let after = sweep(&store).await;
-    assert_eq!(
-        (after.found, after.errors, after.remaining),
-        (0, 0, false),
-        "{after:?}"
-    );
-    let left = carried(&store).await;
-    assert!(left.values().all(|n| *n == 0), "{left:?}");
+    assert_nothing_left(&store, &after).await;
 }
 
 /// The same 1,800 found by the catch-up scan (the stream trimmed their
@@ -741,9 +749,7 @@ async fn resumable_records_past_the_item_limit_are_all_found_again() {
 async fn resumable_records_the_catch_up_found_past_the_item_limit_are_found_again() {
     let (store, proxy) = through_proxy().await;
     let ids = resumable_records(&store, "carried-from-the-scan", 1_800).await;
-    let latest = latest_sequence(store.table())
-        .await
-        .expect("the stream holds records");
+    let latest = latest_record(&store).await;
     proxy.trim_through(&latest);
     for n in 1..=3 {
         let summary = sweep(&store).await;
@@ -762,13 +768,7 @@ async fn resumable_records_the_catch_up_found_past_the_item_limit_are_found_agai
         // The scan read the carried records' pages again: it ends now.
         after = sweep(&store).await;
     }
-    assert_eq!(
-        (after.found, after.errors, after.remaining),
-        (0, 0, false),
-        "{after:?}"
-    );
-    let left = carried(&store).await;
-    assert!(left.values().all(|n| *n == 0), "{left:?}");
+    assert_nothing_left(&store, &after).await;
 }
 
 /// A carried record outlives the shard that carried it (issue 41, item 6):
@@ -778,8 +778,7 @@ async fn resumable_records_the_catch_up_found_past_the_item_limit_are_found_agai
 /// `fail` sweep resolves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_carried_record_outlives_its_closed_shard() {
-    let (store, proxy) = through_proxy().await;
-    first_sweep(&store).await;
+    let (store, proxy) = swept_once_through_proxy().await;
     let ids = resumable_records(&store, "carried-past-its-shard", 1).await;
     let carried_by_the_shard = sweep(&store).await;
     assert_eq!(
@@ -787,9 +786,7 @@ async fn a_carried_record_outlives_its_closed_shard() {
         (1, 1),
         "{carried_by_the_shard:?}"
     );
-    let latest = latest_sequence(store.table())
-        .await
-        .expect("the stream holds records");
+    let latest = latest_record(&store).await;
     proxy.close_shards_at(&latest);
     let closed = sweep(&store).await;
     assert_eq!(
@@ -826,8 +823,7 @@ async fn a_carried_record_outlives_its_closed_shard() {
 /// scan, which finds the carried record again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_carry_is_caught_up() {
-    let (store, _proxy) = through_proxy().await;
-    first_sweep(&store).await;
+    let (store, _proxy) = swept_once_through_proxy().await;
     let ids = resumable_records(&store, "carried-then-damaged", 1).await;
     let carried_once = sweep(&store).await;
     assert_eq!(carried_once.resumable, 1, "{carried_once:?}");
