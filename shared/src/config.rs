@@ -250,6 +250,30 @@ impl IdempotencyConfig {
     }
 }
 
+// Defined here, beside what it builds, so that `settings` depends on
+// nothing of the crate but its error type (no module cycle).
+impl Settings {
+    /// The options these settings give the HTTP layer and the event path,
+    /// around `store`: [`IdempotencyConfig`]'s
+    /// defaults where a variable is unset.
+    pub fn config(&self, store: impl Store + 'static) -> IdempotencyConfig {
+        let mut config = IdempotencyConfig::new(store).disabled(self.disabled);
+        if let Some(ttl) = self.expires_after {
+            config = config.expires_after(ttl);
+        }
+        if let Some(lease) = self.max_lease {
+            config = config.max_lease(lease);
+        }
+        if let Some(namespace) = &self.metrics_namespace {
+            config = config.metrics(Metrics::new(namespace));
+        }
+        if let Some(wait) = self.wait_for {
+            config = config.wait_for(wait);
+        }
+        config
+    }
+}
+
 /// How leases are drawn: until the invocation's deadline plus `margin`,
 /// never longer than `max_lease` (the whole lease where there is no deadline).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -269,26 +269,6 @@ impl Settings {
             ))
         })
     }
-
-    /// The options these settings give the HTTP layer and the event path,
-    /// around `store`: [`IdempotencyConfig`](crate::IdempotencyConfig)'s
-    /// defaults where a variable is unset.
-    pub fn config(&self, store: impl crate::store::Store + 'static) -> crate::IdempotencyConfig {
-        let mut config = crate::IdempotencyConfig::new(store).disabled(self.disabled);
-        if let Some(ttl) = self.expires_after {
-            config = config.expires_after(ttl);
-        }
-        if let Some(lease) = self.max_lease {
-            config = config.max_lease(lease);
-        }
-        if let Some(namespace) = &self.metrics_namespace {
-            config = config.metrics(crate::metrics::Metrics::new(namespace));
-        }
-        if let Some(wait) = self.wait_for {
-            config = config.wait_for(wait);
-        }
-        config
-    }
 }
 
 /// [`DISABLED_ENV`], or its former name when it is unset (a warning once
