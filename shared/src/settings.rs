@@ -156,7 +156,7 @@ pub struct Settings {
     /// [`OFFLOAD_BUCKET_ENV`] and [`OFFLOAD_PREFIX_ENV`]; `None` without a
     /// bucket.
     pub offload: Option<OffloadSettings>,
-    /// The three `IDEMPOTENCY_POWERTOOLS_*` variables; `None` without the
+    /// The `IDEMPOTENCY_POWERTOOLS_*` variables; `None` without the
     /// table.
     pub powertools: Option<PowertoolsSettings>,
     /// Where the records live when not in DynamoDB.
@@ -172,9 +172,11 @@ pub struct OffloadSettings {
     pub prefix: Option<String>,
 }
 
-/// A cut-over from Powertools for AWS Lambda (docs/powertools.md): all
-/// three variables, or none.
+/// A cut-over from Powertools for AWS Lambda (docs/powertools.md): the
+/// table, the prefix and the end together, or none of the cut-over's
+/// variables.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PowertoolsSettings {
     /// [`POWERTOOLS_TABLE_ENV`].
     pub table: String,
@@ -182,6 +184,16 @@ pub struct PowertoolsSettings {
     pub key_prefix: String,
     /// [`POWERTOOLS_UNTIL_ENV`].
     pub until: SystemTime,
+    /// [`POWERTOOLS_MAX_TIMEOUT_ENV`].
+    pub max_timeout: std::time::Duration,
+    /// [`POWERTOOLS_RUNTIME_ENV`]: `python` or `typescript`.
+    pub runtime: String,
+    /// [`POWERTOOLS_KEY_JMESPATH_ENV`].
+    pub key_jmespath: Option<String>,
+    /// [`POWERTOOLS_VALIDATION_JMESPATH_ENV`].
+    pub validation_jmespath: Option<String>,
+    /// [`POWERTOOLS_SHARED_KEYS_ENV`].
+    pub shared_keys: bool,
 }
 
 /// Where the records live when [`STORE_URL_ENV`] names an engine.
@@ -324,7 +336,15 @@ impl PowertoolsSettings {
     ) -> Result<Option<PowertoolsSettings>, Error> {
         let v = variable;
         let Some(table) = v(POWERTOOLS_TABLE_ENV).table_name(lookup)? else {
-            for name in [POWERTOOLS_KEY_PREFIX_ENV, POWERTOOLS_UNTIL_ENV] {
+            for name in [
+                POWERTOOLS_KEY_PREFIX_ENV,
+                POWERTOOLS_UNTIL_ENV,
+                POWERTOOLS_MAX_TIMEOUT_ENV,
+                POWERTOOLS_RUNTIME_ENV,
+                POWERTOOLS_KEY_JMESPATH_ENV,
+                POWERTOOLS_VALIDATION_JMESPATH_ENV,
+                POWERTOOLS_SHARED_KEYS_ENV,
+            ] {
                 if v(name).read(lookup).is_some() {
                     return Err(Error::invalid_config(format!(
                         "{name} is set but {POWERTOOLS_TABLE_ENV} is not: it only applies to a \
@@ -355,10 +375,29 @@ impl PowertoolsSettings {
                  plus Powertools' expires_after_seconds)"
             ))
         })?;
+        let runtime = v(POWERTOOLS_RUNTIME_ENV)
+            .text(lookup)
+            .map(|r| r.to_ascii_lowercase())
+            .unwrap_or_else(|| "python".to_owned());
+        if runtime != "python" && runtime != "typescript" {
+            return Err(Error::invalid_config(format!(
+                "{POWERTOOLS_RUNTIME_ENV}={runtime:?} is not a Powertools runtime: use python \
+                 (aws-lambda-powertools) or typescript (@aws-lambda-powertools/idempotency)"
+            )));
+        }
         Ok(Some(PowertoolsSettings {
             table,
             key_prefix,
             until,
+            max_timeout: std::time::Duration::from_secs(
+                v(POWERTOOLS_MAX_TIMEOUT_ENV).number(lookup)?.unwrap_or(900),
+            ),
+            runtime,
+            key_jmespath: v(POWERTOOLS_KEY_JMESPATH_ENV).text(lookup),
+            validation_jmespath: v(POWERTOOLS_VALIDATION_JMESPATH_ENV).text(lookup),
+            shared_keys: v(POWERTOOLS_SHARED_KEYS_ENV)
+                .boolean(lookup)?
+                .unwrap_or(false),
         }))
     }
 }

@@ -4,7 +4,7 @@
 //! own: `ORDERS_TABLE`, `SIMULATED_PROVIDER_LATENCY_MS` and
 //! `ORDERS_API_DEMO_CRASHES`.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use lambda_idempotency::settings::{PowertoolsSettings, Settings};
@@ -66,40 +66,48 @@ pub struct Config {
     pub warm_up: bool,
 }
 
-/// A cut-over from Powertools for AWS Lambda (Python) without running a
-/// key twice (docs/powertools.md, "Cutting over"): until `until`, a key
-/// this API has no record of is looked up in Powertools' table (one
-/// `GetItem`); a key Powertools completed replays its stored response, one
-/// it still runs answers `409`. Powertools' default layout: partition key
-/// `id`, MD5 of the `Idempotency-Key` header's value.
+/// A cut-over from Powertools for AWS Lambda (Python or TypeScript)
+/// without running a key twice (docs/powertools.md, "Cutting over"): until
+/// the window ends, a key this API has no record of is looked up in
+/// Powertools' table (one `GetItem`); a key Powertools completed replays
+/// its stored response, one it still runs answers `409`. The key is what
+/// Powertools' `event_key_jmespath` selects from the API Gateway event
+/// (`IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH`), the `Idempotency-Key` header's
+/// value without one. Checked when the configuration is read: expressions
+/// that are not JMESPath, and a key that would not keep tenants apart (the
+/// JWT `sub`) unless `IDEMPOTENCY_POWERTOOLS_SHARED_KEYS=true`, refuse the
+/// start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PowertoolsCutover {
-    /// `IDEMPOTENCY_POWERTOOLS_TABLE`: the DynamoDB table (it may be the
-    /// idempotency table itself).
-    pub table: String,
-    /// `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX`: the part before `#` of the ids
-    /// Powertools wrote (`<function name>.<module>.<handler>`, or its
-    /// decorator's `key_prefix`).
-    pub key_prefix: String,
-    /// `IDEMPOTENCY_POWERTOOLS_UNTIL`: when the lookups stop; the switch
-    /// plus Powertools' `expires_after_seconds` is enough.
-    pub until: SystemTime,
-}
-
-impl From<PowertoolsSettings> for PowertoolsCutover {
-    fn from(settings: PowertoolsSettings) -> Self {
-        PowertoolsCutover {
-            table: settings.table,
-            key_prefix: settings.key_prefix,
-            until: settings.until,
-        }
-    }
+    /// The `IDEMPOTENCY_POWERTOOLS_*` variables, checked.
+    pub settings: PowertoolsSettings,
 }
 
 impl PowertoolsCutover {
+    /// `settings`, refused when they do not describe records
+    /// ([`PowertoolsRecords::from_settings`]) or would answer one tenant of
+    /// `tenant` with another's response ([`PowertoolsRecords::check_tenant`]).
+    pub fn checked(settings: PowertoolsSettings, tenant: &TenantSource) -> Result<Self, String> {
+        // A client that sends nothing: the records are only checked here.
+        let offline = Client::from_conf(
+            aws_sdk_dynamodb::Config::builder()
+                .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+                .build(),
+        );
+        let records =
+            PowertoolsRecords::from_settings(offline, &settings).map_err(|e| e.to_string())?;
+        records.check_tenant(tenant).map_err(|e| e.to_string())?;
+        Ok(PowertoolsCutover { settings })
+    }
+
     /// The records this cut-over reads, through `client`.
     pub fn records(&self, client: Client) -> PowertoolsRecords {
-        PowertoolsRecords::new(client, &self.table, &self.key_prefix, self.until)
+        match PowertoolsRecords::from_settings(client, &self.settings) {
+            Ok(records) => records,
+            // `checked` built these very records when the configuration was
+            // read, so this cannot fail.
+            Err(e) => unreachable!("the cut-over's settings were checked: {e}"),
+        }
     }
 }
 
@@ -117,11 +125,7 @@ impl Config {
     /// Where a request's tenant comes from: the JWT `sub`, refusing requests
     /// without one unless the configuration allows a shared anonymous scope.
     pub fn tenant_source(&self) -> TenantSource {
-        if self.allow_anonymous {
-            TenantSource::jwt_sub().or_anonymous()
-        } else {
-            TenantSource::jwt_sub()
-        }
+        tenant_source(self.allow_anonymous)
     }
 
     /// Read the settings; the error names the variable and what it must hold.
@@ -158,6 +162,11 @@ impl Config {
                 format!("SIMULATED_PROVIDER_LATENCY_MS={v:?} is not a whole non-negative number")
             })?,
         };
+        let tenant = tenant_source(settings.allow_anonymous);
+        let powertools = match settings.powertools {
+            Some(powertools) => Some(PowertoolsCutover::checked(powertools, &tenant)?),
+            None => None,
+        };
         Ok(Config {
             idempotency_table,
             engine: settings.store,
@@ -175,10 +184,19 @@ impl Config {
                 bucket: offload.bucket,
                 prefix: offload.prefix.unwrap_or_else(|| "orders-api/".to_owned()),
             }),
-            powertools: settings.powertools.map(PowertoolsCutover::from),
+            powertools,
             disabled: settings.disabled,
             warm_up: settings.warm_up,
         })
+    }
+}
+
+/// The JWT `sub`, and the shared anonymous scope when allowed.
+fn tenant_source(allow_anonymous: bool) -> TenantSource {
+    if allow_anonymous {
+        TenantSource::jwt_sub().or_anonymous()
+    } else {
+        TenantSource::jwt_sub()
     }
 }
 

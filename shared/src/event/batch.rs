@@ -106,6 +106,7 @@ mod stream {
     where
         O: Serialize + DeserializeOwned,
         E: std::fmt::Display,
+        R: Serialize,
         F: Fn(R, Option<IdempotencyContext>) -> Fut,
         Fut: Future<Output = Result<O, E>>,
     {

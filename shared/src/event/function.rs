@@ -434,6 +434,7 @@ impl IdempotentFunction {
         f: F,
     ) -> Result<O, EventError<E>>
     where
+        A: Serialize,
         O: Serialize + DeserializeOwned,
         F: FnOnce(A, Option<IdempotencyContext>) -> Fut,
         Fut: Future<Output = Result<O, E>>,
@@ -457,8 +458,15 @@ impl IdempotentFunction {
             });
         };
         let id = self.record_id_of(&key);
+        // What the call was made with, as JSON, for a store layer that reads
+        // it (only then: serialising every argument would cost each call).
+        let event = self
+            .config
+            .store
+            .reads_origin()
+            .then(|| serde_json::to_value(&arg).unwrap_or(serde_json::Value::Null));
         let begun = lifecycle::begin(&self.config, id, fingerprint, self.deadline_ms, || {
-            key.origin()
+            key.origin(event.clone().unwrap_or_default())
         })
         .await
         .map_err(|err| match err.kind() {
@@ -641,14 +649,15 @@ impl Key {
     }
 
     /// The value this key was taken from, for a store layer that reads
-    /// it ([`ClaimOrigin`]): a string, or the value whose JSON the key is.
-    pub(crate) fn origin(&self) -> Option<ClaimOrigin> {
+    /// it ([`ClaimOrigin`]): a string, or the value whose JSON the key is;
+    /// and `event`, what the function is called with, as JSON.
+    pub(crate) fn origin(&self, event: serde_json::Value) -> Option<ClaimOrigin> {
         let key = if self.json_text {
             serde_json::from_str(&self.value).ok()?
         } else {
             serde_json::Value::String(self.value.clone())
         };
-        Some(ClaimOrigin::Event { key })
+        Some(ClaimOrigin::Event { key, event })
     }
 }
 

@@ -1,5 +1,6 @@
 //! The HTTP middleware: [`IdempotencyLayer`] and the [`Idempotency`] service.
 
+pub(crate) mod event;
 mod future;
 mod layer;
 mod service;

@@ -318,7 +318,8 @@ fn read_key(config: &Config, req: &Request) -> Result<Option<key::IdempotencyKey
 /// How the request was sent, for a store layer that reads it
 /// ([`ClaimOrigin`]): the key as the client sent it (the header's text,
 /// quotes of the structured-field form included, or the body's JSON value
-/// at the key pointer) and the body. `None` for a header that is not text.
+/// at the key pointer), the body, the event that carried the request and
+/// where its tenant was read. `None` for a header that is not text.
 fn origin(config: &Config, req: &Request) -> Option<ClaimOrigin> {
     let key = match &config.body_key {
         None => {
@@ -332,6 +333,8 @@ fn origin(config: &Config, req: &Request) -> Option<ClaimOrigin> {
     Some(ClaimOrigin::Http {
         key,
         body: StoredBody::of_http(req.body()),
+        event: super::event::of(req),
+        tenant: config.tenant.fields().clone(),
     })
 }
 

@@ -9,6 +9,7 @@ use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
 
 use crate::scope::normalize_path;
+use crate::store::TenantFields;
 
 type Resolver = dyn Fn(&Request) -> Option<String> + Send + Sync;
 
@@ -44,6 +45,8 @@ pub struct TenantSource {
     name: &'static str,
     resolve: Option<Arc<Resolver>>,
     or_anonymous: bool,
+    /// Where in the event it reads the tenant.
+    fields: TenantFields,
 }
 
 /// The tenant scope of one request.
@@ -64,6 +67,7 @@ impl TenantSource {
             name: "anonymous",
             resolve: None,
             or_anonymous: true,
+            fields: TenantFields::None,
         }
     }
 
@@ -76,20 +80,26 @@ impl TenantSource {
     /// Any JWT claim, as for [`jwt_sub`](Self::jwt_sub).
     pub fn jwt_claim(claim: impl Into<String>) -> Self {
         let claim = claim.into();
-        Self::named("jwt_claim", move |req| match req.request_context_ref()? {
-            RequestContext::ApiGatewayV2(ctx) => ctx
-                .authorizer
-                .as_ref()?
-                .jwt
-                .as_ref()?
-                .claims
-                .get(&claim)
-                .filter(|c| !c.contains('\0'))
-                .cloned(),
-            RequestContext::ApiGatewayV1(ctx) => {
-                json_string(ctx.authorizer.fields.get("claims")?.get(&claim)?)
+        let fields = at(&[
+            &["requestContext", "authorizer", "jwt", "claims", &claim],
+            &["requestContext", "authorizer", "claims", &claim],
+        ]);
+        Self::named("jwt_claim", fields, move |req| {
+            match req.request_context_ref()? {
+                RequestContext::ApiGatewayV2(ctx) => ctx
+                    .authorizer
+                    .as_ref()?
+                    .jwt
+                    .as_ref()?
+                    .claims
+                    .get(&claim)
+                    .filter(|c| !c.contains('\0'))
+                    .cloned(),
+                RequestContext::ApiGatewayV1(ctx) => {
+                    json_string(ctx.authorizer.fields.get("claims")?.get(&claim)?)
+                }
+                _ => None,
             }
-            _ => None,
         })
     }
 
@@ -99,7 +109,11 @@ impl TenantSource {
     /// as `"\0json:3"`, `"3"` as `"3"`; a string holding a NUL is none.
     pub fn authorizer_field(field: impl Into<String>) -> Self {
         let field = field.into();
-        Self::named("authorizer_field", move |req| {
+        let fields = at(&[
+            &["requestContext", "authorizer", "lambda", &field],
+            &["requestContext", "authorizer", &field],
+        ]);
+        Self::named("authorizer_field", fields, move |req| {
             match req.request_context_ref()? {
                 RequestContext::ApiGatewayV2(ctx) => {
                     json_string(ctx.authorizer.as_ref()?.fields.get(&field)?)
@@ -114,19 +128,25 @@ impl TenantSource {
 
     /// The IAM principal ARN of a SigV4-signed request (IAM authorization).
     pub fn iam_principal() -> Self {
-        Self::named("iam_principal", |req| match req.request_context_ref()? {
-            RequestContext::ApiGatewayV2(ctx) => {
-                ctx.authorizer.as_ref()?.iam.as_ref()?.user_arn.clone()
+        let fields = at(&[
+            &["requestContext", "authorizer", "iam", "userArn"],
+            &["requestContext", "identity", "userArn"],
+        ]);
+        Self::named("iam_principal", fields, |req| {
+            match req.request_context_ref()? {
+                RequestContext::ApiGatewayV2(ctx) => {
+                    ctx.authorizer.as_ref()?.iam.as_ref()?.user_arn.clone()
+                }
+                RequestContext::ApiGatewayV1(ctx) => ctx.identity.user_arn.clone(),
+                _ => None,
             }
-            RequestContext::ApiGatewayV1(ctx) => ctx.identity.user_arn.clone(),
-            _ => None,
         })
     }
 
     /// The Lambda tenant id of a function in tenant-isolation mode
     /// (`Context::tenant_id`).
     pub fn lambda_tenant_id() -> Self {
-        Self::named("lambda_tenant_id", |req| {
+        Self::named("lambda_tenant_id", TenantFields::Unknown, |req| {
             req.lambda_context_ref()?.tenant_id.clone()
         })
     }
@@ -136,10 +156,10 @@ impl TenantSource {
     where
         F: Fn(&Request) -> Option<String> + Send + Sync + 'static,
     {
-        Self::named("from_fn", f)
+        Self::named("from_fn", TenantFields::Unknown, f)
     }
 
-    fn named<F>(name: &'static str, f: F) -> Self
+    fn named<F>(name: &'static str, fields: TenantFields, f: F) -> Self
     where
         F: Fn(&Request) -> Option<String> + Send + Sync + 'static,
     {
@@ -147,7 +167,16 @@ impl TenantSource {
             name,
             resolve: Some(Arc::new(f)),
             or_anonymous: false,
+            fields,
         }
+    }
+
+    /// Where in the request's event this source reads the tenant: fields of
+    /// the HTTP API's and the REST API's `requestContext`, none for
+    /// [`anonymous`](Self::anonymous), unknown for a function of yours or
+    /// Lambda's tenant id.
+    pub fn fields(&self) -> &TenantFields {
+        &self.fields
     }
 
     /// Put requests for which this source finds no tenant in the shared
@@ -190,6 +219,16 @@ impl fmt::Debug for TenantSource {
             .field("or_anonymous", &self.or_anonymous)
             .finish()
     }
+}
+
+/// Fields of the event, each as its names from the root.
+fn at(paths: &[&[&str]]) -> TenantFields {
+    TenantFields::At(
+        paths
+            .iter()
+            .map(|path| path.iter().map(|name| (*name).to_owned()).collect())
+            .collect(),
+    )
 }
 
 /// What starts the tenant of a number or a boolean field: a NUL, which no

@@ -50,6 +50,14 @@ fn every_variable_is_read() {
         (POWERTOOLS_TABLE_ENV, "pt-table"),
         (POWERTOOLS_KEY_PREFIX_ENV, "fn.app.handler"),
         (POWERTOOLS_UNTIL_ENV, "2026-12-01T01:00:00+01:00"),
+        (POWERTOOLS_MAX_TIMEOUT_ENV, "30"),
+        (POWERTOOLS_RUNTIME_ENV, " TypeScript "),
+        (
+            POWERTOOLS_KEY_JMESPATH_ENV,
+            "powertools_json(body).order_id",
+        ),
+        (POWERTOOLS_VALIDATION_JMESPATH_ENV, "body"),
+        (POWERTOOLS_SHARED_KEYS_ENV, "true"),
         (STORE_URL_ENV, "redis://primary:6379"),
         (REDIS_WAIT_REPLICAS_ENV, "2"),
         (REDIS_WAIT_TIMEOUT_MS_ENV, "1999"),
@@ -74,6 +82,11 @@ fn every_variable_is_read() {
             table: "pt-table".into(),
             key_prefix: "fn.app.handler".into(),
             until: UNIX_EPOCH + Duration::from_secs(1_796_083_200),
+            max_timeout: Duration::from_secs(30),
+            runtime: "typescript".into(),
+            key_jmespath: Some("powertools_json(body).order_id".into()),
+            validation_jmespath: Some("body".into()),
+            shared_keys: true,
         })
     );
     assert_eq!(settings.store.url.as_deref(), Some("redis://primary:6379"));
@@ -191,7 +204,7 @@ fn the_off_switch_reads_its_former_name_when_the_new_one_is_unset() {
 }
 
 #[test]
-fn the_cut_over_needs_all_three_variables_each_valid() {
+fn the_cut_over_needs_its_three_variables_and_each_is_checked() {
     let table = (POWERTOOLS_TABLE_ENV, "pt-table");
     let prefix = (POWERTOOLS_KEY_PREFIX_ENV, "orders-api.app.lambda_handler");
     let until = (POWERTOOLS_UNTIL_ENV, "2026-12-01T00:00:00Z");
@@ -227,6 +240,26 @@ fn the_cut_over_needs_all_three_variables_each_valid() {
                 (POWERTOOLS_UNTIL_ENV, "1969-12-31T23:59:59Z"),
             ],
             "IDEMPOTENCY_POWERTOOLS_UNTIL=\"1969-12-31T23:59:59Z\" is not an RFC 3339 time",
+        ),
+        (
+            &[(POWERTOOLS_KEY_JMESPATH_ENV, "body")],
+            "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH is set but IDEMPOTENCY_POWERTOOLS_TABLE is not",
+        ),
+        (
+            &[(POWERTOOLS_SHARED_KEYS_ENV, "true")],
+            "IDEMPOTENCY_POWERTOOLS_SHARED_KEYS is set but IDEMPOTENCY_POWERTOOLS_TABLE is not",
+        ),
+        (
+            &[table, prefix, until, (POWERTOOLS_RUNTIME_ENV, "java")],
+            "IDEMPOTENCY_POWERTOOLS_RUNTIME=\"java\" is not a Powertools runtime",
+        ),
+        (
+            &[table, prefix, until, (POWERTOOLS_MAX_TIMEOUT_ENV, "901")],
+            "IDEMPOTENCY_POWERTOOLS_MAX_TIMEOUT_SECONDS=\"901\"",
+        ),
+        (
+            &[table, prefix, until, (POWERTOOLS_SHARED_KEYS_ENV, "yes")],
+            "IDEMPOTENCY_POWERTOOLS_SHARED_KEYS=\"yes\" is not a boolean",
         ),
     ];
     for (pairs, start) in cases {

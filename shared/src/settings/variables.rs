@@ -95,6 +95,20 @@ pub const POWERTOOLS_TABLE_ENV: &str = "IDEMPOTENCY_POWERTOOLS_TABLE";
 pub const POWERTOOLS_KEY_PREFIX_ENV: &str = "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX";
 /// `IDEMPOTENCY_POWERTOOLS_UNTIL`: when the cut-over from Powertools ends.
 pub const POWERTOOLS_UNTIL_ENV: &str = "IDEMPOTENCY_POWERTOOLS_UNTIL";
+/// `IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH`: the `event_key_jmespath`
+/// Powertools was configured with.
+pub const POWERTOOLS_KEY_JMESPATH_ENV: &str = "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH";
+/// `IDEMPOTENCY_POWERTOOLS_VALIDATION_JMESPATH`: its
+/// `payload_validation_jmespath`.
+pub const POWERTOOLS_VALIDATION_JMESPATH_ENV: &str = "IDEMPOTENCY_POWERTOOLS_VALIDATION_JMESPATH";
+/// `IDEMPOTENCY_POWERTOOLS_SHARED_KEYS`: Powertools' keys were shared
+/// across tenants.
+pub const POWERTOOLS_SHARED_KEYS_ENV: &str = "IDEMPOTENCY_POWERTOOLS_SHARED_KEYS";
+/// `IDEMPOTENCY_POWERTOOLS_RUNTIME`: `python` or `typescript`.
+pub const POWERTOOLS_RUNTIME_ENV: &str = "IDEMPOTENCY_POWERTOOLS_RUNTIME";
+/// `IDEMPOTENCY_POWERTOOLS_MAX_TIMEOUT_SECONDS`: the longest timeout of the
+/// functions that wrote with Powertools.
+pub const POWERTOOLS_MAX_TIMEOUT_ENV: &str = "IDEMPOTENCY_POWERTOOLS_MAX_TIMEOUT_SECONDS";
 /// `IDEMPOTENCY_STORE_URL`: the records in Redis, Valkey or PostgreSQL.
 pub const STORE_URL_ENV: &str = "IDEMPOTENCY_STORE_URL";
 /// `IDEMPOTENCY_REDIS_CLUSTER`: the Redis URL names a cluster.
@@ -249,7 +263,52 @@ pub const VARIABLES: &[Variable] = &[
         name: POWERTOOLS_UNTIL_ENV,
         kind: Kind::Time,
         default: "none: required with the table",
-        what: "when the cut-over ends: the switch plus Powertools' `expires_after_seconds`",
+        what: "the switch plus Powertools' `expires_after_seconds`; records are read until \
+               then plus the next variable plus 1 s",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: POWERTOOLS_MAX_TIMEOUT_ENV,
+        kind: Kind::Number {
+            min: 1,
+            max: 900,
+            unit: "seconds",
+        },
+        default: "900",
+        what: "the longest timeout of the functions that ran with Powertools: a call in \
+               flight at the switch saves its record up to that much later",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: POWERTOOLS_RUNTIME_ENV,
+        kind: Kind::Text,
+        default: "`python`",
+        what: "which Powertools wrote the records: `python` (2.x, 3.x) or `typescript` \
+               (`@aws-lambda-powertools/idempotency` 2.x)",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: POWERTOOLS_KEY_JMESPATH_ENV,
+        kind: Kind::Text,
+        default: "the `Idempotency-Key` header's text",
+        what: "the `event_key_jmespath` Powertools used, evaluated on the API Gateway event \
+               with Powertools' functions (`powertools_json(body).order_id`)",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: POWERTOOLS_VALIDATION_JMESPATH_ENV,
+        kind: Kind::Text,
+        default: "no validation",
+        what: "the `payload_validation_jmespath` Powertools used: a request whose payload \
+               differs from the record's answers `422`",
+        read_by: "orders-api",
+    },
+    Variable {
+        name: POWERTOOLS_SHARED_KEYS_ENV,
+        kind: Kind::Boolean,
+        default: "`false`",
+        what: "Powertools' keys were shared across tenants: replay its records to any tenant \
+               (without it, a key expression that does not name the tenant refuses to start)",
         read_by: "orders-api",
     },
     Variable {

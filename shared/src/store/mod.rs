@@ -101,13 +101,38 @@ pub enum ClaimOrigin {
         key: serde_json::Value,
         /// The body as sent.
         body: StoredBody,
+        /// The request as the Lambda event that carried it: API Gateway's
+        /// (REST API or HTTP API and Function URL, payload 2.0) or the ALB's,
+        /// rebuilt from what `lambda_http` kept of it.
+        event: serde_json::Value,
+        /// Where the request's tenant was read.
+        tenant: TenantFields,
     },
     /// A call of an event function.
     Event {
         /// The value the key was taken from: a string key as a string,
         /// otherwise the JSON value (or values) the key's text is.
         key: serde_json::Value,
+        /// What the function was called with, as JSON: the SQS, Kinesis or
+        /// DynamoDB stream record of a batch, or the argument of a call.
+        event: serde_json::Value,
     },
+}
+
+/// Where the tenant of an HTTP request was read, in the event that carried
+/// it ([`ClaimOrigin::Http`]): what a layer needs to tell whether another
+/// tool's keys kept tenants apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TenantFields {
+    /// No tenant: every request shares one scope.
+    None,
+    /// One of these fields of the event (field names from its root), as
+    /// the HTTP API and the REST API place it.
+    At(Vec<Vec<String>>),
+    /// Somewhere the library cannot see: a function of the application's,
+    /// or Lambda's tenant id.
+    Unknown,
 }
 
 /// Proof of a successful claim: what complete and release are fenced on.

@@ -37,9 +37,10 @@ fn the_cut_over_is_off_unless_its_table_is_named_and_read_when_it_is() {
                 "orders-api.app.lambda_handler",
             ),
             ("IDEMPOTENCY_POWERTOOLS_UNTIL", until),
+            ("IDEMPOTENCY_POWERTOOLS_SHARED_KEYS", "true"),
         ])))
         .unwrap();
-        let cutover = on.powertools.expect("the cut-over is on");
+        let cutover = on.powertools.expect("the cut-over is on").settings;
         assert_eq!(cutover.table, "IdempotencyTable");
         assert_eq!(cutover.key_prefix, "orders-api.app.lambda_handler");
         assert_eq!(
@@ -52,6 +53,62 @@ fn the_cut_over_is_off_unless_its_table_is_named_and_read_when_it_is() {
             "{until}"
         );
     }
+}
+
+#[test]
+fn a_cut_over_that_could_answer_one_tenant_with_another_is_refused() {
+    let lookup = idempotency_engine::lookup_in;
+    let cutover = [
+        ("IDEMPOTENCY_POWERTOOLS_TABLE", "pt-table"),
+        (
+            "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX",
+            "orders-api.app.lambda_handler",
+        ),
+        ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01T00:00:00Z"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut pairs = cutover.to_vec();
+        pairs.extend_from_slice(extra);
+        Config::from_lookup(lookup(&with_tables(&pairs)))
+    };
+    // The tenant is the JWT `sub`: a key of the header alone, or an
+    // expression that does not select the claim, is refused, naming both
+    // settings.
+    for extra in [
+        &[][..],
+        &[(
+            "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH",
+            "headers.\"idempotency-key\"",
+        )][..],
+        &[(
+            "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH",
+            "[requestContext.authorizer.jwt.claims.email, body]",
+        )][..],
+    ] {
+        let err = with(extra).unwrap_err();
+        assert!(
+            err.contains("IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH")
+                && err.contains("IDEMPOTENCY_POWERTOOLS_SHARED_KEYS=true")
+                && err.contains("requestContext.authorizer.jwt.claims.sub"),
+            "{extra:?}: {err}"
+        );
+    }
+    // The claim selected, or keys declared shared: it starts.
+    for extra in [
+        &[(
+            "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH",
+            "[requestContext.authorizer.jwt.claims.sub, headers.\"idempotency-key\"]",
+        )][..],
+        &[("IDEMPOTENCY_POWERTOOLS_SHARED_KEYS", "true")][..],
+    ] {
+        assert!(with(extra).is_ok(), "{extra:?}");
+    }
+    // An expression that is not JMESPath is refused naming its variable.
+    let err = with(&[("IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH", "headers.[")]).unwrap_err();
+    assert!(
+        err.starts_with("IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH: "),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! A cut-over from Powertools for AWS Lambda (Python), as a store layer:
+//! A cut-over from Powertools for AWS Lambda (Python or TypeScript), as a
+//! store layer:
 //! [`PowertoolsCutover`] around the store this library writes to, reading
 //! the records Powertools left ([`PowertoolsRecords`]) so that no key runs
 //! twice while the two overlap.
@@ -14,9 +15,15 @@
 //! risk the very duplicate the window is there to prevent.
 //!
 //! The layer finds the key as Powertools hashed it in the claim's
-//! [`ClaimOrigin`]: the `Idempotency-Key` header's text as sent (or the
-//! body's value at the key pointer) and the body for HTTP, the key's value
-//! for events. Nothing of this library's record says what an earlier
+//! [`ClaimOrigin`]: what Powertools' `event_key_jmespath` selects from the
+//! event as Powertools saw it ([`PowertoolsRecords::key_jmespath`]), or
+//! without one the `Idempotency-Key` header's text as sent (the body's
+//! value at the key pointer) for HTTP and the key's value for events. An
+//! HTTP layer that reads a tenant is answered from Powertools' records only
+//! when the key expression selects the tenant, or when Powertools' keys
+//! were shared across tenants and the records say so
+//! ([`PowertoolsRecords::shared_keys`]); otherwise every claim inside the
+//! window fails, saying so. Nothing of this library's record says what an earlier
 //! attempt's lookup found, except a completed record (which replays without
 //! a claim): a first attempt can end between its claim and the end of the
 //! cut-over (its copy or give-back failed, its lookup failed, it died
@@ -26,9 +33,13 @@
 //!
 //! A duplicate that waits ([`IdempotentFunction::wait_for`](crate::IdempotentFunction::wait_for))
 //! on a key Powertools still holds polls Powertools' record alone: the
-//! layer remembers the keys it answered as held by Powertools, and its
-//! [`Store::get`] reads their Powertools record until it no longer says in
-//! progress; the claim is then tried again.
+//! layer remembers the keys it answered as held by Powertools (with each
+//! waiting request's fingerprint), and its [`Store::get`] reads their
+//! Powertools record until it no longer says in progress; then a record of
+//! this library's that only marks the key (the sweeper's `abandoned`, a
+//! copy too large to keep) gives way to Powertools' outcome, and a key
+//! several requests wait on is claimed again by each, so that each claim
+//! decides for its own request.
 //!
 //! The DynamoDB layout options ([`TableLayout`](crate::store::dynamodb::TableLayout),
 //! `DynamoStore`'s attribute names) also read and write a table kept in
@@ -42,6 +53,8 @@
 //! [`EventError::existing_record`](crate::event::EventError::existing_record)
 //! the existing record its errors carry.
 
+mod expression;
+mod javascript;
 mod python;
 mod records;
 mod result;
@@ -52,8 +65,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use self::records::PowertoolsRecord;
-pub use self::records::{PowertoolsHash, PowertoolsRecords};
-use self::result::{body_as_powertools_saw_it, stored_response, Shape};
+pub use self::records::{
+    PowertoolsHash, PowertoolsRecords, PowertoolsRuntime, DEFAULT_MAX_TIMEOUT,
+};
+use self::result::{stored_response, Shape};
 use super::{
     CheckpointRequest, ClaimOrigin, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease,
     RecordPage, Resolution, ResolveRequest, Settlement, Store, StoredRecord, StuckPage,
@@ -96,13 +111,11 @@ pub struct PowertoolsCutover<S> {
     held: Arc<Mutex<HashMap<String, Held>>>,
 }
 
-/// A key Powertools held when a claim looked it up.
-#[derive(Debug, Clone)]
+/// A key Powertools held when claims looked it up: each request that found
+/// it so (its fingerprint) and the key as Powertools hashed it for it.
+#[derive(Debug, Clone, Default)]
 struct Held {
-    /// Its key, as Powertools hashed it.
-    key: Value,
-    /// The fingerprint of the request that found it held.
-    fingerprint: String,
+    requests: Vec<(String, PowertoolsKey)>,
 }
 
 /// At most this many keys held by Powertools are remembered for waits; past
@@ -110,6 +123,10 @@ struct Held {
 /// nothing, and claims again, which looks the key up again: slower, still
 /// right).
 const HELD_KEYS: usize = 1024;
+
+/// At most this many requests are remembered per held key; past it the
+/// oldest is forgotten (its wait claims again, which looks the key up).
+const HELD_REQUESTS: usize = 16;
 
 impl<S> PowertoolsCutover<S> {
     /// `inner`, with the Powertools records `records` read during the
@@ -138,73 +155,38 @@ impl<S> PowertoolsCutover<S> {
         self.inner
     }
 
-    /// Remember that Powertools holds the key of `lease` (`key`), for waits.
-    fn remember_held(&self, lease: &Lease, key: &Value) {
+    /// Remember that Powertools holds `record_id`'s key (`key`) for the
+    /// request of `fingerprint`, for waits.
+    fn remember_held(&self, record_id: &str, fingerprint: &str, key: &PowertoolsKey) {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if held.len() >= HELD_KEYS {
+        if held.len() >= HELD_KEYS && !held.contains_key(record_id) {
             held.clear();
         }
-        held.insert(
-            lease.record_id.clone(),
-            Held {
-                key: key.clone(),
-                fingerprint: lease.fingerprint.clone(),
-            },
-        );
+        let entry = held.entry(record_id.to_owned()).or_default();
+        entry.requests.retain(|(f, _)| f != fingerprint);
+        if entry.requests.len() >= HELD_REQUESTS {
+            entry.requests.remove(0);
+        }
+        entry.requests.push((fingerprint.to_owned(), key.clone()));
     }
 
-    /// While Powertools holds `record_id` (a key this layer answered as held
-    /// by it): the record a wait sees, in progress until Powertools' own
-    /// expiry. `None` once it no longer holds it (completed, expired or
-    /// gone, or the window closed: a claim then decides), or for a key this
-    /// layer never answered so.
-    async fn held_by_powertools(
-        &self,
-        record_id: &str,
-        now_ms: u64,
-    ) -> Result<Option<StoredRecord>, Error> {
-        let held = {
-            let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-            match held.get(record_id) {
-                Some(found) => found.clone(),
-                None => return Ok(None),
-            }
-        };
-        let until_ms = match self.records.open(now_ms) {
-            true => match Box::pin(self.records.find(&held.key, now_ms)).await? {
-                Some(PowertoolsRecord::InProgress { until_ms }) => Some(until_ms),
-                Some(PowertoolsRecord::Completed { .. }) | None => None,
-            },
-            false => None,
-        };
-        let Some(until_ms) = until_ms else {
-            self.held
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(record_id);
-            return Ok(None);
-        };
-        Ok(Some(StoredRecord {
-            record: Record {
-                id: record_id.to_owned(),
-                status: Status::InProgress,
-                fingerprint: held.fingerprint,
-                attempt: 0,
-                owner: String::new(),
-                lease_expires_at_ms: until_ms,
-                expires_at_s: until_ms / 1000 + 1,
-                response: None,
-                checkpoint: None,
-            },
-            size_bytes: None,
-            write_units: None,
-        }))
+    fn forget_held(&self, record_id: &str) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(record_id);
+    }
+
+    fn held(&self, record_id: &str) -> Option<Held> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.get(record_id).cloned()
     }
 }
 
 /// What Powertools hashed for a request: its key (what
 /// `event_key_jmespath` selected) and, where validated, the payload; and
 /// how its result is kept here.
+#[derive(Debug, Clone)]
 struct PowertoolsKey {
     key: Value,
     payload: Option<Value>,
@@ -212,23 +194,49 @@ struct PowertoolsKey {
 }
 
 impl<S: Store> PowertoolsCutover<S> {
-    /// The key of `origin` as Powertools hashed it.
-    fn key_of(&self, origin: &ClaimOrigin) -> PowertoolsKey {
-        match origin {
-            ClaimOrigin::Http { key, body } => PowertoolsKey {
-                key: key.clone(),
-                payload: self
-                    .records
-                    .validates_body()
-                    .then(|| body_as_powertools_saw_it(body)),
-                shape: Shape::Http,
+    /// The key of `origin` as Powertools hashed it; `None` when Powertools
+    /// kept no record for such a request (its key expression found no key,
+    /// or raised). An HTTP request whose tenant the key does not keep
+    /// apart is refused (unless the records say keys were shared).
+    fn key_of(&self, origin: &ClaimOrigin) -> Result<Option<PowertoolsKey>, Error> {
+        let (origin_key, event, shape) = match origin {
+            ClaimOrigin::Http {
+                key, event, tenant, ..
+            } => {
+                self.records.check_tenant_fields(tenant)?;
+                (key, event, Shape::Http)
+            }
+            ClaimOrigin::Event { key, event } => (key, event, Shape::Output),
+        };
+        let key = match self.records.key_expression() {
+            None => origin_key.clone(),
+            Some(expression) => match expression.search(event) {
+                Ok(key) if !self.records.runtime_of().missing_key(&key) => key,
+                Ok(_) => {
+                    tracing::debug!(expression = expression.text(), "Powertools' key expression finds no key in this request: Powertools kept no record of it");
+                    return Ok(None);
+                }
+                Err(why) => {
+                    tracing::debug!(expression = expression.text(), error = %why, "Powertools' key expression fails on this request: Powertools kept no record of it");
+                    return Ok(None);
+                }
             },
-            ClaimOrigin::Event { key } => PowertoolsKey {
-                key: key.clone(),
-                payload: None,
-                shape: Shape::Output,
+        };
+        let payload = match self.records.validation() {
+            Some(expression) => match expression.search(event) {
+                Ok(payload) => Some(payload),
+                Err(why) => {
+                    tracing::debug!(expression = expression.text(), error = %why, "Powertools' validation expression fails on this request: Powertools kept no record of it");
+                    return Ok(None);
+                }
             },
-        }
+            None => None,
+        };
+        Ok(Some(PowertoolsKey {
+            key,
+            payload,
+            shape,
+        }))
     }
 
     /// Give `lease` back (fenced) so the next duplicate looks Powertools'
@@ -266,7 +274,7 @@ impl<S: Store> PowertoolsCutover<S> {
             Some(PowertoolsRecord::InProgress { until_ms }) => {
                 self.give_back(&lease, "Powertools still holds the key")
                     .await;
-                self.remember_held(&lease, &key.key);
+                self.remember_held(&lease.record_id, &lease.fingerprint, key);
                 Ok(ClaimOutcome::Exists(record_of(
                     &lease,
                     Status::InProgress,
@@ -302,19 +310,30 @@ impl<S: Store> PowertoolsCutover<S> {
                 // once the clock's second is past it), so until
                 // `expiration + 1`.
                 let copy_expires_at_s = expires_at_s.saturating_add(1);
-                if let Err(err) = self
+                match self
                     .inner
                     .complete(CompleteRequest::new(&lease, &stored, copy_expires_at_s))
                     .await
                 {
-                    // It is Powertools' outcome, so it is replayed all the
-                    // same. The claim is given back so the next duplicate
-                    // looks the record up again at once; if that fails too,
-                    // the record stays in progress and the takeover after
-                    // its lease looks it up again.
-                    tracing::warn!(record_id = %lease.record_id, error = %err, "the Powertools outcome could not be copied into this record; it is replayed all the same, and the claim given back");
-                    self.give_back(&lease, "the Powertools outcome could not be copied")
-                        .await;
+                    Ok(Completion::Stored) => {}
+                    // The record now holds the too-large marker, not the
+                    // outcome: the key's later duplicates read Powertools'
+                    // record again while the window is open (a marker
+                    // decides nothing, `claim`), and Powertools' record
+                    // lives no longer than the window.
+                    Ok(Completion::Oversized { bytes }) => {
+                        tracing::warn!(record_id = %lease.record_id, bytes, "the Powertools outcome is too large for this store; it is replayed from Powertools' record while the cut-over lasts")
+                    }
+                    Err(err) => {
+                        // It is Powertools' outcome, so it is replayed all
+                        // the same. The claim is given back so the next
+                        // duplicate looks the record up again at once; if
+                        // that fails too, the record stays in progress and
+                        // the takeover after its lease looks it up again.
+                        tracing::warn!(record_id = %lease.record_id, error = %err, "the Powertools outcome could not be copied into this record; it is replayed all the same, and the claim given back");
+                        self.give_back(&lease, "the Powertools outcome could not be copied")
+                            .await;
+                    }
                 }
                 tracing::info!(record_id = %lease.record_id, "replayed the outcome Powertools stored for this key");
                 Ok(ClaimOutcome::Exists(record_of(
@@ -327,16 +346,17 @@ impl<S: Store> PowertoolsCutover<S> {
         }
     }
 
-    /// A duplicate of a record the sweeper failed, inside the window: the
-    /// attempt it abandoned may have ended before its lookup decided
-    /// anything (it died claiming or reading), so the sweeper's `abandoned`
-    /// may stand for a key Powertools completed. Its outcome is the key's
-    /// true one and is replayed (not copied: a completed record is never
-    /// overwritten); one Powertools still runs answers as in progress;
-    /// otherwise, or for another payload, the sweeper's answer stands. A
-    /// lookup that fails fails the request, as a claim's does: the key's
-    /// outcome is unknown.
-    async fn over_abandoned(
+    /// A duplicate of a record that only marks its key, inside the window:
+    /// the sweeper's `abandoned` (the attempt it failed may have ended
+    /// before its lookup decided anything: it died claiming or reading), or
+    /// a copy of Powertools' outcome too large to keep. Powertools'
+    /// outcome is the key's true one and is replayed (not copied: a
+    /// completed record is never overwritten); a key Powertools still runs
+    /// answers as in progress, and is remembered as held so that a wait
+    /// polls Powertools' record and not the marker; otherwise, or for
+    /// another payload, the marker stands. A lookup that fails fails the
+    /// request, as a claim's does: the key's outcome is unknown.
+    async fn over_marker(
         &self,
         record: Record,
         key: &PowertoolsKey,
@@ -344,30 +364,105 @@ impl<S: Store> PowertoolsCutover<S> {
     ) -> Result<ClaimOutcome, Error> {
         let found = Box::pin(self.records.find(&key.key, now_ms)).await?;
         Ok(ClaimOutcome::Exists(match found {
-            Some(PowertoolsRecord::InProgress { until_ms }) => Record {
-                status: Status::InProgress,
-                lease_expires_at_ms: until_ms,
-                response: None,
-                ..record
-            },
+            Some(PowertoolsRecord::InProgress { until_ms }) => {
+                self.remember_held(&record.id, &record.fingerprint, key);
+                Record {
+                    status: Status::InProgress,
+                    lease_expires_at_ms: until_ms,
+                    response: None,
+                    ..record
+                }
+            }
+            Some(PowertoolsRecord::Completed {
+                data,
+                expires_at_s,
+                validation,
+            }) => self.with_powertools_outcome(record, key, &data, expires_at_s, validation)?,
+            None => record,
+        }))
+    }
+
+    /// `record` (a marker) answering with the outcome Powertools stored,
+    /// unless Powertools validated another payload.
+    fn with_powertools_outcome(
+        &self,
+        record: Record,
+        key: &PowertoolsKey,
+        data: &str,
+        expires_at_s: u64,
+        validation: Option<String>,
+    ) -> Result<Record, Error> {
+        if self.other_payload(key, validation.as_deref()).is_some() {
+            return Ok(record);
+        }
+        let stored = stored_response(data, key.shape)?;
+        tracing::info!(record_id = %record.id, "replayed the outcome Powertools stored for a key this store only marks");
+        Ok(Record {
+            response: Some(stored),
+            expires_at_s: expires_at_s.saturating_add(1),
+            ..record
+        })
+    }
+
+    /// What a wait reads of `record_id`, a key Powertools held for the
+    /// requests in `held`: in progress while Powertools still holds it
+    /// (for one waiting request; several each claim again, so each claim
+    /// decides for its own payload); then this store's record, a marker
+    /// of which answers with Powertools' outcome.
+    async fn get_held(
+        &self,
+        record_id: &str,
+        held: Held,
+        now_ms: u64,
+    ) -> Result<Option<StoredRecord>, Error> {
+        let [(fingerprint, key)] = held.requests.as_slice() else {
+            return Ok(None);
+        };
+        let found = match self.records.open(now_ms) {
+            true => Box::pin(self.records.find(&key.key, now_ms)).await?,
+            false => None,
+        };
+        match found {
+            Some(PowertoolsRecord::InProgress { until_ms }) => Ok(Some(StoredRecord {
+                record: Record {
+                    id: record_id.to_owned(),
+                    status: Status::InProgress,
+                    fingerprint: fingerprint.clone(),
+                    attempt: 0,
+                    owner: String::new(),
+                    lease_expires_at_ms: until_ms,
+                    expires_at_s: until_ms / 1000 + 1,
+                    response: None,
+                    checkpoint: None,
+                },
+                size_bytes: None,
+                write_units: None,
+            })),
             Some(PowertoolsRecord::Completed {
                 data,
                 expires_at_s,
                 validation,
             }) => {
-                if self.other_payload(key, validation.as_deref()).is_some() {
-                    return Ok(ClaimOutcome::Exists(record));
+                self.forget_held(record_id);
+                let Some(mut stored) = self.inner.get(record_id).await? else {
+                    return Ok(None);
+                };
+                if stored.record.fingerprint == *fingerprint && marks_only(&stored.record) {
+                    stored.record = self.with_powertools_outcome(
+                        stored.record,
+                        key,
+                        &data,
+                        expires_at_s,
+                        validation,
+                    )?;
                 }
-                let stored = stored_response(&data, key.shape)?;
-                tracing::info!(record_id = %record.id, "replayed the outcome Powertools stored for a key the sweeper had failed here");
-                Record {
-                    response: Some(stored),
-                    expires_at_s: expires_at_s.saturating_add(1),
-                    ..record
-                }
+                Ok(Some(stored))
             }
-            None => record,
-        }))
+            None => {
+                self.forget_held(record_id);
+                self.inner.get(record_id).await
+            }
+        }
     }
 
     /// The payload hash Powertools validated (`validation`), when it is not
@@ -395,7 +490,7 @@ impl<S: Store> Store for PowertoolsCutover<S> {
         let decides = match &outcome {
             ClaimOutcome::Claimed(_) => true,
             ClaimOutcome::Exists(record) => {
-                record.fingerprint == request.fingerprint && abandoned(record)
+                record.fingerprint == request.fingerprint && marks_only(record)
             }
         };
         if !decides {
@@ -413,10 +508,21 @@ impl<S: Store> Store for PowertoolsCutover<S> {
                  store layers around it forward Store::reads_origin",
             ));
         };
-        let key = self.key_of(origin);
+        let key = match self.key_of(origin) {
+            Ok(Some(key)) => key,
+            // Powertools kept no record of such a request.
+            Ok(None) => return Ok(outcome),
+            Err(err) => {
+                if let ClaimOutcome::Claimed(lease) = &outcome {
+                    self.give_back(lease, "the cut-over refused the request")
+                        .await;
+                }
+                return Err(err);
+            }
+        };
         match outcome {
             ClaimOutcome::Claimed(lease) => self.after_claimed(lease, &key, request.now_ms).await,
-            ClaimOutcome::Exists(record) => self.over_abandoned(record, &key, request.now_ms).await,
+            ClaimOutcome::Exists(record) => self.over_marker(record, &key, request.now_ms).await,
         }
     }
 
@@ -443,17 +549,15 @@ impl<S: Store> Store for PowertoolsCutover<S> {
     /// A key Powertools holds (one this layer answered so) is read from
     /// Powertools' record alone; any other from the wrapped store.
     async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
-        if let Some(held) = self
-            .held_by_powertools(record_id, crate::clock::now_ms())
-            .await?
-        {
-            return Ok(Some(held));
+        match self.held(record_id) {
+            Some(held) => self.get_held(record_id, held, crate::clock::now_ms()).await,
+            None => self.inner.get(record_id).await,
         }
-        self.inner.get(record_id).await
     }
 
+    /// While the window is open.
     fn reads_origin(&self) -> bool {
-        true
+        self.records.open(crate::clock::now_ms())
     }
 
     /// The inner store's connection; Powertools' table is read through a
@@ -482,14 +586,16 @@ impl<S: SweepStore> SweepStore for PowertoolsCutover<S> {
     }
 }
 
-/// Whether `record` holds the `abandoned` problem the sweeper's `fail`
-/// policy stores for a record stuck in progress.
-fn abandoned(record: &Record) -> bool {
+/// Whether `record` only marks its key rather than holding its outcome:
+/// the `abandoned` problem the sweeper's `fail` policy stores for a record
+/// stuck in progress, or the too-large marker a response that did not fit
+/// completes with.
+fn marks_only(record: &Record) -> bool {
     record.status == Status::Completed
-        && record
-            .response
-            .as_ref()
-            .is_some_and(|r| r.is_problem(crate::problem::ABANDONED))
+        && record.response.as_ref().is_some_and(|r| {
+            r.is_problem(crate::problem::ABANDONED)
+                || r.is_problem(crate::problem::RESPONSE_TOO_LARGE)
+        })
 }
 
 /// This library's record for `lease` in `status`.

@@ -16,22 +16,6 @@ pub(super) enum Shape {
     Output,
 }
 
-/// The body as Powertools' `payload_validation_jmespath="body"` selected
-/// it from the API Gateway event: `null` without a body, the text as sent
-/// otherwise, which for an `isBase64Encoded` event is the base64 text
-/// (lambda_http hands the decoded bytes on as a binary body; standard
-/// base64 with padding, as API Gateway writes it, gives the text back).
-pub(super) fn body_as_powertools_saw_it(body: &StoredBody) -> Value {
-    use base64::Engine;
-    match body {
-        StoredBody::Empty => Value::Null,
-        StoredBody::Text(text) => Value::String(text.clone()),
-        StoredBody::Binary(bytes) => {
-            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
-        }
-    }
-}
-
 /// A Powertools result (`json.dumps` of what the handler returned) as a
 /// stored response of `shape`.
 pub(super) fn stored_response(data: &str, shape: Shape) -> Result<StoredResponse, Error> {
