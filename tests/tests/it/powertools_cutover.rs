@@ -43,6 +43,10 @@ on_both_stores!(
     a_request_without_body_matches_the_null_body_powertools_validated,
     a_base64_body_matches_the_text_powertools_validated,
     waiting_on_a_key_powertools_holds_reads_only_its_record,
+    a_waiter_on_a_key_the_sweeper_failed_answers_409_while_powertools_holds_it,
+    held_keys_remember_each_waiting_request,
+    an_outcome_too_large_to_copy_replays_from_powertools_not_as_too_large,
+    a_record_saved_after_until_by_a_call_in_flight_is_still_read,
 );
 
 /// This library's store with chosen calls failing and every call counted:
@@ -54,6 +58,9 @@ struct BrokenCalls {
     /// How many of the next completions and releases fail (nothing written).
     failing_completes: AtomicU64,
     failing_releases: AtomicU64,
+    /// How many of the next completions store the too-large marker instead,
+    /// as a store whose limit the response exceeds does.
+    oversized_completes: AtomicU64,
     claims: AtomicU64,
     completes: AtomicU64,
     releases: AtomicU64,
@@ -66,6 +73,7 @@ impl BrokenCalls {
             inner,
             failing_completes: AtomicU64::new(0),
             failing_releases: AtomicU64::new(0),
+            oversized_completes: AtomicU64::new(0),
             claims: AtomicU64::new(0),
             completes: AtomicU64::new(0),
             releases: AtomicU64::new(0),
@@ -82,6 +90,11 @@ impl BrokenCalls {
     fn fail_next_complete_and_release(&self) {
         self.fail_next_complete();
         self.fail_next_release();
+    }
+
+    /// The next completion's response is too large for the store.
+    fn oversize_next_complete(&self) {
+        self.oversized_completes.store(1, Ordering::SeqCst);
     }
 
     fn fail_next_release(&self) {
@@ -125,6 +138,19 @@ impl Store for BrokenCalls {
     ) -> Result<Completion, lambda_idempotency::Error> {
         self.completes.fetch_add(1, Ordering::SeqCst);
         Self::failing(&self.failing_completes, "the completion")?;
+        if Self::failing(&self.oversized_completes, "").is_err() {
+            // What a store does with a response over its limit: the record
+            // completes with the too-large marker instead.
+            let marker = marker(problem::RESPONSE_TOO_LARGE);
+            self.inner
+                .complete(CompleteRequest::new(
+                    request.lease,
+                    &marker,
+                    request.expires_at_s,
+                ))
+                .await?;
+            return Ok(Completion::Oversized { bytes: 400_000 });
+        }
         self.inner.complete(request).await
     }
     async fn release(&self, lease: &Lease) -> Result<(), lambda_idempotency::Error> {
@@ -361,17 +387,19 @@ async fn keys_powertools_never_saw_run_and_after_the_window_nothing_is_read(f: F
     assert_eq!(fresh.status(), 201);
     assert!(fresh.headers().get(REPLAYED_HEADER).is_none());
     assert_eq!(runs.count(), 1);
-    // The window over: done-3, which Powertools completed, runs here (the
-    // cost of a window too short), and the Powertools table is not read,
-    // which a table that no longer exists proves.
+    // The window over (`until`, plus the longest Powertools timeout, plus
+    // a second): done-3, which Powertools completed, runs here (the cost
+    // of a window too short), and the Powertools table is not read, which
+    // a table that no longer exists proves.
     let mut closed = IdempotencyLayer::new(PowertoolsCutover::new(
         f.store.clone(),
         PowertoolsRecords::new(
             integration_tests::client().await,
             "no-such-table",
             &w.http_prefix,
-            SystemTime::now() - Duration::from_secs(1),
+            SystemTime::now() - Duration::from_secs(32),
         )
+        .max_timeout(Duration::from_secs(30))
         .validate_body(),
     ))
     .layer(counting_handler(runs.clone(), Duration::ZERO));
@@ -727,4 +755,133 @@ async fn waiting_on_a_key_powertools_holds_reads_only_its_record(f: Fixture) {
         (1, 0, 1, 0),
         "(claims, completions, releases, reads)"
     );
+}
+
+/// A problem document of `kind`, as a store keeps a marker.
+fn marker(kind: problem::ProblemType) -> lambda_idempotency::store::StoredResponse {
+    lambda_idempotency::store::StoredResponse::new(
+        kind.status,
+        vec![("content-type".into(), b"application/problem+json".to_vec())],
+        lambda_idempotency::store::StoredBody::Text(
+            json!({"type": kind.uri, "status": kind.status}).to_string(),
+        ),
+    )
+}
+
+/// A record of this library's for `key` that the sweeper failed: its
+/// attempt died (here before the cut-over could decide anything), and the
+/// `fail` policy completed it with the `abandoned` problem (fenced on the
+/// dead attempt, as the sweeper's resolution is).
+async fn failed_by_the_sweeper(f: &Fixture, key: &str) {
+    integration_tests::crash_midway(f.store.clone(), order(key, BODY)).await;
+    let ours = our_records(f).await;
+    let [dead] = ours.as_slice() else {
+        panic!("one record in progress: {ours:?}");
+    };
+    let lease = Lease {
+        record_id: dead.record.id.clone(),
+        owner: dead.record.owner.clone(),
+        fingerprint: dead.record.fingerprint.clone(),
+        attempt: dead.record.attempt,
+        recovered: None,
+    };
+    let expires_at_s = lambda_idempotency::store::now_ms() / 1000 + 3600;
+    f.store
+        .complete(CompleteRequest::new(
+            &lease,
+            &marker(problem::ABANDONED),
+            expires_at_s,
+        ))
+        .await
+        .expect("the sweeper's fail");
+}
+
+async fn a_waiter_on_a_key_the_sweeper_failed_answers_409_while_powertools_holds_it(f: Fixture) {
+    let w = powertools_wrote().await;
+    failed_by_the_sweeper(&f, "running-1").await;
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .wait_for(Duration::from_millis(700))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
+    // Powertools still runs running-1: the waiter polls its record, never
+    // the sweeper's marker, and answers in progress when its wait ends.
+    let answer = call(&mut svc, order("running-1", BODY)).await;
+    assert_eq!(answer.status(), 409, "{:?}", body_json(&answer));
+    assert_eq!(body_json(&answer)["type"], problem::IN_PROGRESS.uri);
+    assert_eq!(runs.count(), 0);
+    // And again (nothing cached the marker as the key's answer).
+    assert_eq!(call(&mut svc, order("running-1", BODY)).await.status(), 409);
+}
+
+async fn held_keys_remember_each_waiting_request(f: Fixture) {
+    let w = powertools_wrote().await;
+    let cutover = PowertoolsCutover::new(f.store.clone(), http_records(&w, open_window()).await);
+    let record_id = integration_tests::unique_name("held");
+    // Two requests with the key Powertools holds (running-1) and different
+    // bodies, claimed in one process (as `run_concurrent` serves them):
+    // each finds it held by Powertools.
+    for (fingerprint, body) in [("fp-a", BODY), ("fp-b", r#"{"amount":7}"#)] {
+        let mut request = crate::fixture::claim_request(&record_id, fingerprint, 60_000);
+        request.fingerprint = fingerprint.to_owned();
+        request.origin = Some(lambda_idempotency::store::ClaimOrigin::Http {
+            key: json!("running-1"),
+            body: lambda_idempotency::store::StoredBody::Text(body.to_owned()),
+            event: json!({"headers": {"idempotency-key": "running-1"}, "body": body}),
+            tenant: lambda_idempotency::store::TenantFields::None,
+        });
+        match cutover.claim(&request).await.expect("claim") {
+            ClaimOutcome::Exists(record) => {
+                assert_eq!(record.status, Status::InProgress, "{record:?}");
+                assert_eq!(record.fingerprint, fingerprint);
+            }
+            other => panic!("Powertools holds running-1: {other:?}"),
+        }
+    }
+    // What their waits poll must not answer one with the other's
+    // fingerprint (a `422` for a request that reused nothing): with two
+    // requests waiting, each claims again and its claim decides for it.
+    let polled = cutover.get(&record_id).await.expect("get");
+    assert!(
+        polled
+            .as_ref()
+            .is_none_or(|p| p.record.status != Status::InProgress),
+        "{polled:?}"
+    );
+}
+
+async fn an_outcome_too_large_to_copy_replays_from_powertools_not_as_too_large(f: Fixture) {
+    let w = powertools_wrote().await;
+    let store = BrokenCalls::new(f.store.clone());
+    let runs = Runs::default();
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        store.clone(),
+        http_records(&w, open_window()).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
+    store.oversize_next_complete();
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    // The copy holds the too-large marker, not the outcome: later
+    // duplicates still get Powertools' outcome while the window lasts.
+    for _ in 0..2 {
+        assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    }
+    assert_eq!(runs.count(), 0);
+}
+
+async fn a_record_saved_after_until_by_a_call_in_flight_is_still_read(f: Fixture) {
+    let w = powertools_wrote().await;
+    let runs = Runs::default();
+    // `until` a minute ago: Powertools' records were all written after it,
+    // as a call in flight at the switch saves its record when it ends.
+    // Within the longest Powertools timeout (default 900 s) they are read.
+    let mut svc = IdempotencyLayer::new(PowertoolsCutover::new(
+        f.store.clone(),
+        http_records(&w, SystemTime::now() - Duration::from_secs(60)).await,
+    ))
+    .layer(counting_handler(runs.clone(), Duration::ZERO));
+    assert_powertools_replay(&call(&mut svc, order("done-1", BODY)).await);
+    assert_eq!(runs.count(), 0);
 }
