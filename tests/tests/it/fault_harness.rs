@@ -91,9 +91,28 @@ enum Feature {
     Cutover,
     /// The cut-over, for a key Powertools still holds in progress.
     CutoverInProgress,
+    /// The cut-over finding Powertools' key with its key expression
+    /// (`event_key_jmespath`, and `payload_validation_jmespath` on HTTP).
+    CutoverExpression,
     Transactional,
     /// Responses kept in S3 (`S3Offload`, every response over its limit).
     Offload,
+}
+
+impl Feature {
+    /// A cut-over for a key Powertools completed.
+    fn completed_cutover(self) -> bool {
+        matches!(self, Feature::Cutover | Feature::CutoverExpression)
+    }
+
+    /// A cut-over for a key Powertools still holds.
+    fn held_cutover(self) -> bool {
+        self == Feature::CutoverInProgress
+    }
+
+    fn cutover(self) -> bool {
+        self.completed_cutover() || self.held_cutover()
+    }
 }
 
 /// What the first execution of the handler does.
@@ -162,8 +181,11 @@ fn combos(transactional: bool, cutover: bool) -> Vec<Combo> {
         add(Surface::Http, &[Transactional]);
     }
     if cutover {
-        add(Surface::Http, &[Cutover, CutoverInProgress]);
-        add(Surface::Function, &[Cutover]);
+        add(
+            Surface::Http,
+            &[Cutover, CutoverInProgress, CutoverExpression],
+        );
+        add(Surface::Function, &[Cutover, CutoverExpression]);
     }
     all
 }
@@ -410,7 +432,7 @@ impl Handler {
         let execution = {
             let mut observed = lock(&self.observed);
             observed.executions += 1;
-            if self.feature == Feature::Cutover {
+            if self.feature.completed_cutover() {
                 observed.violations.push(
                     "effect: the handler ran for a key Powertools completed (its completion \
                      is the key's one execution)",
@@ -478,22 +500,26 @@ impl Run {
             inner = Arc::new(offloaded(engine, inner, &plan).await);
         }
         let store = FaultStore::new(inner, plan.clone());
-        let key = if id.combo.feature == Feature::Cutover {
+        let key = if id.combo.feature.completed_cutover() {
             match id.combo.surface {
                 Surface::Http => "done-1".to_owned(),
                 _ => "o-1".to_owned(),
             }
-        } else if id.combo.feature == Feature::CutoverInProgress {
+        } else if id.combo.feature.held_cutover() {
             "running-1".to_owned()
         } else {
             format!("fh-{}-{serial}", std::process::id())
         };
         // Powertools' completion is the key's first stored outcome: every
         // answer and our own record must keep it.
-        let reference = (id.combo.feature == Feature::Cutover).then(|| match id.combo.surface {
-            Surface::Http => (201, CUTOVER_HTTP_OUTCOME.as_bytes().to_vec()),
-            _ => (200, canonical(CUTOVER_EVENT_OUTCOME.as_bytes())),
-        });
+        let reference = id
+            .combo
+            .feature
+            .completed_cutover()
+            .then(|| match id.combo.surface {
+                Surface::Http => (201, CUTOVER_HTTP_OUTCOME.as_bytes().to_vec()),
+                _ => (200, canonical(CUTOVER_EVENT_OUTCOME.as_bytes())),
+            });
         let observed = Observed {
             reference,
             ..Observed::default()
@@ -520,7 +546,7 @@ impl Run {
             observed: self.observed.clone(),
             orders: self.engine.orders.clone(),
             order_id: self.key.clone(),
-            powertools_running_until_ms: (self.id.combo.feature == Feature::CutoverInProgress)
+            powertools_running_until_ms: (self.id.combo.feature.held_cutover())
                 .then(|| self.engine.powertools.as_ref().map(|t| t.running_until_ms))
                 .flatten(),
         }
@@ -529,11 +555,12 @@ impl Run {
     async fn config(&self) -> IdempotencyConfig {
         // The cut-over is a layer around the faulty store, so its own calls
         // (the claim, the give-back, the copy) meet the plan's faults.
-        let config = match self.id.combo.feature {
-            Feature::Cutover | Feature::CutoverInProgress => IdempotencyConfig::new(
-                PowertoolsCutover::new(self.store.clone(), self.powertools().await),
-            ),
-            _ => IdempotencyConfig::new(self.store.clone()),
+        let config = match self.id.combo.feature.cutover() {
+            true => IdempotencyConfig::new(PowertoolsCutover::new(
+                self.store.clone(),
+                self.powertools().await,
+            )),
+            false => IdempotencyConfig::new(self.store.clone()),
         }
         .max_lease(LEASE);
         match self.id.combo.feature {
@@ -566,15 +593,37 @@ impl Run {
                 .build(),
         );
         let until = SystemTime::now() + Duration::from_secs(3600);
-        match self.id.combo.surface {
-            Surface::Http => {
+        let expression = self.id.combo.feature == Feature::CutoverExpression;
+        // The expressions Powertools was configured with
+        // (tests/powertools/write_records.py).
+        let records = match self.id.combo.surface {
+            Surface::Http if expression => {
                 PowertoolsRecords::new(client, &tables.http_table, &tables.http_prefix, until)
-                    .validate_body()
+                    .key_jmespath("headers.\"idempotency-key\"")
+                    .and_then(|r| r.validation_jmespath("body"))
             }
-            _ => PowertoolsRecords::new(client, &tables.event_table, &tables.event_prefix, until)
+            Surface::Http => {
+                Ok(
+                    PowertoolsRecords::new(client, &tables.http_table, &tables.http_prefix, until)
+                        .validate_body(),
+                )
+            }
+            _ => {
+                let records = PowertoolsRecords::new(
+                    client,
+                    &tables.event_table,
+                    &tables.event_prefix,
+                    until,
+                )
                 .key_attr("pk")
-                .sort_key("sk", &tables.event_partition),
-        }
+                .sort_key("sk", &tables.event_partition);
+                match expression {
+                    true => records.key_jmespath("order_id"),
+                    false => Ok(records),
+                }
+            }
+        };
+        records.expect("Powertools' expressions are JMESPath")
     }
 
     async fn instance(&self) -> Instance {
@@ -608,7 +657,7 @@ impl Run {
             }
             Surface::Function | Surface::Sqs => {
                 let mut function = IdempotentFunction::with_config(config, "fault-harness");
-                if matches!(feature, Feature::BodyKey | Feature::Cutover)
+                if (feature == Feature::BodyKey || feature.completed_cutover())
                     && self.id.combo.surface == Surface::Function
                 {
                     function = function.key_pointers(["/order_id"]);
@@ -629,10 +678,7 @@ impl Run {
     }
 
     fn request_body(&self) -> String {
-        if matches!(
-            self.id.combo.feature,
-            Feature::Cutover | Feature::CutoverInProgress
-        ) {
+        if self.id.combo.feature.cutover() {
             match self.id.combo.surface {
                 Surface::Http => CUTOVER_BODY.to_owned(),
                 _ => json!({"order_id": self.key, "amount": 2500}).to_string(),
@@ -798,7 +844,7 @@ impl Run {
             // Powertools' record instead (the replay check holds it to
             // that), as long as Powertools keeps its record.
             Some(r)
-                if self.id.combo.feature == Feature::Cutover
+                if self.id.combo.feature.completed_cutover()
                     && r.response.as_ref().is_some_and(|response| {
                         String::from_utf8_lossy(response.body.bytes())
                             .contains("/problems/abandoned")
@@ -824,7 +870,7 @@ impl Run {
             .as_ref()
             .is_some_and(|r| r.status == Status::Completed);
         let feature = self.id.combo.feature;
-        let exempt = matches!(feature, Feature::Cutover | Feature::CutoverInProgress);
+        let exempt = feature.cutover();
         match answer {
             Answer::Died => {}
             Answer::Http {
@@ -835,6 +881,18 @@ impl Run {
             } => {
                 if *replayed {
                     self.compare("replay: the replayed answer", (*status, body.clone()));
+                }
+                // While Powertools runs the key, the sweeper's marker of an
+                // attempt here that died before deciding says nothing of
+                // its outcome: the answer is in progress, never `abandoned`.
+                if let Some(until) = self.handler().powertools_running_until_ms {
+                    if crate::fixture::now_ms() < until
+                        && String::from_utf8_lossy(body).contains("/problems/abandoned")
+                    {
+                        lock(&self.observed).violations.push(
+                            "replay: `abandoned` answered while Powertools still held the key",
+                        );
+                    }
                 }
                 if feature == Feature::Transactional && (200..300).contains(status) && !completed {
                     lock(&self.observed).violations.push(format!(
@@ -896,7 +954,7 @@ impl Run {
         let mut observed = lock(&self.observed);
         // A key Powertools holds is Powertools' to resolve: answered 409
         // until then, with no record of ours.
-        let ours = self.id.combo.feature != Feature::CutoverInProgress;
+        let ours = !self.id.combo.feature.held_cutover();
         if !resolved && ours {
             observed.violations.push(format!(
                 "bound: the record is {:?} after a lease, a sweep and a retry",
@@ -1125,7 +1183,7 @@ async fn every_store_call_failed_in_the_powertools_cutover() {
     };
     let cutover: Vec<Combo> = combos(false, true)
         .into_iter()
-        .filter(|c| matches!(c.feature, Feature::Cutover | Feature::CutoverInProgress))
+        .filter(|c| c.feature.cutover())
         .collect();
     let report = harness(engine, &cutover, &[First::Completes]).await;
     judge("fault_harness::powertools_cutover", report);
