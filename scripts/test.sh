@@ -98,7 +98,7 @@ await() {
 # what `sam local` needs to run the rehearsal's bootstraps (Docker, qemu,
 # the arm64 Rust target).
 job installs 0 bash -c 'set -e
-  source scripts/python-tools.sh; source scripts/bench-venv.sh
+  source scripts/python-tools.sh; source scripts/bench-venv.sh; source scripts/powertools-node.sh
   scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh true
   SAM_LOCAL_INSTALL_ONLY=1 SAM_LOCAL_ALLOW_SKIP=1 SAM_LOCAL_BOOTSTRAPS="$target_dir/sam-build-bootstraps" \
     scripts/sam-local.sh'
@@ -116,6 +116,9 @@ source scripts/python-tools.sh
 # shellcheck source=scripts/bench-venv.sh
 source scripts/bench-venv.sh
 export IDEMPOTENCY_TEST_POWERTOOLS_PYTHON="$bench_python"
+# shellcheck source=scripts/powertools-node.sh
+source scripts/powertools-node.sh
+export IDEMPOTENCY_TEST_POWERTOOLS_NODE_MODULES="$powertools_node_modules"
 
 # While the tests run: the arm64 release build and the deploy rehearsal, and
 # cargo-generate for the new-project check.
