@@ -69,6 +69,10 @@ def conditions_for(params):
         "HasJwtAuthorizer": bool(params.get("JwtIssuer")),
         "HasDynamoDbEndpoint": bool(params.get("DynamoDbEndpoint")),
         "HasPowertoolsCutover": bool(params.get("PowertoolsTableName")),
+        "HasPowertoolsKeyJmespath": bool(params.get("PowertoolsTableName") and params.get("PowertoolsKeyJmespath")),
+        "HasPowertoolsValidationJmespath": bool(
+            params.get("PowertoolsTableName") and params.get("PowertoolsValidationJmespath")
+        ),
     }
 
 
@@ -496,13 +500,27 @@ def role_statements(resources, function, params):
 
 def check_cutover(check):
     """orders-api reads Powertools' records only when a cut-over is set: its
-    three variables and GetItem on that table, and nothing without."""
+    variables and GetItem on that table, and nothing without."""
     cutover = {
         "PowertoolsTableName": "powertools-records",
         "PowertoolsKeyPrefix": "orders-api.app.lambda_handler",
         "PowertoolsUntil": "2026-12-01T00:00:00Z",
+        "PowertoolsRuntime": "typescript",
+        "PowertoolsKeyJmespath": '[requestContext.authorizer.jwt.claims.sub, headers."idempotency-key"]',
+        "PowertoolsValidationJmespath": "body",
+        "PowertoolsSharedKeys": "false",
+        "PowertoolsMaxTimeoutSeconds": "30",
     }
-    names = ("IDEMPOTENCY_POWERTOOLS_TABLE", "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", "IDEMPOTENCY_POWERTOOLS_UNTIL")
+    names = (
+        "IDEMPOTENCY_POWERTOOLS_TABLE",
+        "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX",
+        "IDEMPOTENCY_POWERTOOLS_UNTIL",
+        "IDEMPOTENCY_POWERTOOLS_RUNTIME",
+        "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH",
+        "IDEMPOTENCY_POWERTOOLS_VALIDATION_JMESPATH",
+        "IDEMPOTENCY_POWERTOOLS_SHARED_KEYS",
+        "IDEMPOTENCY_POWERTOOLS_MAX_TIMEOUT_SECONDS",
+    )
     # The ARN of the table PowertoolsTableName names (CloudFormation
     # substitutes the parameter).
     table_arn = {"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${PowertoolsTableName}"}

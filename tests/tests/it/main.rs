@@ -22,6 +22,8 @@ mod orders;
 mod phases;
 mod postgres;
 mod powertools_cutover;
+mod powertools_expressions;
+mod powertools_writers;
 mod process;
 mod rare_paths;
 mod reattach;
