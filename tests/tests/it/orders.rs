@@ -655,6 +655,71 @@ async fn a_bad_cut_over_setting_stops_orders_api_at_start_naming_it() {
     assert_eq!(api.first_poll(), None, "no invocation was asked for");
 }
 
+/// A cut-over whose key would not keep tenants apart stops `orders-api` at
+/// start: its tenant is the JWT `sub`, so a key of the Idempotency-Key
+/// alone (no key expression, or one that does not select the claim) could
+/// replay tenant A's Powertools answer to tenant B. The line names both
+/// settings that decide it; with either set right, the same process starts
+/// and asks for its first invocation.
+#[tokio::test]
+async fn a_cut_over_that_could_cross_tenants_stops_orders_api_naming_both_settings() {
+    use integration_tests::runtime_api::RuntimeApi;
+    let tables = integration_tests::functions::tables().await.unwrap();
+    let cutover = [
+        ("IDEMPOTENCY_POWERTOOLS_TABLE", "powertools"),
+        (
+            "IDEMPOTENCY_POWERTOOLS_KEY_PREFIX",
+            "orders-api.app.lambda_handler",
+        ),
+        ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2026-12-01T00:00:00Z"),
+    ];
+    for extra in [
+        &[][..],
+        &[(
+            "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH",
+            "powertools_json(body).order_id",
+        )][..],
+    ] {
+        let api = RuntimeApi::start().await.unwrap();
+        let mut pairs = cutover.to_vec();
+        pairs.extend_from_slice(extra);
+        let env = integration_tests::functions::orders_env(&api, &tables, &pairs);
+        let line = crate::process::refused_start("orders-api", &env).await;
+        assert!(
+            line.contains("orders-api cannot start: the cut-over from Powertools could answer one tenant with the response Powertools stored for another")
+                && line.contains("IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH")
+                && line.contains("IDEMPOTENCY_POWERTOOLS_SHARED_KEYS=true"),
+            "{extra:?}: {line}"
+        );
+        assert_eq!(api.first_poll(), None, "no invocation was asked for");
+    }
+    for extra in [
+        ("IDEMPOTENCY_POWERTOOLS_SHARED_KEYS", "true"),
+        (
+            "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH",
+            "[requestContext.authorizer.jwt.claims.sub, headers.\"idempotency-key\"]",
+        ),
+    ] {
+        let api = RuntimeApi::start().await.unwrap();
+        let mut pairs = cutover.to_vec();
+        pairs.push(extra);
+        let env = integration_tests::functions::orders_env(&api, &tables, &pairs);
+        let mut child = tokio::process::Command::new(crate::process::function_bin("orders-api"))
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn orders-api");
+        let polled = tokio::time::timeout(Duration::from_secs(30), async {
+            while api.first_poll().is_none() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        let _ = child.kill().await;
+        assert!(polled.is_ok(), "{extra:?}: orders-api did not start");
+    }
+}
+
 /// `orders-api` on Redis with `IDEMPOTENCY_REDIS_WAIT_REPLICAS` set, on a
 /// server with no replica to hold its writes: the claim cannot be made
 /// durable, so the request fails closed (`503`) and no order is made;

@@ -492,7 +492,12 @@ impl PowertoolsRecords {
                 return Err(Error::new(
                     ErrorKind::InvalidConfig,
                     format!(
-                        "the cut-over from Powertools cannot tell whether its keys keep tenants                          apart: the tenant is read by a function of the application (or is                          Lambda's tenant id), which no Powertools key expression can name. If                          Powertools' keys were shared across tenants, say so with                          {POWERTOOLS_SHARED_KEYS_ENV}=true (PowertoolsRecords::shared_keys;                          docs/powertools.md explains the risk); {POWERTOOLS_KEY_JMESPATH_ENV}                          cannot make this safe"
+                        "the cut-over from Powertools cannot tell whether its keys keep tenants apart: \
+                         the tenant is read by a function of the application (or is Lambda's tenant \
+                         id), which no Powertools key expression can name. If Powertools' keys were \
+                         shared across tenants, say so with {POWERTOOLS_SHARED_KEYS_ENV}=true \
+                         (PowertoolsRecords::shared_keys; docs/powertools.md explains the risk); \
+                         {POWERTOOLS_KEY_JMESPATH_ENV} cannot make this safe"
                     ),
                 ))
             }
@@ -512,7 +517,13 @@ impl PowertoolsRecords {
         Err(Error::new(
             ErrorKind::InvalidConfig,
             format!(
-                "the cut-over from Powertools could answer one tenant with the response                  Powertools stored for another: the tenant is read from `{first}`, but                  Powertools' key expression ({POWERTOOLS_KEY_JMESPATH_ENV}) {expression}. Set                  {POWERTOOLS_KEY_JMESPATH_ENV} to the event_key_jmespath Powertools used if it                  named the tenant (such as [{first}, headers.\"idempotency-key\"]), or, if                  Powertools' keys were shared across tenants, say so with                  {POWERTOOLS_SHARED_KEYS_ENV}=true (docs/powertools.md explains the risk)"
+                "the cut-over from Powertools could answer one tenant with the response \
+                 Powertools stored for another: the tenant is read from `{first}`, but \
+                 Powertools' key expression ({POWERTOOLS_KEY_JMESPATH_ENV}) {expression}. Set \
+                 {POWERTOOLS_KEY_JMESPATH_ENV} to the event_key_jmespath Powertools used if it \
+                 named the tenant (such as [{first}, headers.\"idempotency-key\"]), or, if \
+                 Powertools' keys were shared across tenants, say so with \
+                 {POWERTOOLS_SHARED_KEYS_ENV}=true (docs/powertools.md explains the risk)"
             ),
         ))
     }
