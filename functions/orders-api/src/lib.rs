@@ -15,10 +15,12 @@
 //! Because the order id and charge key are derived from the record, a re-run
 //! after a crash writes the same order and is deduplicated by the provider.
 //!
-//! Coming from Powertools for AWS Lambda (Python):
+//! Coming from Powertools for AWS Lambda (Python or TypeScript):
 //! `IDEMPOTENCY_POWERTOOLS_TABLE`, `IDEMPOTENCY_POWERTOOLS_KEY_PREFIX` and
-//! `IDEMPOTENCY_POWERTOOLS_UNTIL` turn on the cut-over ([`PowertoolsCutover`]):
-//! until then, a key Powertools completed replays its stored response
+//! `IDEMPOTENCY_POWERTOOLS_UNTIL` turn on the cut-over ([`PowertoolsCutover`]),
+//! the other `IDEMPOTENCY_POWERTOOLS_*` variables say how Powertools was
+//! configured (its key and validation expressions, its runtime): until the
+//! window ends, a key Powertools completed replays its stored response
 //! instead of running again. The Redis replica wait
 //! (`IDEMPOTENCY_REDIS_WAIT_REPLICAS`) is the store's
 //! ([`idempotency_engine`]).
