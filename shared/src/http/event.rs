@@ -136,6 +136,18 @@ fn multi(map: Option<&lambda_http::aws_lambda_events::query_map::QueryMap>) -> V
     Value::Object(out)
 }
 
+/// The path parameters and stage variables, as every source names them.
+fn parameters(event: &mut Map<String, Value>, req: &Request) {
+    event.insert(
+        "pathParameters".into(),
+        joined(req.path_parameters_ref(), None),
+    );
+    event.insert(
+        "stageVariables".into(),
+        joined(req.stage_variables_ref(), None),
+    );
+}
+
 /// A REST API (`title_case_too`) or ALB event, less its context and body.
 fn rest(req: &Request, title_case_too: bool) -> Map<String, Value> {
     let mut single = Map::new();
@@ -158,14 +170,7 @@ fn rest(req: &Request, title_case_too: bool) -> Map<String, Value> {
     event.insert("multiValueHeaders".into(), Value::Object(multiple));
     event.insert("queryStringParameters".into(), joined(query, None));
     event.insert("multiValueQueryStringParameters".into(), multi(query));
-    event.insert(
-        "pathParameters".into(),
-        joined(req.path_parameters_ref(), None),
-    );
-    event.insert(
-        "stageVariables".into(),
-        joined(req.stage_variables_ref(), None),
-    );
+    parameters(&mut event, req);
     event
 }
 
@@ -205,14 +210,7 @@ fn http_api(req: &Request) -> Map<String, Value> {
         "queryStringParameters".into(),
         joined(req.query_string_parameters_ref(), Some(",")),
     );
-    event.insert(
-        "pathParameters".into(),
-        joined(req.path_parameters_ref(), None),
-    );
-    event.insert(
-        "stageVariables".into(),
-        joined(req.stage_variables_ref(), None),
-    );
+    parameters(&mut event, req);
     event
 }
 

@@ -8,46 +8,30 @@ use serde_json::Value;
 
 /// `JSON.stringify(deepSort(value))`.
 pub(crate) fn stringify(value: &Value) -> String {
-    let mut out = String::new();
-    write_value(&mut out, value);
-    out
+    super::json_text::write::<JavaScript>(value)
 }
 
-fn write_value(out: &mut String, value: &Value) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        // JavaScript reads every JSON number as a double.
-        Value::Number(n) => out.push_str(&number(n.as_f64().unwrap_or(f64::NAN))),
-        Value::String(s) => write_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_value(out, item);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            // deepSort compares `a.toLowerCase() < b.toLowerCase()` (UTF-16
-            // code units); a stable sort keeps ties in the order they came.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by_cached_key(|(key, _)| {
-                key.to_lowercase().encode_utf16().collect::<Vec<u16>>()
-            });
-            out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(out, key);
-                out.push(':');
-                write_value(out, item);
-            }
-            out.push('}');
-        }
+/// `JSON.stringify` after Powertools' `deepSort`.
+struct JavaScript;
+
+impl super::json_text::Style for JavaScript {
+    const ITEM: &'static str = ",";
+    const KEY: &'static str = ":";
+
+    // deepSort compares `a.toLowerCase() < b.toLowerCase()` (UTF-16 code
+    // units); a stable sort keeps ties in the order they came.
+    fn order(entries: &mut Vec<(&String, &Value)>) {
+        entries
+            .sort_by_cached_key(|(key, _)| key.to_lowercase().encode_utf16().collect::<Vec<u16>>());
+    }
+
+    fn string(out: &mut String, s: &str) {
+        write_string(out, s);
+    }
+
+    // JavaScript reads every JSON number as a double.
+    fn number(out: &mut String, n: &serde_json::Number) {
+        out.push_str(&number(n.as_f64().unwrap_or(f64::NAN)));
     }
 }
 

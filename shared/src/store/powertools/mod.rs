@@ -55,6 +55,7 @@
 
 mod expression;
 mod javascript;
+mod json_text;
 mod python;
 mod records;
 mod result;

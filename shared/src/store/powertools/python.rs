@@ -8,46 +8,31 @@ use serde_json::Value;
 
 /// `json.dumps(value, sort_keys=True)`.
 pub(crate) fn dumps(value: &Value) -> String {
-    let mut out = String::new();
-    write_value(&mut out, value);
-    out
+    super::json_text::write::<Python>(value)
 }
 
-fn write_value(out: &mut String, value: &Value) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+/// Python's `json` module, with `sort_keys=True`.
+struct Python;
+
+impl super::json_text::Style for Python {
+    const ITEM: &'static str = ", ";
+    const KEY: &'static str = ": ";
+
+    // Python sorts by code point, which is the byte order of UTF-8.
+    fn order(entries: &mut Vec<(&String, &Value)>) {
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+    }
+
+    fn string(out: &mut String, s: &str) {
+        write_string(out, s);
+    }
+
+    fn number(out: &mut String, n: &serde_json::Number) {
+        match (n.as_i64(), n.as_u64(), n.as_f64()) {
             (Some(i), _, _) => out.push_str(&i.to_string()),
             (_, Some(u), _) => out.push_str(&u.to_string()),
             (_, _, Some(f)) => out.push_str(&float_repr(f)),
             _ => out.push_str(&n.to_string()),
-        },
-        Value::String(s) => write_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_value(out, item);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            // Python sorts by code point, which is the byte order of UTF-8.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_string(out, key);
-                out.push_str(": ");
-                write_value(out, item);
-            }
-            out.push('}');
         }
     }
 }
