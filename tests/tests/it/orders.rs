@@ -549,7 +549,8 @@ async fn invoke_orders_api(
 }
 
 /// `orders-api` as deployed with the cut-over's variables set (the
-/// template's PowertoolsTableName, PowertoolsKeyPrefix, PowertoolsUntil),
+/// template's PowertoolsTableName, PowertoolsKeyPrefix, PowertoolsUntil,
+/// PowertoolsKeyJmespath, PowertoolsSharedKeys),
 /// black-box: a key real Powertools completed replays Powertools' stored
 /// response and no order is made; a key Powertools never saw runs; with
 /// the window over, a completed Powertools key runs as a new order.
@@ -577,6 +578,13 @@ async fn with_the_cut_over_variables_a_key_powertools_completed_replays_its_resp
             ("IDEMPOTENCY_POWERTOOLS_TABLE", powertools_table.as_str()),
             ("IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", prefix.as_str()),
             ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2099-01-01T00:00:00Z"),
+            // How Powertools was configured (tests/powertools/write_records.py):
+            // its key, the header alone, was shared across tenants.
+            (
+                "IDEMPOTENCY_POWERTOOLS_KEY_JMESPATH",
+                "headers.\"idempotency-key\"",
+            ),
+            ("IDEMPOTENCY_POWERTOOLS_SHARED_KEYS", "true"),
         ],
     );
     let _open_process = spawn(bin.to_str().expect("a UTF-8 path"), &env).unwrap();
@@ -612,6 +620,7 @@ async fn with_the_cut_over_variables_a_key_powertools_completed_replays_its_resp
             ("IDEMPOTENCY_POWERTOOLS_TABLE", powertools_table.as_str()),
             ("IDEMPOTENCY_POWERTOOLS_KEY_PREFIX", prefix.as_str()),
             ("IDEMPOTENCY_POWERTOOLS_UNTIL", "2000-01-01T00:00:00Z"),
+            ("IDEMPOTENCY_POWERTOOLS_SHARED_KEYS", "true"),
         ],
     );
     let _closed_process = spawn(bin.to_str().expect("a UTF-8 path"), &env).unwrap();
