@@ -290,9 +290,9 @@ ENGINE_TEMPLATES = {
 # The sweeper's items that keep its place in each shard of the stream
 # (POSITION_PREFIX in shared/src/store/dynamodb/stream.rs, whose tests check
 # this pattern is in template.yaml).
-# And the catch-up scan's place (CATCH_UP_ID there), which the same PutItem
+# And the full pass's place (PASS_ID there), which the same PutItem
 # saves.
-SWEEPER_POSITIONS = ["~sweeper/stream/*", "~sweeper/catch-up"]
+SWEEPER_POSITIONS = ["~sweeper/stream/*", "~sweeper/full-pass"]
 DYNAMODB_ONLY_ENV = {"IDEMPOTENCY_TABLE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS"}
 # What the sweeper reads only to check the writers' longest lease against
 # the DynamoDB stream's retention: the other engines' sweepers list through
@@ -329,7 +329,7 @@ def check_sweeper_writes(template, check):
     ]
     check(
         len(puts) == 1 and scoped == puts,
-        f"SweeperFunction: PutItem is granted alone, only on keys {SWEEPER_POSITIONS} (its places in the stream and the catch-up scan's)",
+        f"SweeperFunction: PutItem is granted alone, only on keys {SWEEPER_POSITIONS} (its places in the stream and the full pass's)",
     )
 
 

@@ -42,19 +42,21 @@ fn store_error(place: &str, err: lambda_idempotency::Error) -> Failure {
 }
 
 /// A listing that did not read everything (a stream backlog larger than one
-/// listing, records trimmed before the sweeper read them, a catch-up scan
-/// under way) shows what it found; the operator is told it may be partial.
+/// listing, records trimmed before the sweeper read them, a full pass of
+/// the table under way) shows what it found; the operator is told it may be
+/// partial.
 fn partial_listing_warning(c: &Connected, page: &lambda_idempotency::store::StuckPage) {
-    if page.trimmed {
+    if page.behind {
         eprintln!(
-            "warning: the stream of {} trimmed records the sweeper had not read (it was behind \
-             by more than 24 hours); the sweeper catches them up by a scan over its next runs, \
-             and --scan reads every record now",
+            "warning: the listing of {} is behind (records it may have missed, such as ones the \
+             stream trimmed before the sweeper read them, or a full pass of the table that \
+             cannot finish within its period); the sweeper's full pass finds them over its next \
+             runs, and --scan reads every record now",
             c.place
         );
-    } else if page.unread {
+    } else if page.incomplete {
         eprintln!(
-            "warning: the listing of {} did not read everything (a backlog, or a catch-up scan \
+            "warning: the listing of {} did not read everything (a backlog, or a full pass \
              under way): records may be missing; the sweeper reads on at its next runs, and \
              --scan reads every record now",
             c.place

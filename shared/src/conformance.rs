@@ -454,6 +454,16 @@ mod tests {
 
     #[async_trait::async_trait]
     impl SweepStore for Flawed {
+        async fn finish(
+            &self,
+            _listing: &crate::store::Listing,
+            _resolved: &[String],
+        ) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_expired(&self, _now_s: u64, _limit: usize) -> Result<u64, Error> {
+            Ok(0)
+        }
         async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
             self.store.stuck(request).await
         }

@@ -145,6 +145,8 @@ pub struct Settings {
     pub expires_after: Option<Duration>,
     /// [`MAX_LEASE_ENV`]; `None`: the default (15 minutes).
     pub max_lease: Option<Duration>,
+    /// [`SWEEP_FULL_PASS_ENV`]; `None`: the default (an hour).
+    pub sweep_full_pass: Option<Duration>,
     /// [`WAIT_FOR_RESULT_ENV`]; `None`: no wait (unset, empty or `0`).
     pub wait_for: Option<Duration>,
     /// [`METRICS_NAMESPACE_ENV`]; `None`: no metrics.
@@ -249,6 +251,9 @@ impl Settings {
                 .number(&lookup)?
                 .map(Duration::from_secs),
             max_lease: v(MAX_LEASE_ENV).number(&lookup)?.map(Duration::from_secs),
+            sweep_full_pass: v(SWEEP_FULL_PASS_ENV)
+                .number(&lookup)?
+                .map(Duration::from_secs),
             wait_for: v(WAIT_FOR_RESULT_ENV)
                 .number(&lookup)?
                 .filter(|ms| *ms > 0)

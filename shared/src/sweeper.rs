@@ -49,22 +49,22 @@ pub struct SweepSummary {
     pub fenced: u64,
     /// Records left for their next retry to resume.
     pub resumable: u64,
-    /// Reads of the store's listing that succeeded: on DynamoDB with the
-    /// stream, `GetRecords` calls and the catch-up scan's pages; with the
-    /// sparse index, its `Query` pages; on the other stores, their listing
-    /// reads.
+    /// Reads of the store's listing that succeeded, as the store counts
+    /// them ([`StuckPage::reads`](crate::store::StuckPage::reads)).
     pub pages: u64,
     /// Reads or writes that failed (throttling, network); each was logged,
     /// the sweep went on, and the next sweep retries what they left.
     pub errors: u64,
     /// True when records may be left unresolved for the next sweep: the sweep
-    /// stopped before its deadline, or a shard could not be read to its end.
+    /// stopped before its deadline, or part of the listing could not be read.
     pub remaining: bool,
-    /// True when the stream had trimmed records before the sweeper read them
-    /// (it was behind by more than the stream's 24-hour retention): counted
-    /// in `errors`, and the records stuck meanwhile are caught up by a
-    /// bounded scan over the next sweeps (`remaining` until it is done).
-    pub trimmed: bool,
+    /// True when the store's listing cannot keep its bound right now
+    /// ([`StuckPage::behind`](crate::store::StuckPage::behind)): it found
+    /// records it may have missed and is catching up on them, or it cannot
+    /// cover the whole store within its period at its budget. The records
+    /// are still found, later than the bound says: an alarm's cue to run
+    /// the sweeper longer or more often.
+    pub behind: bool,
     /// Expired records the engine's housekeeping deleted
     /// ([`Sweeper::housekeeping`]): PostgreSQL's rows; always 0 where the
     /// engine expires records itself, or with the housekeeping off.
@@ -91,7 +91,7 @@ impl SweepSummary {
                 ("SweepPages", self.pages),
                 ("SweepErrors", self.errors),
                 ("SweepRemaining", u64::from(self.remaining)),
-                ("SweepTrimmed", u64::from(self.trimmed)),
+                ("SweepBehind", u64::from(self.behind)),
                 ("SweepExpiredDeleted", self.expired_deleted),
             ],
             timestamp_ms,
@@ -104,16 +104,12 @@ impl SweepSummary {
 /// The sweeper's policy, loop, deadline and summary are the same for every
 /// store: finding and resolving stuck records are store capabilities
 /// ([`SweepStore::stuck`], [`SweepStore::resolve_stuck`]), so the sweeper runs on a
-/// [`MemoryStore`](crate::store::memory::MemoryStore) in unit tests as on DynamoDB. There
-/// stuck records are found in the table's stream
-/// ([`DynamoStoreBuilder::with_stream`](crate::store::dynamodb::DynamoStoreBuilder), feature `sweep-via-stream`), so
-/// claims, recovery points and completions write nothing for the sweeper;
-/// after each sweep the store saves where the next listing starts
-/// ([`SweepStore::settle`]). Tables without a stream can opt into a sparse,
-/// sharded `sweep` index instead (`DynamoStoreBuilder::with_sweep_index`, one more
-/// write unit per claim and per completion). A table scan only to catch up
-/// once after the stream trimmed what the sweeper had not read (an outage
-/// past its 24 hours) or on the first sweep, bounded per sweep. Each stuck
+/// [`MemoryStore`](crate::store::memory::MemoryStore) in unit tests as on DynamoDB. How a
+/// store finds its stuck records is its own: after each sweep it is told
+/// what was resolved ([`SweepStore::finish`]), and a listing that keeps its
+/// place between sweeps saves it then (on DynamoDB see
+/// [`DynamoStoreBuilder`](crate::store::dynamodb::DynamoStoreBuilder) for the
+/// ways it lists). Each stuck
 /// record is resolved with a **fenced** conditional write (same `attempt`
 /// and `owner`, still in progress, lease still expired), so a record
 /// re-claimed between the listing and the write is left alone and counted as
@@ -282,12 +278,12 @@ impl Sweeper {
             .await
     }
 
-    /// Sweep every shard, page by page, until done or until `stop_before`
+    /// Sweep the store's listing, page by page, until done or until `stop_before`
     /// ahead of `deadline_ms` (epoch ms; `None` = no deadline).
     ///
     /// A failed read or write does not end the sweep: it is logged and
-    /// counted in [`SweepSummary::errors`] (a shard whose page could not be
-    /// read is left for the next sweep, which sets `remaining`), so one
+    /// counted in [`SweepSummary::errors`] (a part of the listing that could
+    /// not be read is left for the next sweep, which sets `remaining`), so one
     /// throttled request costs one record, not the whole run.
     ///
     /// With [`housekeeping`](Self::housekeeping) on, the time left after
@@ -296,19 +292,19 @@ impl Sweeper {
     pub async fn sweep(&self, deadline_ms: Option<u64>) -> SweepSummary {
         let mut summary = SweepSummary::default();
         let clock = self.clock(deadline_ms);
-        let mut settlements = Vec::new();
+        let mut listings = Vec::new();
         let mut resolved = Vec::new();
-        self.sweep_pages(&clock, &mut summary, &mut settlements, &mut resolved)
+        self.sweep_pages(&clock, &mut summary, &mut listings, &mut resolved)
             .await;
-        // Listings that keep their place (a stream) save it now: what was
-        // resolved is not read again, what was not is.
-        for settlement in settlements {
+        // Listings that keep their place save it now: what was resolved is
+        // not read again, what was not is.
+        for listing in listings {
             let Some(left) = clock.left() else {
                 // Out of time: the next listing reads this part again.
                 summary.remaining = true;
                 break;
             };
-            match bounded(left, self.store.settle(&settlement, &resolved)).await {
+            match bounded(left, self.store.finish(&listing, &resolved)).await {
                 Some(Ok(())) => {}
                 failed => {
                     let why = match failed {
@@ -405,7 +401,7 @@ impl Sweeper {
         &self,
         clock: &Clock,
         summary: &mut SweepSummary,
-        settlements: &mut Vec<crate::store::Settlement>,
+        listings: &mut Vec<crate::store::Listing>,
         resolved: &mut Vec<String>,
     ) {
         let mut cursor: Option<SweepCursor> = None;
@@ -437,21 +433,21 @@ impl Sweeper {
             };
             summary.pages += page.reads;
             summary.errors += page.failed_reads;
-            if page.trimmed {
-                tracing::error!(
+            if page.behind && !summary.behind {
+                tracing::warn!(
                     store = %self.store.describe(),
-                    "sweep: the stream trimmed records before the sweeper read them (it was \
-                     behind by more than the stream's retention); a bounded scan catches up the \
-                     records stuck meanwhile over the next sweeps: run the sweeper more often"
+                    "sweep: the listing is behind its bound (it is catching up on records it \
+                     may have missed, or cannot cover the store within its period); stuck \
+                     records are found later than the bound says: run the sweeper longer or \
+                     more often"
                 );
-                summary.trimmed = true;
-                summary.errors += 1;
             }
-            if page.failed_reads > 0 || page.unread {
+            summary.behind |= page.behind;
+            if page.failed_reads > 0 || page.incomplete {
                 summary.remaining = true;
             }
             summary.found += page.records.len() as u64;
-            settlements.extend(page.settlement);
+            listings.extend(page.listing);
             self.resolve_page(page.records, now, clock, summary, resolved)
                 .await;
             match page.next {

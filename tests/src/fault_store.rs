@@ -33,8 +33,8 @@ use aws_sdk_dynamodb::config::interceptors::{
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use lambda_idempotency::store::{
-    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, RecordPage,
-    Resolution, Resolve, ResolveRequest, Settlement, StoredRecord, StuckPage, StuckRequest,
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, Listing,
+    RecordPage, Resolution, Resolve, ResolveRequest, StoredRecord, StuckPage, StuckRequest,
     SweepCursor, SweepStore,
 };
 use lambda_idempotency::{Error, Store};
@@ -461,8 +461,8 @@ impl<S: SweepStore> SweepStore for FaultStore<S> {
             .await
     }
 
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        self.faulted(CallKind::Settle, self.inner.settle(settlement, resolved))
+    async fn finish(&self, listing: &Listing, resolved: &[String]) -> Result<(), Error> {
+        self.faulted(CallKind::Settle, self.inner.finish(listing, resolved))
             .await
     }
 

@@ -16,8 +16,11 @@
 //! `IDEMPOTENCY_STORE_URL` with its companions (the `idempotency_engine`
 //! crate): the records in Redis, Valkey or PostgreSQL, listed through the
 //! store (`IDEMPOTENCY_TABLE` is then not needed); on PostgreSQL each run
-//! also deletes expired rows in bounded batches. Input:
-//! any event (the schedule's); output: the [`SweepSummary`] as JSON. One EMF
+//! also deletes expired rows in bounded batches, and
+//! `IDEMPOTENCY_SWEEP_FULL_PASS_SECONDS` (default 3600: how often a full pass
+//! of the table backs the stream up, `lambda_idempotency::settings`). Input:
+//! any event (the schedule's); output: the [`SweepOutput`] as JSON (the
+//! [`SweepSummary`]'s fields, and `trimmed`). One EMF
 //! metric line with the counts goes to stdout (dimension `Function=sweeper`,
 //! and `Stack=<value>` when `IDEMPOTENCY_METRICS_STACK` is set, as the
 //! templates set it to the stack's name:
@@ -34,6 +37,27 @@ use lambda_idempotency::{
     DynamoStore,
 };
 use lambda_runtime::LambdaEvent;
+
+/// The function's output: the sweep's counts, and `trimmed`, which earlier
+/// versions wrote when the stream had trimmed records before the sweeper
+/// read them: now the same as `behind` (that, or a full pass that could not
+/// finish within its period), kept so that readers of the output go on
+/// working.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SweepOutput {
+    /// The sweep's counts.
+    #[serde(flatten)]
+    pub summary: SweepSummary,
+    /// The same as [`SweepSummary::behind`].
+    pub trimmed: bool,
+}
+
+impl std::ops::Deref for SweepOutput {
+    type Target = SweepSummary;
+    fn deref(&self) -> &SweepSummary {
+        &self.summary
+    }
+}
 
 /// Settings read from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +76,9 @@ pub struct Config {
     /// Where the table's stream is read (`None`: the region's endpoint):
     /// `AWS_ENDPOINT_URL_DYNAMODB_STREAMS`, else `AWS_ENDPOINT_URL_DYNAMODB`.
     pub streams_endpoint: Option<String>,
+    /// `IDEMPOTENCY_SWEEP_FULL_PASS_SECONDS`: how often the full pass of the
+    /// table, the stream's backstop, starts (zero: only at a gap).
+    pub full_pass: Duration,
 }
 
 impl Config {
@@ -112,6 +139,9 @@ impl Config {
             grace: Duration::from_secs(grace),
             index,
             streams_endpoint: lambda_idempotency::store::dynamodb::streams_endpoint(&lookup),
+            full_pass: settings
+                .sweep_full_pass
+                .unwrap_or(lambda_idempotency::store::dynamodb::DEFAULT_FULL_PASS),
         })
     }
 
@@ -132,7 +162,9 @@ impl Config {
         let store = if self.index {
             store.with_sweep_index()
         } else {
-            store.with_stream_at(streams, self.streams_endpoint.clone())
+            store
+                .with_stream_at(streams, self.streams_endpoint.clone())
+                .full_pass(self.full_pass)
         };
         store.open().map_err(|e| e.to_string())
     }
@@ -197,7 +229,7 @@ impl Config {
 pub async fn handle(
     sweeper: &Sweeper,
     event: LambdaEvent<serde_json::Value>,
-) -> Result<SweepSummary, lambda_runtime::Error> {
+) -> Result<SweepOutput, lambda_runtime::Error> {
     let summary = sweeper.sweep(Some(event.context.deadline)).await;
     println!("{}", summary.emf("sweeper", now_ms()));
     tracing::info!(?summary, "sweep finished");
@@ -222,7 +254,10 @@ pub async fn handle(
         )
         .into());
     }
-    Ok(summary)
+    Ok(SweepOutput {
+        trimmed: summary.behind,
+        summary,
+    })
 }
 
 #[cfg(test)]

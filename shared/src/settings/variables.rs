@@ -72,6 +72,11 @@ pub const LEGACY_DISABLED_ENV: &str = "LAMBDA_IDEMPOTENCY_DISABLED";
 pub const EXPIRES_AFTER_ENV: &str = "IDEMPOTENCY_EXPIRES_AFTER_SECONDS";
 /// `IDEMPOTENCY_MAX_LEASE_SECONDS`: the longest lease.
 pub const MAX_LEASE_ENV: &str = "IDEMPOTENCY_MAX_LEASE_SECONDS";
+/// How often the sweeper's full pass of the table, the stream's backstop,
+/// starts (seconds; `0`: only when the stream shows a gap).
+pub const SWEEP_FULL_PASS_ENV: &str = "IDEMPOTENCY_SWEEP_FULL_PASS_SECONDS";
+/// The longest full-pass period accepted: a week.
+pub const MAX_SWEEP_FULL_PASS_SECONDS: u64 = 7 * 24 * 3600;
 /// `IDEMPOTENCY_WAIT_FOR_RESULT_MS`: how long a duplicate waits for the
 /// outcome of the request in progress.
 pub const WAIT_FOR_RESULT_ENV: &str = "IDEMPOTENCY_WAIT_FOR_RESULT_MS";
@@ -183,6 +188,20 @@ pub const VARIABLES: &[Variable] = &[
         what: "the longest lease, above the function's timeout; the sweeper reads it to \
                check its stream's retention",
         read_by: "every `from_env`, the sweeper",
+    },
+    Variable {
+        name: SWEEP_FULL_PASS_ENV,
+        kind: Kind::Number {
+            min: 0,
+            max: MAX_SWEEP_FULL_PASS_SECONDS,
+            unit: "seconds",
+        },
+        default: "3600 (an hour)",
+        what: "how often the sweeper's full pass of the table starts, the backstop of the \
+               stream's listing: a stuck record is found within lease + grace + this + the \
+               pass's own duration whatever the stream does; it reads the whole table once \
+               per period (docs/SCALING.md); `0` starts one only when the stream shows a gap",
+        read_by: "the sweeper, the CLI",
     },
     Variable {
         name: WAIT_FOR_RESULT_ENV,

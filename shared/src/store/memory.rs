@@ -225,6 +225,18 @@ impl Store for MemoryStore {
 
 #[async_trait::async_trait]
 impl SweepStore for MemoryStore {
+    /// Its listing keeps no place between sweeps: nothing to save.
+    async fn finish(
+        &self,
+        _listing: &crate::store::Listing,
+        _resolved: &[String],
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+    /// The engine expires records itself: nothing to delete.
+    async fn delete_expired(&self, _now_s: u64, _limit: usize) -> Result<u64, Error> {
+        Ok(0)
+    }
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         self.count();
         let records = self.records();

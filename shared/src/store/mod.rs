@@ -52,7 +52,7 @@ pub(crate) mod rules;
 mod url;
 
 pub use self::operate::{
-    resolver_owner, RecordPage, Resolution, Resolve, ResolveRequest, Settlement, StuckPage,
+    resolver_owner, Listing, RecordPage, Resolution, Resolve, ResolveRequest, StuckPage,
     StuckRecord, StuckRequest, SweepCursor, SweepStore,
 };
 

@@ -21,8 +21,8 @@ use crate::record::{
     encode_body, stored_len, Record, StoredBody, StoredResponse, MAX_BODY_BYTES, RECORD_BYTES,
 };
 use crate::store::{
-    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, RecordPage,
-    Resolution, ResolveRequest, Settlement, Store, StoredRecord, StuckPage, StuckRequest,
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, Listing,
+    RecordPage, Resolution, ResolveRequest, Store, StoredRecord, StuckPage, StuckRequest,
     SweepCursor, SweepStore, DEFAULT_MAX_RESPONSE_BYTES,
 };
 
@@ -610,8 +610,8 @@ impl<S: SweepStore> SweepStore for S3Offload<S> {
         self.inner.resolve_stuck(request).await
     }
 
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        self.inner.settle(settlement, resolved).await
+    async fn finish(&self, listing: &Listing, resolved: &[String]) -> Result<(), Error> {
+        self.inner.finish(listing, resolved).await
     }
 
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
@@ -742,6 +742,12 @@ mod tests {
 
     #[async_trait::async_trait]
     impl SweepStore for ListingSpy {
+        async fn finish(&self, _listing: &Listing, _resolved: &[String]) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_expired(&self, _now_s: u64, _limit: usize) -> Result<u64, Error> {
+            Ok(0)
+        }
         async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
             *self.0.lock().expect("not poisoned") = Some(request);
             Ok(StuckPage::default())

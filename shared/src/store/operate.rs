@@ -43,13 +43,15 @@ impl SweepCursor {
     }
 }
 
-/// What a listing must remember once its sweep is over (see
-/// [`SweepStore::settle`]): opaque, made by the store that listed.
+/// A listing's own state once its pages are read, for
+/// [`SweepStore::finish`]: opaque to the sweeper, made and read by the store
+/// that listed (a store whose listing keeps its place between sweeps saves
+/// it from this; one that keeps none leaves it empty).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement(pub(crate) String);
+pub struct Listing(pub(crate) String);
 
-impl Settlement {
-    /// What a store's listing must remember until [`SweepStore::settle`],
+impl Listing {
+    /// What a store's listing must remember until [`SweepStore::finish`],
     /// encoded as that store likes.
     pub fn new(state: impl Into<String>) -> Self {
         Self(state.into())
@@ -73,16 +75,18 @@ pub struct StuckPage {
     /// Reads that failed (logged); the part of the listing they covered is
     /// skipped, for the next sweep.
     pub failed_reads: u64,
-    /// The listing stopped before the end of what it reads (a stream backlog
-    /// larger than one listing reads): the next listing goes on from there.
-    pub unread: bool,
-    /// For listings that keep their place between sweeps (DynamoDB's
-    /// stream): hand it to [`SweepStore::settle`] when the sweep is over.
-    pub settlement: Option<Settlement>,
-    /// The listing found records trimmed before it read them (DynamoDB's
-    /// stream, behind by more than its 24-hour retention): records stuck
-    /// then are caught up by a bounded scan over the next sweeps.
-    pub trimmed: bool,
+    /// The listing stopped before the end of what it reads (its budget or
+    /// its deadline): the next listing goes on from there.
+    pub incomplete: bool,
+    /// For listings with state of their own: hand it to
+    /// [`SweepStore::finish`] when the sweep is over.
+    pub listing: Option<Listing>,
+    /// The listing cannot keep its bound right now: it found records it may
+    /// have missed and is catching up on them, or it could not cover the
+    /// whole store within its period at its budget. Reported
+    /// ([`SweepSummary::behind`](crate::sweeper::SweepSummary::behind)) for
+    /// an alarm; the sweep goes on.
+    pub behind: bool,
 }
 
 /// One page of a full listing of the records ([`SweepStore::scan`]).
@@ -139,10 +143,10 @@ pub struct StuckRequest {
     /// At most this many records.
     pub limit: usize,
     /// When the sweep must be done (epoch ms), if it must: a store whose one
-    /// listing can read for long (DynamoDB's stream) stops reading there and
-    /// returns what it read, with [`StuckPage::unread`] set, so the sweep
-    /// resolves that and saves its progress instead of losing the whole
-    /// listing to its deadline. Other stores list as they would without.
+    /// listing can read for long stops reading there and returns what it
+    /// read, with [`StuckPage::incomplete`] set, so the sweep resolves that
+    /// and the store keeps its progress instead of losing the whole listing
+    /// to its deadline. Other stores list as they would without.
     pub deadline_ms: Option<u64>,
 }
 
@@ -208,8 +212,9 @@ pub struct ResolveRequest<'a> {
 pub trait SweepStore: Store {
     /// One page of the records in progress whose lease ended before the
     /// request's cutoff, from its cursor, at most its limit. Never a scan of
-    /// every record: stores keep stuck records findable on their own
-    /// (DynamoDB: a sparse index, or the table's stream).
+    /// every record on every call: stores keep stuck records findable on
+    /// their own (an index, or what the engine logs of its changes, with a
+    /// budgeted pass over the whole store behind it).
     async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error>;
 
     /// Resolve the request's record as its `how` says, with one write fenced
@@ -220,14 +225,11 @@ pub trait SweepStore: Store {
 
     /// The sweep of a listing is over: `resolved` are the ids of the listed
     /// records it resolved (any [`Resolution`]). A store whose listing keeps
-    /// its place between sweeps (DynamoDB's stream) saves where the next
-    /// listing starts, so records resolved here are not read again and those
-    /// left (still live, not reached, failed) are. Listings that keep no
-    /// place (an index, memory) have nothing to save.
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        let _ = (settlement, resolved);
-        Ok(())
-    }
+    /// its place between sweeps saves where the next listing starts, so
+    /// records resolved here are not read again and those left (still live,
+    /// not reached, failed) are. A listing that keeps no place (an index,
+    /// memory) has nothing to save: `Ok(())`. A wrapper forwards it.
+    async fn finish(&self, listing: &Listing, resolved: &[String]) -> Result<(), Error>;
 
     /// One page of every record, from `cursor` (`None`: the start), at most
     /// `limit`, in no particular order. This reads the whole store
@@ -242,10 +244,8 @@ pub trait SweepStore: Store {
     /// already, so this only gives their space back. Nothing to do (0) where
     /// the engine expires records itself: DynamoDB's TTL, Redis key expiry,
     /// the in-memory store's claims; PostgreSQL deletes its expired rows.
-    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error> {
-        let _ = (now_s, limit);
-        Ok(0)
-    }
+    /// A wrapper forwards it.
+    async fn delete_expired(&self, now_s: u64, limit: usize) -> Result<u64, Error>;
 }
 
 #[async_trait::async_trait]
@@ -256,8 +256,8 @@ impl<T: SweepStore + ?Sized> SweepStore for std::sync::Arc<T> {
     async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
         (**self).resolve_stuck(request).await
     }
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        (**self).settle(settlement, resolved).await
+    async fn finish(&self, listing: &Listing, resolved: &[String]) -> Result<(), Error> {
+        (**self).finish(listing, resolved).await
     }
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         (**self).scan(cursor, limit).await

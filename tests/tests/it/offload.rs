@@ -566,6 +566,20 @@ impl Store for AppliedButFenced {
 
 #[async_trait::async_trait]
 impl SweepStore for AppliedButFenced {
+    async fn finish(
+        &self,
+        _listing: &lambda_idempotency::store::Listing,
+        _resolved: &[String],
+    ) -> Result<(), lambda_idempotency::Error> {
+        Ok(())
+    }
+    async fn delete_expired(
+        &self,
+        _now_s: u64,
+        _limit: usize,
+    ) -> Result<u64, lambda_idempotency::Error> {
+        Ok(0)
+    }
     async fn stuck(
         &self,
         request: StuckRequest,
@@ -739,7 +753,7 @@ async fn a_refused_transactional_completion_deletes_its_object_on_the_memory_sto
 }
 
 /// A sweep's deadline reaches the DynamoDB stream listing under the offload:
-/// a listing whose deadline has come reads nothing and says so (`unread`),
+/// a listing whose deadline has come reads nothing and says so (`incomplete`),
 /// where the same listing without one finds the stuck record. (The offload
 /// once dropped the deadline, so a listing under it read past the sweep's
 /// end.)
@@ -759,7 +773,7 @@ async fn a_stream_listing_under_the_offload_keeps_the_sweeps_deadline() {
     let cutoff = now_ms();
     let late = StuckRequest::new(cutoff, 10).by(cutoff - 1);
     let page = store.stuck(late).await.unwrap();
-    assert!(page.unread && page.records.is_empty(), "{page:?}");
+    assert!(page.incomplete && page.records.is_empty(), "{page:?}");
 
     let page = store.stuck(StuckRequest::new(cutoff, 10)).await.unwrap();
     let ids: Vec<&str> = page.records.iter().map(|r| r.id.as_str()).collect();

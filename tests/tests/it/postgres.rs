@@ -634,6 +634,7 @@ async fn a_failed_housekeeping_fails_the_sweep_function_and_keeps_the_rows() {
         grace: Duration::ZERO,
         index: false,
         streams_endpoint: None,
+        full_pass: lambda_idempotency::store::dynamodb::DEFAULT_FULL_PASS,
     };
     let mut context = lambda_runtime::Context::default();
     context.deadline = now_ms() + 60_000;

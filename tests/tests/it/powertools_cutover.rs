@@ -175,6 +175,20 @@ impl Store for BrokenCalls {
 
 #[async_trait::async_trait]
 impl SweepStore for BrokenCalls {
+    async fn finish(
+        &self,
+        _listing: &lambda_idempotency::store::Listing,
+        _resolved: &[String],
+    ) -> Result<(), lambda_idempotency::Error> {
+        Ok(())
+    }
+    async fn delete_expired(
+        &self,
+        _now_s: u64,
+        _limit: usize,
+    ) -> Result<u64, lambda_idempotency::Error> {
+        Ok(0)
+    }
     async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, lambda_idempotency::Error> {
         self.inner.stuck(request).await
     }

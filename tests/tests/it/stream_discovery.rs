@@ -192,6 +192,7 @@ async fn a_stream_without_new_images_is_refused_not_read_as_empty() {
             grace: Duration::ZERO,
             index: false,
             streams_endpoint: Some(integration_tests::endpoint()),
+            full_pass: lambda_idempotency::store::dynamodb::DEFAULT_FULL_PASS,
         };
         let err = config
             .start(client.clone(), integration_tests::streams_config().await)
@@ -216,6 +217,7 @@ async fn a_stream_without_new_images_is_refused_not_read_as_empty() {
             grace: Duration::ZERO,
             index: false,
             streams_endpoint: Some(integration_tests::endpoint()),
+            full_pass: lambda_idempotency::store::dynamodb::DEFAULT_FULL_PASS,
         };
         let started = config
             .start(
@@ -305,7 +307,7 @@ async fn an_outage_longer_than_the_retention(positions_expired_too: bool) {
         // Places older than the stream's horizon: the trim is seen, and
         // reported. (Without a place the sweeper cannot tell an outage from
         // its first run: it catches up all the same.)
-        assert!(caught_up.trimmed, "the first sweep says so: {caught_up:?}");
+        assert!(caught_up.behind, "the first sweep says so: {caught_up:?}");
         assert!(caught_up.errors >= 1, "{caught_up:?}");
         assert!(proxy.trimmed_refusals() > 0);
     }
@@ -325,7 +327,7 @@ async fn an_outage_longer_than_the_retention(positions_expired_too: bool) {
     // Caught up: the next sweep reads the stream alone and finds nothing.
     let after = sweep(&sweeper).await;
     assert_eq!(
-        (after.found, after.trimmed, after.remaining, after.errors),
+        (after.found, after.behind, after.remaining, after.errors),
         (0, false, false, 0),
         "{after:?}"
     );
@@ -503,8 +505,8 @@ async fn an_older_sweep_never_moves_a_position_back() {
     assert!(!after_b.is_empty());
     // A settles at last, having resolved nothing of what it listed: its
     // place (at the first record it saw stuck) is older than B's.
-    let settlement = listing_a.settlement.expect("a stream listing settles");
-    store.settle(&settlement, &[]).await.unwrap();
+    let settlement = listing_a.listing.expect("a stream listing settles");
+    store.finish(&settlement, &[]).await.unwrap();
     let after_a = positions(&store).await;
     for (id, item) in &after_b {
         assert_eq!(
@@ -533,13 +535,13 @@ async fn a_shard_idle_past_the_retention_reports_its_trim_once() {
     let latest = latest_record(&store).await;
     proxy.trim_through(&latest);
     let first = sweep(&store).await;
-    assert!(first.trimmed, "{first:?}");
+    assert!(first.behind, "{first:?}");
     let refusals = proxy.trimmed_refusals();
     assert!(refusals > 0);
     for n in 2..=3 {
         let later = sweep(&store).await;
         assert_eq!(
-            (later.trimmed, later.errors, later.remaining, later.found),
+            (later.behind, later.errors, later.remaining, later.found),
             (false, 0, false, 0),
             "sweep {n} after the trim: {later:?}"
         );
@@ -552,7 +554,7 @@ async fn a_shard_idle_past_the_retention_reports_its_trim_once() {
     let fresh = stuck_records(&store, "after-the-idle-day", 2).await;
     let found = sweep(&store).await;
     assert_eq!(
-        (found.found, found.released, found.errors, found.trimmed),
+        (found.found, found.released, found.errors, found.behind),
         (2, 2, 0, false),
         "{found:?}"
     );

@@ -549,6 +549,7 @@ async fn an_unreadable_index_is_counted_and_fails_the_function(mode: Discovery) 
         grace: Duration::ZERO,
         index: mode == Discovery::Index,
         streams_endpoint: Some(integration_tests::endpoint()),
+        full_pass: lambda_idempotency::store::dynamodb::DEFAULT_FULL_PASS,
     };
     let err = sweeper::handle(
         &config
@@ -593,8 +594,9 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         grace: Duration::ZERO,
         index: mode == Discovery::Index,
         streams_endpoint: Some(integration_tests::iam_record::dynamodb_endpoint()),
+        full_pass: lambda_idempotency::store::dynamodb::DEFAULT_FULL_PASS,
     };
-    let summary: SweepSummary = sweeper::handle(
+    let summary: sweeper::SweepOutput = sweeper::handle(
         &config
             .sweeper(
                 integration_tests::iam_record::dynamodb_client(principal).await,
@@ -616,6 +618,7 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         "pages",
         "remaining",
         "errors",
+        "behind",
         "trimmed",
     ] {
         assert!(out.get(field).is_some(), "output has {field}");
@@ -626,7 +629,7 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         .as_array()
         .unwrap();
     assert!(metrics.iter().any(|m| m["Name"] == "SweepFenced"));
-    assert!(metrics.iter().any(|m| m["Name"] == "SweepTrimmed"));
+    assert!(metrics.iter().any(|m| m["Name"] == "SweepBehind"));
 
     // SweepPolicy=fail: the function completes stuck records with the
     // terminal problem (fenced updates, recorded as the sweeper's too).
@@ -641,7 +644,7 @@ async fn the_sweeper_function_handles_the_sample_event(mode: Discovery) {
         policy: SweepPolicy::Fail,
         ..config
     };
-    let failing: SweepSummary = sweeper::handle(
+    let failing: sweeper::SweepOutput = sweeper::handle(
         &config
             .sweeper(
                 integration_tests::iam_record::dynamodb_client(principal).await,

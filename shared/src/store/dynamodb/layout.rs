@@ -129,7 +129,13 @@ impl Default for TableLayout {
 
 /// Attribute names of the items that keep the sweeper's place in the stream
 /// (besides the key and the expiry), see `stream.rs`.
-pub(super) const POSITION_ATTRS: [&str; 3] = ["position", "carry", "listed_at"];
+pub(super) const POSITION_ATTRS: [&str; 5] = [
+    "position",
+    "iterator",
+    "iterator_at",
+    "listed_at",
+    "started_at",
+];
 
 impl TableLayout {
     /// The partition key: its attribute `name` and its value (default: `id`

@@ -93,8 +93,8 @@ mod stream;
 mod sweep;
 #[cfg(feature = "sweep-via-stream")]
 pub use stream::{
-    check_lease_within_stream, streams_endpoint, DYNAMODB_ENDPOINT_ENV, STREAMS_ENDPOINT_ENV,
-    STREAM_RETENTION,
+    check_lease_within_stream, streams_endpoint, DEFAULT_FULL_PASS, DYNAMODB_ENDPOINT_ENV,
+    STREAMS_ENDPOINT_ENV, STREAM_RETENTION,
 };
 
 use codec::{n, s};
@@ -134,9 +134,28 @@ pub struct DynamoStore {
     /// ([`with_stream_at`](DynamoStoreBuilder::with_stream_at)).
     #[cfg(feature = "sweep-via-stream")]
     stream_endpoint: Option<Arc<str>>,
+    /// How often a full pass of the table backs the stream up.
+    #[cfg(feature = "sweep-via-stream")]
+    full_pass: std::time::Duration,
 }
 
 impl DynamoStoreBuilder {
+    /// With the stream ([`with_stream`](Self::with_stream)): start a full
+    /// pass of the table, the stream's backstop, every `period` (default
+    /// [`DEFAULT_FULL_PASS`], one hour; the sweeper's
+    /// `IDEMPOTENCY_SWEEP_FULL_PASS_SECONDS`). A pass reads the whole table
+    /// for stuck records, a budgeted part per listing, its place kept
+    /// between sweeps: whatever the stream does, a record stuck at any time
+    /// is found within lease + grace + `period` + the pass's own duration.
+    /// It costs a read of the whole table per period (docs/SCALING.md).
+    /// `Duration::ZERO` turns the periodic pass off: a gap the stream shows
+    /// (a trim, a shard with no known past) still starts one.
+    #[cfg(feature = "sweep-via-stream")]
+    pub fn full_pass(mut self, period: std::time::Duration) -> Self {
+        self.full_pass = period;
+        self
+    }
+
     /// Find stuck records through the table's stream (view type `NEW_IMAGE`),
     /// read through `streams`: the listing the sweeper and the CLI use, at no
     /// cost on the hot path (claims, recovery points and completions write
@@ -229,6 +248,8 @@ impl DynamoStoreBuilder {
             stream: self.stream,
             #[cfg(feature = "sweep-via-stream")]
             stream_endpoint: self.stream_endpoint.map(Arc::from),
+            #[cfg(feature = "sweep-via-stream")]
+            full_pass: self.full_pass,
         })
     }
 }
@@ -245,6 +266,8 @@ pub struct DynamoStoreBuilder {
     stream: Option<aws_sdk_dynamodbstreams::Client>,
     #[cfg(feature = "sweep-via-stream")]
     stream_endpoint: Option<String>,
+    #[cfg(feature = "sweep-via-stream")]
+    full_pass: std::time::Duration,
 }
 
 impl DynamoStore {
@@ -277,6 +300,8 @@ impl DynamoStore {
             stream: None,
             #[cfg(feature = "sweep-via-stream")]
             stream_endpoint: None,
+            #[cfg(feature = "sweep-via-stream")]
+            full_pass: DEFAULT_FULL_PASS,
         }
     }
 

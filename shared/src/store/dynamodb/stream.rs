@@ -1,70 +1,72 @@
 //! Stuck records found through the table's stream instead of an index
 //! (feature `sweep-via-stream`): the hot path writes nothing for the sweeper.
 //!
-//! The table's stream (view type `NEW_IMAGE`, or `NEW_AND_OLD_IMAGES`; any
-//! other view type is refused, since its records carry no new image) logs
-//! every claim, recovery point, completion and deletion in order per record.
-//! A listing reads each shard from where the last settled sweep left it
-//! (parents before children, so a record's images come in order) and keeps
-//! the latest image of every record: one whose latest image is in progress
-//! with a lease over before the cutoff is stuck; one completed or deleted
-//! afterwards drops out. Nothing is written while listing.
+//! Two readers make one listing:
+//!
+//! - **The stream, the fast path.** The table's stream (view type
+//!   `NEW_IMAGE`, or `NEW_AND_OLD_IMAGES`; any other view type is refused,
+//!   since its records carry no new image) logs every claim, recovery point,
+//!   completion and deletion, in order per record. A listing reads each shard
+//!   from where the last finished sweep left it, parents before children (a
+//!   record's images are in order only along its own lineage), and keeps the
+//!   latest image of every record: one in progress with a lease over before
+//!   the cutoff is stuck; one completed or deleted afterwards drops out.
+//! - **The full pass, the backstop.** A scan of the table for records in
+//!   progress with a lease over before the cutoff, resumable and budgeted
+//!   ([`PASS_PAGES`] pages per listing), which starts every
+//!   [`full_pass`](super::DynamoStoreBuilder::full_pass) period
+//!   ([`DEFAULT_FULL_PASS`] by default) and at once when the stream shows a
+//!   gap: a place trimmed before it was read (`TrimmedDataAccessException`),
+//!   a place saved at the trim horizon longer ago than the stream's
+//!   retention, a shard with no place and no parent to come from (the first
+//!   listing, or places expired). Whatever the stream does, a defect of this
+//!   reader included, a record stuck at any time is found within lease +
+//!   grace + the period + the pass's own duration (one sweep where a pass fits
+//!   one sweep's budget). A pass that outlives its period is reported
+//!   (`behind`, as is a gap), so the bound is never broken in silence.
 //!
 //! Reading a shard follows `NextShardIterator` past empty pages (the service
-//! answers them while records lie further on): a closed shard (it has an
-//! ending sequence number) until its iterator ends, however many empty
-//! pages come on the way; an open shard until
-//! [`EMPTY_PAGES_AT_THE_PRESENT`] empty pages in a row say the listing has
-//! reached the present. A shard that fails (throttled past the SDK's
-//! retries, or an error) costs that shard, counted in `failed_reads`: what
-//! was read of it before is kept, its children wait for the next listing
-//! (their images come after its own), the other shards are read. A listing
-//! given a deadline ([`StuckRequest::deadline_ms`](crate::store::StuckRequest::deadline_ms)) stops
-//! reading there and returns what it read, `unread` set.
+//! answers them while records lie further on), at most
+//! [`MAX_READS_PER_SHARD`] calls per shard and [`MAX_READS_PER_LISTING`] in
+//! all; an open shard counts as read to the present after
+//! [`EMPTY_PAGES_AT_THE_PRESENT`] empty pages in a row. Where the listing
+//! stopped in a shard with nothing to read again, the next listing goes on
+//! from the iterator it stopped at while that is fresh
+//! ([`ITERATOR_MAX_AGE_MS`]), so a long run of empty pages is crossed over
+//! several sweeps instead of read again from its start each time. A shard
+//! that fails (throttled past the SDK's retries, or an error) costs that
+//! shard, counted in `failed_reads`: what was read of it before is kept,
+//! its children wait for the next listing, the other shards are read. A
+//! listing given a deadline stops reading there and returns what it read,
+//! `incomplete` set.
 //!
-//! [`settle`](super::DynamoStore) saves, per shard, where the next listing
-//! starts: at the earliest record this listing saw in progress that the
-//! sweep did not resolve (still live, not reached, or failed), else after
-//! the last record read. Positions are small items in the table itself
-//! (record id `~sweeper/stream/<shard id>`, keyed as the table layout keys a
-//! record with that id, expiring through TTL after two days,
-//! when the stream has long trimmed the shard). Each carries the time its
-//! listing started (`listed_at`) and is written on the condition that no
-//! later listing saved it already, so of two overlapping sweeps the older
-//! never moves a place back. A stuck record holding a recovery point (left
-//! for its retry under `release`, perhaps for a day) does not pin the place:
-//! the item carries it to the next listing, until its retry, a `fail` sweep
-//! or its expiry shows up in the stream. What an item carries is bounded by
-//! bytes ([`MAX_CARRY_BYTES`]) and none is dropped: the place stays before
-//! the first record of the stream that does not fit, and one no stream place
-//! shows again (found by the catch-up scan) keeps the scan on it. A closed
-//! shard read to its end hands what it carries to a child, so nothing
-//! carried leaves with the shard a day later.
+//! [`finish`](crate::store::SweepStore::finish) saves, per shard, where the
+//! next listing starts: at the earliest record this listing saw in progress
+//! that the sweep did not resolve (still live, not reached, or failed),
+//! else after the last record read. A stuck record holding a recovery point
+//! (left for its retry under `release`, perhaps for a day) does not hold
+//! the place: the next full pass finds it again. Places are small items in
+//! the table itself (record id `~sweeper/stream/<shard id>`, the pass's
+//! `~sweeper/full-pass`, keyed as the table layout keys a record with that
+//! id, expiring through TTL after two days, when the stream has long trimmed
+//! the shard). Each carries the time its listing started (`listed_at`) and
+//! is written on the condition that no later listing saved it already, so
+//! of two overlapping sweeps the older never moves a place back.
 //!
-//! The stream keeps records 24 hours. A sweeper behind by more than that
-//! (an outage) finds its saved place trimmed (`TrimmedDataAccessException`);
-//! a listing that finds a shard with no saved place and no parent to come
-//! from (the first listing, or places expired after two days) cannot know
-//! what came before either. Both start a **catch-up**: a scan of the table
-//! for records in progress with a lease over before the cutoff, at most
-//! [`CATCH_UP_PAGES`] pages per listing, its place kept in the item
-//! `~sweeper/catch-up` until it reaches the table's end; the scan moves on
-//! only once every stuck record it found is resolved. A trim is reported
-//! (`trimmed`, an error of the sweep) and the listing is `unread` until the
-//! catch-up is done. A trimmed place with nothing newer readable (a shard
-//! idle for a day) is saved as the trim horizon, so the trim is reported
-//! once. So a record stuck at any time is found within a bounded number of
-//! sweeps, whatever happened to the stream, as long as no lease outlives
-//! the stream's retention ([`check_lease_within_stream`]).
+//! Reading a stream from Lambda or the SDK costs no table capacity; a full
+//! pass reads (and is billed for) the whole table once per period
+//! (docs/SCALING.md).
 //!
-//! Reading a stream from Lambda or the SDK costs no table capacity; the
-//! catch-up scan reads (and is billed for) the whole table, once per outage.
-//!
-//! `stream/list.rs` reads the stream (and runs the catch-up scan) into a
-//! listing; `stream/settle.rs` saves the places a settled listing leaves.
+//! `stream/shards.rs` lists the shards in reading order, `stream/read.rs`
+//! reads one shard, `stream/pass.rs` runs the full pass, `stream/list.rs`
+//! makes the listing of them, and `stream/settle.rs` saves the places a
+//! finished listing leaves.
 
 mod list;
+mod pass;
+mod read;
 mod settle;
+mod shards;
 
 use std::time::Duration;
 
@@ -141,54 +143,83 @@ pub fn check_lease_within_stream(max_lease: Duration, grace: Duration) -> Result
 
 /// Id prefix of the items that keep the sweeper's place in each shard.
 const POSITION_PREFIX: &str = "~sweeper/stream/";
-/// Id of the item that keeps the catch-up scan's place while one runs.
-const CATCH_UP_ID: &str = "~sweeper/catch-up";
-/// Position attribute: `at:<seq>` (start at), `after:<seq>` (start after) or
-/// `horizon:` (the trim horizon, the past covered by a catch-up); in the
-/// catch-up item, `scan:<key>` (`scan:` = the table's start).
+/// Id of the item that keeps the full pass's place and start.
+const PASS_ID: &str = "~sweeper/full-pass";
+/// Position attribute: `at:<seq>` (start at), `after:<seq>` (start after)
+/// or `horizon:<ms>` (the trim horizon: nothing of the shard was read up to
+/// that time); in the pass item, `scan:<key>` while a pass runs (`scan:` =
+/// the table's start), `done:` when none does.
 const POSITION: &str = "position";
-/// The position of a shard read from its trim horizon, its past covered by
-/// a catch-up scan.
-const HORIZON: &str = "horizon:";
-/// Stuck records kept for their recovery point, carried from listing to
-/// listing (JSON), so the place need not wait for them.
-const CARRY: &str = "carry";
+/// Where a shard's reading stopped past its position (an iterator, with
+/// [`ITERATOR_AT`]): the next listing goes on from there while it is fresh.
+const ITERATOR: &str = "iterator";
+/// When [`ITERATOR`] was handed out (epoch ms).
+const ITERATOR_AT: &str = "iterator_at";
 /// When the listing that saved the item started (epoch ms): an item is only
 /// replaced by a listing that started as late or later.
 const LISTED_AT: &str = "listed_at";
-/// At most this many bytes of carried records per shard (about 1,400
-/// records; they are rare: a crash after a recovery point and no retry), so
-/// the position item stays within DynamoDB's 400 KB item limit with room
-/// for its key and place. Beyond, none is dropped: the place stays before
-/// the first that does not fit (the stream shows it again), or, for one
-/// the stream no longer shows, the catch-up scan finds it again.
-const MAX_CARRY_BYTES: usize = 350_000;
+/// In the pass item: when the current (or last) pass started (epoch ms).
+const STARTED_AT: &str = "started_at";
+/// A position of the trim horizon.
+const HORIZON: &str = "horizon";
+/// The service hands out iterators valid for 15 minutes; one saved is used
+/// for 10, leaving the listing time to read with it.
+pub(crate) const ITERATOR_MAX_AGE_MS: u64 = 10 * 60 * 1000;
 /// GetRecords calls per listing in all, so one listing stays well inside a
 /// sweep's time whatever the number of shards.
-const MAX_READS_PER_LISTING: u64 = 2_000;
+pub(crate) const MAX_READS_PER_LISTING: u64 = 2_000;
 /// GetRecords calls per shard per listing (up to 1,000 records each): a
 /// backlog larger than that is read on by the next listing.
-const MAX_READS_PER_SHARD: u32 = 200;
+pub(crate) const MAX_READS_PER_SHARD: u32 = 200;
 /// Empty pages in a row after which an open shard counts as read to the
 /// present. The API gives no end for an open shard and answers empty pages
 /// where records lie further on (a few in a row), so one empty page is not
-/// the end; an open shard at the present answers empty pages forever.
+/// the end; an open shard at the present answers empty pages forever. Where
+/// the shard stopped is kept ([`ITERATOR`]): the next listing goes on.
 pub(crate) const EMPTY_PAGES_AT_THE_PRESENT: u32 = 8;
-/// Scan pages (up to 1,000 items each) a catch-up reads per listing.
-pub(crate) const CATCH_UP_PAGES: usize = 10;
+/// Scan pages (up to 1,000 items each) a full pass reads per listing at
+/// least; more where the table's size asks for more to finish within the
+/// period (twice its share of the table per listing, at most
+/// [`PASS_PAGES_MAX`]), always within the listing's deadline.
+pub(crate) const PASS_PAGES: usize = 10;
+/// At most this many scan pages per listing.
+pub(crate) const PASS_PAGES_MAX: usize = 300;
+/// How often a full pass of the table starts by default: one hour
+/// (`IDEMPOTENCY_SWEEP_FULL_PASS_SECONDS`).
+pub const DEFAULT_FULL_PASS: Duration = Duration::from_secs(3600);
 /// Positions outlive the 24-hour stream with room to spare.
 const POSITION_TTL_S: u64 = 2 * 24 * 3600;
 
-/// Where a listing starts in one shard.
+/// Where a listing starts in one shard, as the last finished listing left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Start {
     At(String),
     After(String),
-    TrimHorizon,
+    /// Read from the trim horizon: nothing of the shard was seen up to
+    /// `seen_to` (epoch ms; `None` when not known, as in a place saved by
+    /// an older version): past the retention, what came since may be gone.
+    Horizon {
+        seen_to: Option<u64>,
+    },
+    /// No place saved.
+    Unknown,
+}
+
+impl Start {
+    fn parse(position: Option<&str>) -> Start {
+        match position.and_then(|p| p.split_once(':')) {
+            Some(("at", seq)) => Start::At(seq.to_owned()),
+            Some(("after", seq)) => Start::After(seq.to_owned()),
+            Some((HORIZON, at)) => Start::Horizon {
+                seen_to: at.parse().ok(),
+            },
+            _ => Start::Unknown,
+        }
+    }
 }
 
 /// The latest in-progress image of a record, and where it was read.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 struct Candidate {
     attempt: u64,
     owner: String,
@@ -198,17 +229,15 @@ struct Candidate {
     sequence: String,
 }
 
-/// What `settle` needs: per shard, the last sequence read and the records
-/// that pin it (sequence, id), in the settlement's opaque text.
+/// What `finish` needs, in the listing's opaque text: per shard, how far
+/// it was read and the records that hold it; the full pass's part.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Plan {
     shards: Vec<ShardPlan>,
     /// When the listing started (epoch ms): the condition of every write.
-    #[serde(default)]
     listed_at: u64,
-    /// The catch-up scan this listing ran, if any.
-    #[serde(default)]
-    catch_up: Option<CatchUp>,
+    /// The full pass this listing ran, if any.
+    pass: Option<PassPlan>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -216,43 +245,35 @@ struct ShardPlan {
     shard: String,
     /// Last sequence number read (none read: keep the saved position).
     end: Option<String>,
-    /// Records seen in progress here and not resumable: (sequence, id).
+    /// Where reading stopped, to go on from while fresh, and when it was
+    /// handed out (epoch ms).
+    iterator: Option<(String, u64)>,
+    /// Records seen in progress here that the place must wait for (live,
+    /// or stuck without a recovery point): (sequence, id).
     pins: Vec<(String, String)>,
-    /// Stuck records with a recovery point seen here: carried to the next
-    /// listing instead of pinning the place (id, its latest image).
-    carry: Vec<(String, Candidate)>,
-    /// The place this listing started from (`at:`/`after:`), if saved.
+    /// The place this listing started from, as saved.
     start: Option<String>,
-    /// What came before this listing's start in the shard is unknown (its
-    /// place was trimmed, or never saved): the catch-up scan covers it, so
-    /// the place is only saved once the catch-up's is.
-    #[serde(default)]
-    unknown_past: bool,
-    /// The place this listing started from was trimmed: saved again, it
-    /// would be refused again at every listing.
-    #[serde(default)]
-    start_trimmed: bool,
-    /// A closed shard read to its end: the child that took over what it
-    /// carried (its place is saved only once the child's is).
-    #[serde(default)]
-    heir: Option<String>,
+    /// What came before this listing's start is unknown (a gap): the full
+    /// pass this listing started covers it, so the place is saved only
+    /// once the pass's is.
+    gap: bool,
 }
 
-/// One listing's part of a catch-up scan.
+/// One listing's part of a full pass.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct CatchUp {
-    /// Where this listing's scan pages started (`None`: the table's start).
+struct PassPlan {
+    /// When the pass started (epoch ms).
+    started_at: u64,
+    /// Where this listing's pages started (`None`: the table's start).
     from: Option<String>,
-    /// Where the next listing goes on (`None` with `done`: the end).
+    /// Where the next listing goes on.
     next: Option<String>,
-    /// The scan reached the table's end.
+    /// The pass reached the table's end.
     done: bool,
-    /// Stuck records the scan found: it moves on once all are resolved.
+    /// Stuck records it found: it moves on once all are resolved.
     found: Vec<String>,
-    /// Stuck records with a recovery point were found that no position
-    /// carries: the scan reads these pages again.
-    #[serde(default)]
-    hold: bool,
+    /// A gap started it: until done, the listing may miss records.
+    catching_up: bool,
 }
 
 /// Sequence numbers are decimal strings of growing length: compare as numbers.
@@ -317,6 +338,13 @@ impl DynamoStore {
     /// The table's current stream, or a configuration error saying how to
     /// enable it (or to set its view type).
     async fn stream_arn(&self) -> Result<String, Error> {
+        self.stream_of_table().await.map(|(arn, _)| arn)
+    }
+
+    /// [`stream_arn`](Self::stream_arn), and the table's item count as
+    /// DescribeTable says it (updated about every six hours): what a full
+    /// pass has to read.
+    async fn stream_of_table(&self) -> Result<(String, u64), Error> {
         let described = self
             .client
             .describe_table()
@@ -361,7 +389,11 @@ impl DynamoStore {
                 ))
             }
         }
-        Ok(arn.to_owned())
+        let items = table
+            .and_then(|t| t.item_count())
+            .and_then(|count| u64::try_from(count).ok())
+            .unwrap_or(0);
+        Ok((arn.to_owned(), items))
     }
 }
 
@@ -375,9 +407,9 @@ mod tests {
         // The layout refuses key and expiry attributes of these names.
         assert_eq!(
             super::super::layout::POSITION_ATTRS,
-            [POSITION, CARRY, LISTED_AT]
+            [POSITION, ITERATOR, ITERATOR_AT, LISTED_AT, STARTED_AT]
         );
-        assert!(CATCH_UP_ID.starts_with(super::super::SWEEPER_ITEM_PREFIX));
+        assert!(PASS_ID.starts_with(super::super::SWEEPER_ITEM_PREFIX));
     }
 
     fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
@@ -438,12 +470,11 @@ mod tests {
     #[test]
     fn the_templates_put_item_grant_covers_the_position_items() {
         // template.yaml scopes the sweeper's PutItem to these keys
-        // (dynamodb:LeadingKeys): its places in the stream and the catch-up
-        // scan's place; scripts/check-template.py checks the rest, and
+        // (dynamodb:LeadingKeys): its places in the stream and the full
+        // pass's place; scripts/check-template.py checks the rest, and
         // scripts/check-iam.py evaluates the recorded puts against it.
         let template = include_str!("../../../../template.yaml");
-        let condition =
-            format!("dynamodb:LeadingKeys: [\"{POSITION_PREFIX}*\", \"{CATCH_UP_ID}\"]");
+        let condition = format!("dynamodb:LeadingKeys: [\"{POSITION_PREFIX}*\", \"{PASS_ID}\"]");
         assert!(
             template.contains(&condition),
             "template.yaml's sweeper PutItem condition must be {condition}"

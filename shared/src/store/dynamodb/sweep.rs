@@ -15,7 +15,7 @@ use super::{DynamoStore, TableLayout, SWEEPER_ITEM_PREFIX};
 use crate::error::{Error, ErrorKind};
 use crate::record::Status;
 use crate::store::{
-    resolver_owner, Lease, RecordPage, Resolution, Resolve, ResolveRequest, Settlement, Store,
+    resolver_owner, Lease, Listing, RecordPage, Resolution, Resolve, ResolveRequest, Store,
     StuckPage, StuckRecord, StuckRequest, SweepCursor, SweepStore,
 };
 
@@ -218,11 +218,11 @@ impl SweepStore for DynamoStore {
 
     // Without the `sweep-via-stream` feature the arguments go unused.
     #[allow(unused_variables)]
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
+    async fn finish(&self, listing: &Listing, resolved: &[String]) -> Result<(), Error> {
         #[cfg(feature = "sweep-via-stream")]
         if self.stream.is_some() {
             return self
-                .settle_stream(settlement, resolved, crate::clock::now_ms())
+                .settle_stream(listing, resolved, crate::clock::now_ms())
                 .await;
         }
         Ok(())
@@ -311,6 +311,10 @@ impl SweepStore for DynamoStore {
             .and_then(|key| self.layout.key_cursor(&key))
             .map(SweepCursor);
         Ok(page)
+    }
+    /// The engine expires records itself: nothing to delete.
+    async fn delete_expired(&self, _now_s: u64, _limit: usize) -> Result<u64, Error> {
+        Ok(0)
     }
 }
 

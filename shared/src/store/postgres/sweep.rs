@@ -18,6 +18,14 @@ use crate::store::{
 
 #[async_trait::async_trait]
 impl SweepStore for PostgresStore {
+    /// Its listing keeps no place between sweeps: nothing to save.
+    async fn finish(
+        &self,
+        _listing: &crate::store::Listing,
+        _resolved: &[String],
+    ) -> Result<(), Error> {
+        Ok(())
+    }
     async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
         // One indexed query a page: nothing long enough to need the deadline.
         let (after_lease, after_id) = match &request.cursor {

@@ -72,8 +72,8 @@ pub use self::records::{
 use self::result::{stored_response, Shape};
 use super::{
     CheckpointRequest, ClaimOrigin, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease,
-    RecordPage, Resolution, ResolveRequest, Settlement, Store, StoredRecord, StuckPage,
-    StuckRequest, SweepCursor, SweepStore,
+    Listing, RecordPage, Resolution, ResolveRequest, Store, StoredRecord, StuckPage, StuckRequest,
+    SweepCursor, SweepStore,
 };
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, Status, StoredResponse};
@@ -576,8 +576,8 @@ impl<S: SweepStore> SweepStore for PowertoolsCutover<S> {
     async fn resolve_stuck(&self, request: ResolveRequest<'_>) -> Result<Resolution, Error> {
         self.inner.resolve_stuck(request).await
     }
-    async fn settle(&self, settlement: &Settlement, resolved: &[String]) -> Result<(), Error> {
-        self.inner.settle(settlement, resolved).await
+    async fn finish(&self, listing: &Listing, resolved: &[String]) -> Result<(), Error> {
+        self.inner.finish(listing, resolved).await
     }
     async fn scan(&self, cursor: Option<SweepCursor>, limit: usize) -> Result<RecordPage, Error> {
         self.inner.scan(cursor, limit).await

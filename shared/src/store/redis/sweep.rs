@@ -23,6 +23,18 @@ const STUCK_LOOKUPS_PER_CALL: usize = 1_000;
 
 #[async_trait::async_trait]
 impl SweepStore for RedisStore {
+    /// Its listing keeps no place between sweeps: nothing to save.
+    async fn finish(
+        &self,
+        _listing: &crate::store::Listing,
+        _resolved: &[String],
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+    /// The engine expires records itself: nothing to delete.
+    async fn delete_expired(&self, _now_s: u64, _limit: usize) -> Result<u64, Error> {
+        Ok(0)
+    }
     async fn stuck(&self, request: StuckRequest) -> Result<StuckPage, Error> {
         // Each call of stuck.lua is bounded: nothing long enough to need the
         // deadline.

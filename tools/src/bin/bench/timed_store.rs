@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use lambda_idempotency::store::{
-    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, RecordPage,
-    Resolution, ResolveRequest, StoredRecord, StuckPage, StuckRequest, SweepCursor, SweepStore,
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, Listing,
+    RecordPage, Resolution, ResolveRequest, StoredRecord, StuckPage, StuckRequest, SweepCursor,
+    SweepStore,
 };
 use lambda_idempotency::{DynamoStore, Store};
 
@@ -65,11 +66,26 @@ impl Store for TimedStore {
     async fn get(&self, record_id: &str) -> StoreResult<Option<StoredRecord>> {
         self.inner.get(record_id).await
     }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn reads_origin(&self) -> bool {
+        self.inner.reads_origin()
+    }
+    async fn warm_up(&self) -> StoreResult<()> {
+        self.inner.warm_up().await
+    }
 }
 
 /// The sweeper's side is not timed: the benchmarks measure requests.
 #[async_trait::async_trait]
 impl SweepStore for TimedStore {
+    async fn finish(&self, listing: &Listing, resolved: &[String]) -> StoreResult<()> {
+        self.inner.finish(listing, resolved).await
+    }
+    async fn delete_expired(&self, now_s: u64, limit: usize) -> StoreResult<u64> {
+        self.inner.delete_expired(now_s, limit).await
+    }
     async fn stuck(&self, request: StuckRequest) -> StoreResult<StuckPage> {
         self.inner.stuck(request).await
     }
