@@ -314,6 +314,15 @@ impl Message {
         &self.bytes[self.body_start..]
     }
 
+    /// A message made of whole `bytes` (head, blank line, body).
+    pub(crate) fn from_bytes(bytes: Vec<u8>) -> Message {
+        let body_start = bytes
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(bytes.len(), |at| at + 4);
+        Message { bytes, body_start }
+    }
+
     /// The status code of a response.
     pub(crate) fn status(&self) -> Option<u16> {
         self.head().split_whitespace().nth(1)?.parse().ok()

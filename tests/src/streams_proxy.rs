@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use crate::fault_proxy::{canned, read_message};
+use crate::fault_proxy::{canned, read_message, Message};
 
 /// A running proxy; its faults are set and cleared while it runs.
 #[derive(Clone)]
@@ -53,8 +53,18 @@ struct State {
     /// The closed shards have left the stream (a day after closing): only
     /// their child is described, naming its parent.
     closed_gone: AtomicBool,
+    /// Fresh iterators (`GetShardIterator`) start this many empty pages
+    /// before the records: an empty stretch of the shard at every place,
+    /// which only an iterator already past it crosses at once.
+    stretch: AtomicU64,
+    /// Iterators the proxy passed on, and those a trim made stale (the
+    /// service's iterators last 15 minutes; a trim stands for a day gone).
+    issued: Mutex<std::collections::HashSet<String>>,
+    expired: Mutex<std::collections::HashSet<String>>,
     /// What the proxy did.
     get_records: AtomicU64,
+    /// `GetRecords` calls the engine answered.
+    answered: AtomicU64,
     empty_answered: AtomicU64,
     failed: AtomicU64,
     trimmed_refusals: AtomicU64,
@@ -114,8 +124,9 @@ impl StreamsProxy {
         self.state.empty_pages.store(n, Ordering::SeqCst);
     }
 
-    /// Let `n` more `GetRecords` calls through, then fail every later one
+    /// Let `n` more `GetRecords` calls succeed, then fail every later one
     /// (a throttling error if `throttle`, else a 500) until [`heal`](Self::heal).
+    /// Calls the engine itself refuses pass through uncounted.
     pub fn fail_reads_after(&self, n: u64, throttle: bool) {
         self.state
             .fail_with_throttling
@@ -161,12 +172,29 @@ impl StreamsProxy {
         if let Ok(mut trimmed) = self.state.trimmed_through.lock() {
             *trimmed = Some(sequence.to_owned());
         }
+        // A trim stands for a day gone by: every iterator handed out before
+        // it has expired (`ExpiredIteratorException`).
+        if let (Ok(mut issued), Ok(mut expired)) =
+            (self.state.issued.lock(), self.state.expired.lock())
+        {
+            expired.extend(issued.drain());
+        }
     }
 
-    /// Let `n` more `GetRecords` calls through, then hold every later one
-    /// until [`release`](Self::release) (a reader that hangs).
+    /// Every iterator asked from now on (`GetShardIterator`) meets `n`
+    /// empty pages before the shard's records, as where the service has
+    /// long stretches without records: a listing that starts again from its
+    /// saved place reads them all again; one that goes on from the iterator
+    /// it stopped at does not.
+    pub fn empty_stretch(&self, n: u64) {
+        self.state.stretch.store(n, Ordering::SeqCst);
+    }
+
+    /// Let `n` more `GetRecords` calls the engine answers through, then
+    /// hold every later answer until [`release`](Self::release) (a reader
+    /// that hangs).
     pub fn hold_after(&self, n: u64) {
-        let so_far = self.get_records();
+        let so_far = self.state.answered.load(Ordering::SeqCst);
         self.state
             .hold_after
             .store(so_far.saturating_add(n), Ordering::SeqCst);
@@ -279,6 +307,68 @@ fn ok_json(body: &Value) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The failure [`StreamsProxy::fail_reads_after`] injects, counted.
+fn injected_failure(state: &State) -> Vec<u8> {
+    state.failed.fetch_add(1, Ordering::SeqCst);
+    if state.fail_with_throttling.load(Ordering::SeqCst) {
+        canned(
+            "400 Bad Request",
+            "ThrottlingException",
+            "Rate exceeded for shard (injected)",
+        )
+    } else {
+        canned(
+            "500 Internal Server Error",
+            "InternalServerError",
+            "Internal server error (injected)",
+        )
+    }
+}
+
+/// Prefix of the iterators that still have empty pages of a stretch ahead:
+/// `stretch:<pages left>:<the engine's iterator>`.
+const STRETCH: &str = "stretch:";
+
+/// The empty page a stretch iterator answers (the last one hands over the
+/// engine's iterator), or `None` for any other iterator.
+fn stretch_page(state: &State, iterator: &str) -> Option<Value> {
+    let (left, real) = iterator.strip_prefix(STRETCH)?.split_once(':')?;
+    let left: u64 = left.parse().ok()?;
+    state.get_records.fetch_add(1, Ordering::SeqCst);
+    state.empty_answered.fetch_add(1, Ordering::SeqCst);
+    let next = match left.saturating_sub(1) {
+        0 => real.to_owned(),
+        more => format!("{STRETCH}{more}:{real}"),
+    };
+    Some(serde_json::json!({ "Records": [], "NextShardIterator": next }))
+}
+
+/// Note the iterators of an answer (a trim expires them), and put a fresh
+/// one behind the empty stretch when one is set.
+fn remember_iterators(state: &State, target: &str, response: Message) -> Message {
+    if response.status() != Some(200) || !matches!(target, "getsharditerator" | "getrecords") {
+        return response;
+    }
+    let mut answer: Value = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+    let field = if target == "getrecords" {
+        "NextShardIterator"
+    } else {
+        "ShardIterator"
+    };
+    let Some(iterator) = answer[field].as_str().map(str::to_owned) else {
+        return response;
+    };
+    if let Ok(mut issued) = state.issued.lock() {
+        issued.insert(iterator.clone());
+    }
+    let stretch = state.stretch.load(Ordering::SeqCst);
+    if target != "getsharditerator" || stretch == 0 {
+        return response;
+    }
+    answer[field] = Value::String(format!("{STRETCH}{stretch}:{iterator}"));
+    Message::from_bytes(ok_json(&answer))
+}
+
 async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
     let Some(upstream) = state.upstream else {
         return Ok(());
@@ -329,37 +419,26 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
             }
         }
         if target == "getrecords" {
-            let nth = state.get_records.fetch_add(1, Ordering::SeqCst) + 1;
-            let mut released = state.released.subscribe();
-            while nth > state.hold_after.load(Ordering::SeqCst) {
-                if released.changed().await.is_err() {
-                    break;
-                }
-            }
-            let failing = state
-                .reads_before_failure
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
-                    u64::MAX => None,
-                    0 => Some(0),
-                    n => Some(n - 1),
-                })
-                .is_ok_and(|before| before == 0);
-            if failing {
-                state.failed.fetch_add(1, Ordering::SeqCst);
-                let answer = if state.fail_with_throttling.load(Ordering::SeqCst) {
-                    canned(
+            let iterator = body["ShardIterator"].as_str().unwrap_or_default();
+            if state.expired.lock().is_ok_and(|e| e.contains(iterator)) {
+                client_write
+                    .write_all(&canned(
                         "400 Bad Request",
-                        "ThrottlingException",
-                        "Rate exceeded for shard (injected)",
-                    )
-                } else {
-                    canned(
-                        "500 Internal Server Error",
-                        "InternalServerError",
-                        "Internal server error (injected)",
-                    )
-                };
-                client_write.write_all(&answer).await?;
+                        "ExpiredIteratorException",
+                        "Iterator expired (injected)",
+                    ))
+                    .await?;
+                continue;
+            }
+            if let Some(page) = stretch_page(&state, iterator) {
+                client_write.write_all(&ok_json(&page)).await?;
+                continue;
+            }
+        }
+        if target == "getrecords" {
+            state.get_records.fetch_add(1, Ordering::SeqCst);
+            if state.reads_before_failure.load(Ordering::SeqCst) == 0 {
+                client_write.write_all(&injected_failure(&state)).await?;
                 continue;
             }
             let empty = state
@@ -397,6 +476,30 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
         let Some(response) = read_message(&mut upstream_read).await? else {
             return Ok(());
         };
+        if target == "getrecords" && response.status() == Some(200) {
+            // Only reads the engine answered are held back.
+            let nth = state.answered.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut released = state.released.subscribe();
+            while nth > state.hold_after.load(Ordering::SeqCst) {
+                if released.changed().await.is_err() {
+                    break;
+                }
+            }
+            // Only reads the engine answered count toward a failure.
+            let failing = state
+                .reads_before_failure
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
+                    u64::MAX => None,
+                    0 => Some(0),
+                    n => Some(n - 1),
+                })
+                .is_ok_and(|before| before == 0);
+            if failing {
+                client_write.write_all(&injected_failure(&state)).await?;
+                continue;
+            }
+        }
+        let response = remember_iterators(&state, &target, response);
         if target == "describestream"
             && response.status() == Some(200)
             && (state.failing_shard.load(Ordering::SeqCst) || closed_at.is_some())

@@ -255,12 +255,12 @@ async fn empty_pages_before_the_records_hide_no_stuck_record() {
 }
 
 /// After an outage longer than the stream keeps records, the images of the
-/// records stuck meanwhile are gone: the sweep says so (`trimmed`,
-/// `remaining`, an error) and a bounded, resumable scan catches them up.
+/// records stuck meanwhile are gone: the sweep says so (`behind`) and a
+/// full pass of the table, started at once, catches them up.
 async fn an_outage_longer_than_the_retention(positions_expired_too: bool) {
     let (store, proxy) = through_proxy().await;
     // The sweeps' table calls recorded as the sweeper function's (the
-    // catch-up scan and its saved place; scripts/check-iam.py); the
+    // full pass and its saved place; scripts/check-iam.py); the
     // harness claims and looks through `store`.
     let sweeper = DynamoStore::builder(
         integration_tests::iam_record::dynamodb_client("sweeper").await,
@@ -308,7 +308,6 @@ async fn an_outage_longer_than_the_retention(positions_expired_too: bool) {
         // reported. (Without a place the sweeper cannot tell an outage from
         // its first run: it catches up all the same.)
         assert!(caught_up.behind, "the first sweep says so: {caught_up:?}");
-        assert!(caught_up.errors >= 1, "{caught_up:?}");
         assert!(proxy.trimmed_refusals() > 0);
     }
     assert!(caught_up.remaining || sweeps.len() == 1, "{sweeps:?}");
@@ -388,7 +387,7 @@ async fn a_failing_shard_keeps_the_progress_read_before_it() {
 /// A stream of two shards, one throttled at every read: the other shard's
 /// stuck records are resolved and its place saved, the failing shard is
 /// counted (an error, `remaining`) sweep after sweep, and its lack of a
-/// place does not start a catch-up scan at every sweep.
+/// place does not start a full pass at every sweep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_failing_shard_costs_that_shard_alone() {
     let (store, proxy) = through_proxy().await;
@@ -412,16 +411,19 @@ async fn one_failing_shard_costs_that_shard_alone() {
         saved.keys().any(|id| !id.ends_with("-failing")),
         "the readable shard's place is saved: {saved:?}"
     );
-    // The failing shard's past is covered by the first sweep's catch-up:
-    // its place says so, and the next sweeps start no other.
+    // The failing shard's past is covered by the first sweep's full pass:
+    // its place says so (its trim horizon, read up to that sweep), and the
+    // next sweeps start no other.
     let failing = saved
         .iter()
         .find(|(id, _)| id.ends_with("-failing"))
-        .map(|(_, item)| item.get("position").cloned());
-    assert_eq!(
-        failing,
-        Some(Some(AttributeValue::S("horizon:".into()))),
-        "{saved:?}"
+        .and_then(|(_, item)| item.get("position"))
+        .and_then(|v| v.as_s().ok())
+        .and_then(|p| p.strip_prefix("horizon:"))
+        .and_then(|at| at.parse::<u64>().ok());
+    assert!(
+        failing.is_some_and(|at| at + 60_000 > now_ms()),
+        "its trim horizon, read up to now: {saved:?}"
     );
     let more = stuck_records(&store, "still-beside-it", 2).await;
     let second = sweep(&store).await;
@@ -520,8 +522,8 @@ async fn an_older_sweep_never_moves_a_position_back() {
 
 /// A shard idle past the stream's retention (issue 41, item 3): the trim
 /// takes the last record the sweeper read and nothing newer comes. The
-/// first sweep after it cannot tell what it missed and says so (`trimmed`,
-/// a catch-up); the place it saves is the trim horizon, not the trimmed
+/// first sweep after it cannot tell what it missed and says so (`behind`,
+/// a full pass); the place it saves is the trim horizon, not the trimmed
 /// place, so the next sweeps report neither a trim nor an error, and a
 /// record stuck later is found as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -683,61 +685,45 @@ async fn batch_write(store: &DynamoStore, requests: Vec<aws_sdk_dynamodb::types:
         .await;
 }
 
-/// The carried records of every position item, by shard item id.
-async fn carried(store: &DynamoStore) -> HashMap<String, usize> {
-    positions(store)
-        .await
-        .into_iter()
-        .map(|(id, item)| {
-            let carry = item
-                .get("carry")
-                .and_then(|v| v.as_s().ok())
-                .map(|text| {
-                    serde_json::from_str::<Vec<serde_json::Value>>(text)
-                        .expect("a carry is JSON")
-                        .len()
-                })
-                .unwrap_or_default();
-            (id, carry)
-        })
-        .collect()
+/// `store` with a full pass at every sweep (its period 1 ms): what the
+/// stream no longer shows is found again at once.
+async fn passing_every_sweep(store: &DynamoStore, proxy: &StreamsProxy) -> DynamoStore {
+    integration_tests::dynamo_builder_like(store)
+        .with_stream(proxy.client().await)
+        .full_pass(Duration::from_millis(1))
+        .open()
+        .unwrap()
 }
 
-/// `after`, the last sweep, found nothing, failed nowhere and left nothing
-/// to read, and no shard carries a record any more.
-async fn assert_nothing_left(store: &DynamoStore, after: &SweepSummary) {
-    assert_eq!(
-        (after.found, after.errors, after.remaining),
-        (0, 0, false),
-        "{after:?}"
-    );
-    let left = carried(store).await;
-    assert!(left.values().all(|n| *n == 0), "{left:?}");
-}
-
-/// 1,800 stuck records with a recovery point in one shard (issue 41, item
-/// 4): more than DynamoDB's 400 KB item limit lets a position item carry.
-/// Every sweep saves its place (no error) and lists all 1,800, a record
-/// stuck beside them is resolved, and once they are gone the place moves on.
+/// 1,800 stuck records with a recovery point in one shard (more than a
+/// position item could ever carry within DynamoDB's 400 KB item limit):
+/// they hold no place in the stream (left for their retries, perhaps for a
+/// day); the full pass finds them again, each pass, and a record stuck
+/// beside them is resolved as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn resumable_records_past_the_item_limit_are_all_found_again() {
-    let (store, _proxy) = swept_once_through_proxy().await;
-    let ids = resumable_records(&store, "carried-from-the-stream", 1_800).await;
+async fn resumable_records_are_found_again_by_each_full_pass() {
+    let (store, proxy) = swept_once_through_proxy().await;
+    let ids = resumable_records(&store, "left-for-their-retry", 1_800).await;
+    let first = sweep(&store).await;
+    assert_eq!(
+        (first.found, first.resumable, first.errors, first.remaining),
+        (1_800, 1_800, 0, false),
+        "the stream shows them once: {first:?}"
+    );
+    // The place moved past them: with no pass due, nothing lists them.
+    let quiet = sweep(&store).await;
+    assert_eq!((quiet.found, quiet.errors), (0, 0), "{quiet:?}");
+    let passing = passing_every_sweep(&store, &proxy).await;
     for n in 1..=2 {
-        let summary = sweep(&store).await;
+        let summary = sweep(&passing).await;
         assert_eq!(
-            (
-                summary.found,
-                summary.resumable,
-                summary.errors,
-                summary.remaining
-            ),
-            (1_800, 1_800, 0, false),
-            "sweep {n}: {summary:?}"
+            (summary.found, summary.resumable, summary.errors),
+            (1_800, 1_800, 0),
+            "pass {n}: {summary:?}"
         );
     }
-    let plain = stuck_records(&store, "beside-the-carried", 1).await;
-    let beside = sweep(&store).await;
+    let plain = stuck_records(&store, "beside-the-resumable", 1).await;
+    let beside = sweep(&passing).await;
     assert_eq!(
         (
             beside.found,
@@ -749,79 +735,43 @@ async fn resumable_records_past_the_item_limit_are_all_found_again() {
         "{beside:?}"
     );
     assert_eq!(gone(&store, &plain).await, 1);
-    // Their retries end them: nothing is carried any more.
+    // Their retries end them: nothing is found any more.
     delete_records(&store, &ids).await;
-    let after = sweep(&store).await;
-    assert_nothing_left(&store, &after).await;
-}
-
-/// The same 1,800 found by the catch-up scan (the stream trimmed their
-/// images, as after an outage past its retention): carried where they fit,
-/// the rest found again by the scan, sweep after sweep, until they are gone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn resumable_records_the_catch_up_found_past_the_item_limit_are_found_again() {
-    let (store, proxy) = through_proxy().await;
-    let ids = resumable_records(&store, "carried-from-the-scan", 1_800).await;
-    let latest = latest_record(&store).await;
-    proxy.trim_through(&latest);
-    for n in 1..=3 {
-        let summary = sweep(&store).await;
-        assert_eq!(
-            (summary.found, summary.resumable),
-            (1_800, 1_800),
-            "sweep {n}: {summary:?}"
-        );
-        // No error but the first sweep's, which has no place to start from
-        // and catches up (no trim is seen without a saved place).
-        assert_eq!(summary.errors, 0, "sweep {n}: {summary:?}");
-    }
-    delete_records(&store, &ids).await;
-    let mut after = sweep(&store).await;
-    if after.remaining {
-        // The scan read the carried records' pages again: it ends now.
-        after = sweep(&store).await;
-    }
-    assert_nothing_left(&store, &after).await;
-}
-
-/// A carried record outlives the shard that carried it (issue 41, item 6):
-/// the shard closes, its child takes what it carries, and once the closed
-/// shard leaves the stream the record is still listed (the sweep, and
-/// `lambda-idempotency list --stuck`, which reads the same listing), and a
-/// `fail` sweep resolves it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_carried_record_outlives_its_closed_shard() {
-    let (store, proxy) = swept_once_through_proxy().await;
-    let ids = resumable_records(&store, "carried-past-its-shard", 1).await;
-    let carried_by_the_shard = sweep(&store).await;
+    let after = sweep(&passing).await;
     assert_eq!(
-        (carried_by_the_shard.found, carried_by_the_shard.resumable),
-        (1, 1),
-        "{carried_by_the_shard:?}"
+        (after.found, after.errors, after.remaining),
+        (0, 0, false),
+        "{after:?}"
     );
+}
+
+/// A resumable record outlives the shard its image is in: the shard
+/// closes, and once it has left the stream the full pass still lists the
+/// record (the sweep, and `lambda-idempotency list --stuck`, which reads the
+/// same listing), and a `fail` sweep resolves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumable_record_outlives_its_closed_shard() {
+    let (store, proxy) = swept_once_through_proxy().await;
+    let ids = resumable_records(&store, "resumable-past-its-shard", 1).await;
+    let seen = sweep(&store).await;
+    assert_eq!((seen.found, seen.resumable), (1, 1), "{seen:?}");
     let latest = latest_record(&store).await;
     proxy.close_shards_at(&latest);
     let closed = sweep(&store).await;
-    assert_eq!(
-        (closed.found, closed.resumable, closed.errors),
-        (1, 1, 0),
-        "{closed:?}"
-    );
+    assert_eq!(closed.errors, 0, "{closed:?}");
     // A day later the closed shard is gone from the stream.
     proxy.drop_closed_shards();
-    let listed = store.stuck(StuckRequest::new(now_ms(), 100)).await.unwrap();
+    let passing = passing_every_sweep(&store, &proxy).await;
+    let listed = passing
+        .stuck(StuckRequest::new(now_ms(), 100))
+        .await
+        .unwrap();
     assert_eq!(
         listed.records.iter().map(|r| &r.id).collect::<Vec<_>>(),
         vec![&ids[0]],
         "{listed:?}"
     );
-    let gone_shard = sweep(&store).await;
-    assert_eq!(
-        (gone_shard.found, gone_shard.resumable, gone_shard.errors),
-        (1, 1, 0),
-        "{gone_shard:?}"
-    );
-    let failed = Sweeper::new(store.clone())
+    let failed = Sweeper::new(passing.clone())
         .grace(Duration::ZERO)
         .policy(SweepPolicy::Fail)
         .sweep(None)
@@ -831,34 +781,38 @@ async fn a_carried_record_outlives_its_closed_shard() {
     assert_eq!(record.record.status, Status::Completed);
 }
 
-/// A position item whose carry cannot be read (written by something else,
-/// or damaged) loses none of what it carried: the listing catches up by a
-/// scan, which finds the carried record again.
+/// Places saved by the version before the full pass (`horizon:` without
+/// the time it was read up to, records carried in `carry`) lose nothing:
+/// an unknown horizon is a gap, which starts a full pass at once, and that
+/// finds what the old items carried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_carry_is_caught_up() {
+async fn places_saved_by_the_previous_version_are_caught_up() {
     let (store, _proxy) = swept_once_through_proxy().await;
-    let ids = resumable_records(&store, "carried-then-damaged", 1).await;
-    let carried_once = sweep(&store).await;
-    assert_eq!(carried_once.resumable, 1, "{carried_once:?}");
+    let ids = resumable_records(&store, "carried-by-the-old-version", 1).await;
+    let seen = sweep(&store).await;
+    assert_eq!(seen.resumable, 1, "{seen:?}");
     for id in positions(&store).await.keys() {
         store
             .client()
             .update_item()
             .table_name(store.table())
             .key(schema::ID, AttributeValue::S(id.clone()))
-            .update_expression("SET carry = :damaged")
-            .expression_attribute_values(":damaged", AttributeValue::S("[{\"id\":".into()))
+            .update_expression("SET #p = :horizon, carry = :carried REMOVE iterator, iterator_at")
+            .expression_attribute_names("#p", "position")
+            .expression_attribute_values(":horizon", AttributeValue::S("horizon:".into()))
+            .expression_attribute_values(":carried", AttributeValue::S("[[\"x\",{}]]".into()))
             .send()
             .await
             .unwrap();
     }
     let listed = sweep(&store).await;
     assert_eq!(
-        (listed.found, listed.resumable, listed.errors),
-        (1, 1, 0),
+        (listed.found, listed.resumable, listed.errors, listed.behind),
+        (1, 1, 0, true),
         "{listed:?}"
     );
-    let again = sweep(&store).await;
-    assert_eq!((again.found, again.resumable), (1, 1), "{again:?}");
     assert!(store.get(&ids[0]).await.unwrap().is_some());
+    // Caught up: its places now carry their time, and no gap is left.
+    let again = sweep(&store).await;
+    assert_eq!((again.found, again.behind), (0, false), "{again:?}");
 }

@@ -29,6 +29,10 @@ pub(super) struct SavedPlace {
     pub(super) iterator: Option<(String, u64)>,
 }
 
+/// New iterators a shard's reading may ask for when the one it reads with
+/// is refused as expired or trimmed, per listing.
+const MAX_FALLBACKS: u32 = 2;
+
 /// How one shard's reading ended (a failed call is an `Err`: what was read
 /// before it is kept all the same).
 #[derive(Debug, PartialEq, Eq)]
@@ -125,10 +129,10 @@ impl DynamoStore {
         let Some(first) = self.first_iterator(shard_id, saved, &mut read).await? else {
             return Ok(ShardEnd::OutOfTime);
         };
-        let (mut iterator, from_saved) = first;
+        let (mut iterator, _) = first;
         let mut calls = 0;
         let mut empty_in_a_row = 0;
-        let mut may_fall_back = from_saved;
+        let mut fallbacks = 0;
         while let Some(current) = iterator.take() {
             if calls == MAX_READS_PER_SHARD || *read.reads >= MAX_READS_PER_LISTING {
                 return Ok(ShardEnd::Budget);
@@ -145,21 +149,28 @@ impl DynamoStore {
             };
             let out = match asked {
                 Ok(out) => out,
-                // The saved iterator outlived the service's 15 minutes:
-                // start again from the saved place.
+                // The iterator outlived the service's 15 minutes (one saved
+                // by the last listing), or is refused as trimmed (DynamoDB
+                // Local refuses some it handed out): a new one after the
+                // last record read, else at the saved place, which says for
+                // itself whether it was trimmed (a gap).
                 Err(err)
-                    if may_fall_back
-                        && err
-                            .as_service_error()
-                            .is_some_and(|e| e.is_expired_iterator_exception()) =>
+                    if fallbacks < MAX_FALLBACKS
+                        && err.as_service_error().is_some_and(|e| {
+                            e.is_expired_iterator_exception()
+                                || e.is_trimmed_data_access_exception()
+                        }) =>
                 {
-                    may_fall_back = false;
-                    let without = SavedPlace {
-                        start: saved.start.clone(),
+                    fallbacks += 1;
+                    let again = SavedPlace {
+                        start: match &read.plan.end {
+                            Some(end) => Start::After(end.clone()),
+                            None => saved.start.clone(),
+                        },
                         position: saved.position.clone(),
                         iterator: None,
                     };
-                    match self.first_iterator(shard_id, &without, &mut read).await? {
+                    match self.first_iterator(shard_id, &again, &mut read).await? {
                         Some((next, _)) => iterator = next,
                         None => return Ok(ShardEnd::OutOfTime),
                     }
@@ -167,7 +178,6 @@ impl DynamoStore {
                 }
                 Err(err) => return Err(self.stream_error("GetRecords", err)),
             };
-            may_fall_back = false;
             *read.reads += 1;
             let records = out.records();
             for record in records {
