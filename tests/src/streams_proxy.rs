@@ -173,7 +173,13 @@ impl StreamsProxy {
             *trimmed = Some(sequence.to_owned());
         }
         // A trim stands for a day gone by: every iterator handed out before
-        // it has expired (`ExpiredIteratorException`).
+        // it has expired.
+        self.expire_iterators();
+    }
+
+    /// Every iterator handed out so far expires (`ExpiredIteratorException`),
+    /// as 15 minutes after the service hands one out.
+    pub fn expire_iterators(&self) {
         if let (Ok(mut issued), Ok(mut expired)) =
             (self.state.issued.lock(), self.state.expired.lock())
         {

@@ -816,3 +816,100 @@ async fn places_saved_by_the_previous_version_are_caught_up() {
     let again = sweep(&store).await;
     assert_eq!((again.found, again.behind), (0, false), "{again:?}");
 }
+
+/// Issue 52, finding 3: an open shard whose records lie past a stretch of
+/// empty pages longer than the run that counts as the present (8). Each
+/// listing reads 8 of them; one that started again from its saved place
+/// every time never reached the records. The listing goes on from where it
+/// stopped, so the stretch is crossed over a few sweeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_stretch_longer_than_the_present_is_crossed() {
+    let (store, proxy) = swept_once_through_proxy().await;
+    let ids = stuck_records(&store, "past-an-empty-stretch", 3).await;
+    // Read from its place (the last listing's iterator long expired), the
+    // shard shows 30 empty pages before these records.
+    proxy.expire_iterators();
+    proxy.empty_stretch(30);
+    let mut sweeps = Vec::new();
+    while sweeps.len() < 6 && gone(&store, &ids).await < ids.len() {
+        sweeps.push(sweep(&store).await);
+    }
+    assert_eq!(gone(&store, &ids).await, 3, "{sweeps:?}");
+    assert_eq!(
+        sweeps.iter().map(|s| s.released).sum::<u64>(),
+        3,
+        "{sweeps:?}"
+    );
+    assert!(proxy.empty_answered() >= 30, "the stretch was read");
+}
+
+/// Issue 52, finding 3: a closed shard whose records lie past more empty
+/// pages than one listing reads of a shard (200): the listing that stops
+/// there goes on from that point next time, so the records past the
+/// stretch, and the shard's end, are reached instead of the same 200 empty
+/// pages being read at every sweep until the shard leaves the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_shard_past_a_long_empty_stretch_is_read_to_its_end() {
+    let (store, proxy) = swept_once_through_proxy().await;
+    let ids = stuck_records(&store, "past-a-long-stretch", 3).await;
+    let latest = latest_record(&store).await;
+    proxy.close_shards_at(&latest);
+    proxy.expire_iterators();
+    proxy.empty_stretch(250);
+    let mut sweeps = Vec::new();
+    while sweeps.len() < 4 && gone(&store, &ids).await < ids.len() {
+        sweeps.push(sweep(&store).await);
+    }
+    assert_eq!(gone(&store, &ids).await, 3, "{sweeps:?}");
+    assert!(
+        sweeps.iter().all(|s| s.errors == 0),
+        "no read failed: {sweeps:?}"
+    );
+}
+
+/// Issue 52, finding 2: a shard saved at its trim horizon (it was empty),
+/// then records stuck in it during an outage longer than the stream's
+/// retention, trimmed before any sweep read them. Read from the trim
+/// horizon the stream answers no trim, so the place must say how long ago
+/// it was read: a horizon read more than the retention ago is a gap, and a
+/// full pass finds what it hid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trim_after_a_horizon_place_is_seen() {
+    let (store, proxy) = swept_once_through_proxy().await;
+    let horizon = positions(&store).await;
+    assert!(
+        horizon.values().all(|item| item
+            .get("position")
+            .and_then(|v| v.as_s().ok())
+            .is_some_and(|p| p.starts_with("horizon:"))),
+        "the empty shard's place is its trim horizon: {horizon:?}"
+    );
+    let ids = stuck_records(&store, "trimmed-behind-a-horizon", 2).await;
+    // The outage: more than a day without a sweep. The stream trims the
+    // records; the places were last read 25 hours ago.
+    let latest = latest_record(&store).await;
+    proxy.trim_through(&latest);
+    let day_ago = now_ms() - 25 * 3600 * 1000;
+    for id in horizon.keys() {
+        store
+            .client()
+            .update_item()
+            .table_name(store.table())
+            .key(schema::ID, AttributeValue::S(id.clone()))
+            .update_expression("SET #p = :horizon")
+            .expression_attribute_names("#p", "position")
+            .expression_attribute_values(
+                ":horizon",
+                AttributeValue::S(format!("horizon:{day_ago}")),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut sweeps = Vec::new();
+    while sweeps.len() < 2 && gone(&store, &ids).await < ids.len() {
+        sweeps.push(sweep(&store).await);
+    }
+    assert_eq!(gone(&store, &ids).await, 2, "{sweeps:?}");
+    assert!(sweeps[0].behind, "the gap is reported: {sweeps:?}");
+}
