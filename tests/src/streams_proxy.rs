@@ -57,6 +57,9 @@ struct State {
     /// before the records: an empty stretch of the shard at every place,
     /// which only an iterator already past it crosses at once.
     stretch: AtomicU64,
+    /// Records of these record ids are never shown (dropped by the
+    /// service, or a defect of the reader): only a full pass finds them.
+    hidden: Mutex<std::collections::HashSet<String>>,
     /// Iterators the proxy passed on, and those a trim made stale (the
     /// service's iterators last 15 minutes; a trim stands for a day gone).
     issued: Mutex<std::collections::HashSet<String>>,
@@ -175,6 +178,13 @@ impl StreamsProxy {
         // A trim stands for a day gone by: every iterator handed out before
         // it has expired.
         self.expire_iterators();
+    }
+
+    /// Never show the records of `id` (attribute `id`) in the stream.
+    pub fn hide_record(&self, id: &str) {
+        if let Ok(mut hidden) = self.state.hidden.lock() {
+            hidden.insert(id.to_owned());
+        }
     }
 
     /// Every iterator handed out so far expires (`ExpiredIteratorException`),
@@ -349,6 +359,23 @@ fn stretch_page(state: &State, iterator: &str) -> Option<Value> {
     Some(serde_json::json!({ "Records": [], "NextShardIterator": next }))
 }
 
+/// An answer to `GetRecords` without the hidden records' images.
+fn hide_records(state: &State, target: &str, response: Message) -> Message {
+    let hidden = state.hidden.lock().map(|h| h.clone()).unwrap_or_default();
+    if hidden.is_empty() || target != "getrecords" || response.status() != Some(200) {
+        return response;
+    }
+    let mut page: Value = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+    if let Some(records) = page["Records"].as_array_mut() {
+        records.retain(|r| {
+            r["dynamodb"]["Keys"]["id"]["S"]
+                .as_str()
+                .is_none_or(|id| !hidden.contains(id))
+        });
+    }
+    Message::from_bytes(ok_json(&page))
+}
+
 /// Note the iterators of an answer (a trim expires them), and put a fresh
 /// one behind the empty stretch when one is set.
 fn remember_iterators(state: &State, target: &str, response: Message) -> Message {
@@ -506,6 +533,7 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
             }
         }
         let response = remember_iterators(&state, &target, response);
+        let response = hide_records(&state, &target, response);
         if target == "describestream"
             && response.status() == Some(200)
             && (state.failing_shard.load(Ordering::SeqCst) || closed_at.is_some())

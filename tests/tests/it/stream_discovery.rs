@@ -913,3 +913,66 @@ async fn a_trim_after_a_horizon_place_is_seen() {
     assert_eq!(gone(&store, &ids).await, 2, "{sweeps:?}");
     assert!(sweeps[0].behind, "the gap is reported: {sweeps:?}");
 }
+
+/// Issue 52: a record the stream never shows (a dropped record, or a
+/// defect of its reader nobody has found) is found by the full pass, within
+/// its lease, the grace, the pass's period and one sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_full_pass_finds_a_record_the_stream_never_shows() {
+    const PERIOD: Duration = Duration::from_secs(3);
+    let period_ms = PERIOD.as_millis() as u64;
+    let (store, proxy) = through_proxy().await;
+    let store = integration_tests::dynamo_builder_like(&store)
+        .with_stream(proxy.client().await)
+        .full_pass(PERIOD)
+        .open()
+        .unwrap();
+    // The first sweep runs a pass (the table's past is unknown): the next
+    // is due a period after it started.
+    let first_pass = now_ms();
+    first_sweep(&store).await;
+    let hidden = hashed_id("never-in-the-stream");
+    proxy.hide_record(&hidden);
+    let shown = stuck_records(&store, "shown-by-the-stream", 1).await;
+    let _lease = claim_lease(&store, &hidden, "crashed-owner", 1).await;
+    let stuck_at = lease_end(&store, &hidden).await;
+    let mut sweeps = Vec::new();
+    while store.get(&hidden).await.unwrap().is_some() {
+        assert!(
+            now_ms() < stuck_at + 3 * period_ms + 60_000,
+            "never found: {sweeps:?}"
+        );
+        let started = now_ms();
+        let summary = sweep(&store).await;
+        // Before a pass is due, only the stream lists: it never shows it.
+        if started < first_pass + period_ms {
+            assert!(
+                store.get(&hidden).await.unwrap().is_some(),
+                "found before a pass was due: {summary:?}"
+            );
+        }
+        sweeps.push((started, summary));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(gone(&store, &shown).await, 1, "the stream's: {sweeps:?}");
+    let (_, found) = sweeps.last().expect("a sweep");
+    assert_eq!(found.released, 1, "{sweeps:?}");
+    // The bound: the first sweep that starts a period after the record got
+    // stuck finds it (no sweep before the finding one started later).
+    let missed_late = sweeps[..sweeps.len() - 1]
+        .iter()
+        .filter(|(started, _)| *started >= stuck_at + period_ms)
+        .count();
+    assert_eq!(missed_late, 0, "{sweeps:?}");
+}
+
+/// When the record `id`'s lease ends, epoch ms.
+async fn lease_end(store: &DynamoStore, id: &str) -> u64 {
+    store
+        .get(id)
+        .await
+        .unwrap()
+        .expect("claimed")
+        .record
+        .lease_expires_at_ms
+}
