@@ -46,8 +46,7 @@ if [ "$total" -eq 0 ]; then
 fi
 heavy=(
   sweeper::ten_thousand_stuck_records_two_sweepers_completed_ones_untouched
-  stream_discovery::resumable_records_past_the_item_limit_are_all_found_again
-  stream_discovery::resumable_records_the_catch_up_found_past_the_item_limit_are_found_again
+  stream_discovery::resumable_records_are_found_again_by_each_full_pass
   stream_discovery::a_deadline_mid_listing_keeps_the_progress_made
 )
 for name in "${heavy[@]}"; do

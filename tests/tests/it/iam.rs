@@ -109,13 +109,14 @@ async fn transactional_completion() {
     assert_eq!(err.kind(), ErrorKind::TransactionCancelled, "{err}");
 }
 
-/// A catch-up scan longer than one sweep (more than its 10 pages of 1,000
-/// items): the sweeper saves its place under `~sweeper/catch-up` with the
-/// same conditional PutItem as its places in the stream, recorded as the
-/// sweeper function's, so its role's `dynamodb:LeadingKeys` condition is
-/// proved to allow it; the next sweep ends the catch-up and deletes it.
+/// A full pass longer than one sweep (more than its 10 pages of 1,000
+/// items, the least a listing reads): the sweeper saves its place under
+/// `~sweeper/full-pass` with the same conditional PutItem as its places in
+/// the stream, recorded as the sweeper function's, so its role's
+/// `dynamodb:LeadingKeys` condition is proved to allow it; the next sweep
+/// ends the pass, which the item then says (`done:`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
+async fn a_full_pass_longer_than_one_sweep_saves_its_place() {
     use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
     use futures_util::StreamExt;
     let harness = integration_tests::client().await;
@@ -162,17 +163,27 @@ async fn a_catch_up_longer_than_one_sweep_saves_its_place() {
     .unwrap();
     let sweeper = lambda_idempotency::sweeper::Sweeper::new(store).grace(Duration::ZERO);
     let place = || async {
-        let key = [("id", AttributeValue::S("~sweeper/catch-up".into()))];
+        let key = [("id", AttributeValue::S("~sweeper/full-pass".into()))];
         integration_tests::consistent_item(&harness, &table, key)
             .await
-            .is_some()
+            .and_then(|item| item.get("position").and_then(|p| p.as_s().ok()).cloned())
     };
     let first = sweeper.sweep(None).await;
     assert_eq!(first.errors, 0, "{first:?}");
-    assert!(place().await, "the catch-up's place is saved: {first:?}");
+    let running = place().await;
+    assert!(
+        running
+            .as_deref()
+            .is_some_and(|p| p.starts_with("catch-up:") && p.len() > 9),
+        "the pass's place is saved, past the table's start: {running:?} {first:?}"
+    );
     let second = sweeper.sweep(None).await;
     assert_eq!(second.errors, 0, "{second:?}");
-    assert!(!place().await, "the catch-up ended: {second:?}");
+    assert_eq!(
+        place().await.as_deref(),
+        Some("done:"),
+        "the pass ended: {second:?}"
+    );
 }
 
 /// A cut-over from Powertools (`PowertoolsRecords`): a fresh claim reads the
