@@ -7,7 +7,11 @@ its markers (or appending it), so `make bench-capacity` updates it alone.
 
 from __future__ import annotations
 
-from sections import report_main
+import argparse
+import json
+from pathlib import Path
+
+from sections import replace_section
 
 START = "<!-- capacity:start (scripts/bench/capacity_report.py) -->"
 END = "<!-- capacity:end -->"
@@ -96,17 +100,68 @@ def section(data: dict) -> str:
             "$0.02 per 100,000 `GetRecords` calls after 2.5 million free a month, each call up to "
             "1,000 records). On the table, a sweep of an idle table consumes "
             f"{units_cell(idle)} ({idle['requests']:g} requests: the sweeper's place in each stream "
-            "shard, read and saved, and the catch-up place read, which says no catch-up scan is due; "
+            "shard, read and saved, and the full pass's place read, which says no pass is due; "
             "DynamoDB Local's stream has one shard); a sweep resolving 100 stuck "
             f"records among 100 completed ones consumes {units_cell(busy)} "
             f"({busy['requests']:g} requests: one fenced write per stuck record, and the places).",
+        ]
+    full_pass = (sweeper or {}).get("full_pass")
+    if full_pass:
+        per_million = full_pass_per_million(full_pass)
+        lines += [
+            "",
+            f"A full pass of the table (the stream's backstop) read {full_pass['read']:g} read "
+            f"units over {full_pass['items']:g} items (mostly completed records of a 1 KB "
+            f"response): {per_million:,.0f} read units per million stored records per pass "
+            "(docs/SCALING.md gives the cost at each period).",
         ]
     lines += [END]
     return "\n".join(lines) + "\n"
 
 
+SCALING_START = "<!-- full-pass:start (scripts/bench/capacity_report.py) -->"
+SCALING_END = "<!-- full-pass:end -->"
+# Periods of IDEMPOTENCY_SWEEP_FULL_PASS_SECONDS shown, in seconds.
+PERIODS = [(900, "15 minutes"), (3600, "1 hour (the default)"), (6 * 3600, "6 hours"), (86400, "24 hours")]
+
+
+def full_pass_per_million(full_pass: dict) -> float:
+    """Read units one pass costs per million stored records, as measured."""
+    return full_pass["read"] / full_pass["items"] * 1_000_000
+
+
+def scaling_section(data: dict) -> str:
+    """The full pass's cost at each period, per million stored records."""
+    full_pass = data["sweeper"]["full_pass"]
+    per_million = full_pass_per_million(full_pass)
+    lines = [
+        SCALING_START,
+        f"Measured by `make bench-capacity` on DynamoDB Local: one pass read {full_pass['read']:g} "
+        f"read units over {full_pass['items']:g} items, {per_million:,.0f} units per million "
+        "stored records (a Scan reads eventually consistent, half a unit per 4 KB; records with "
+        "larger responses cost more).",
+        "",
+        "| full-pass period | passes a month | read units a month per million records | $ a month per million records |",
+        "|---|---|---|---|",
+    ]
+    for seconds, label in PERIODS:
+        passes = 30 * 86400 // seconds
+        units = per_million * passes
+        lines.append(f"| {label} | {passes:,} | {units / 1e6:,.1f} million | {units / 1e6 * READ_PRICE:,.2f} |")
+    lines += [SCALING_END]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
-    report_main("capacity", START, END, section)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--capacity", required=True, type=Path)
+    parser.add_argument("--md", required=True, type=Path)
+    parser.add_argument("--scaling", type=Path, help="docs/SCALING.md: its full-pass table")
+    args = parser.parse_args()
+    data = json.loads(args.capacity.read_text())
+    replace_section(args.md, START, END, section(data))
+    if args.scaling and data.get("sweeper", {}).get("full_pass"):
+        replace_section(args.scaling, SCALING_START, SCALING_END, scaling_section(data))
 
 
 if __name__ == "__main__":

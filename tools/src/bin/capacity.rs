@@ -280,7 +280,90 @@ async fn sweeper(lab: &Lab) -> Result<Value> {
         ));
     }
     let busy = per_call(lab.units(), before, 1);
-    Ok(json!({"idle_sweep": idle, "sweep_of_100_stuck": busy}))
+    let full_pass = full_pass(lab, &idle).await?;
+    Ok(json!({"idle_sweep": idle, "sweep_of_100_stuck": busy, "full_pass": full_pass}))
+}
+
+/// Completed records of a 1 KB response the full pass reads.
+const PASS_RECORDS: u64 = 2_000;
+
+/// What a full pass of the table (the stream's backstop) reads: one sweep
+/// with a pass due at every sweep, less an idle sweep's units, over the
+/// items the table holds then (`PASS_RECORDS` completed records of a 1 KB
+/// response, and what the earlier measurements left).
+async fn full_pass(lab: &Lab, idle: &Value) -> Result<Value> {
+    let expires = now_ms() / 1000 + 3600;
+    for i in 0..PASS_RECORDS {
+        // 1,000 characters of hexadecimal noise: about as compressible as a
+        // JSON response of that size, so the item is not unrealistically
+        // small once the store compresses it.
+        let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let text: String = (0..1_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from_digit((x % 16) as u32, 16).unwrap_or('0')
+            })
+            .collect();
+        let body = lambda_idempotency::store::StoredBody::Text(text);
+        let done = lambda_idempotency::store::StoredResponse::new(200, vec![], body);
+        let id = RecordScope::new("POST", "/orders", &format!("kept-{i}")).record_id();
+        let request = integration_tests::claim_request(&id, &format!("owner-{i}"), 60_000);
+        if let lambda_idempotency::store::ClaimOutcome::Claimed(lease) = lab
+            .direct
+            .claim(&request)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            lab.direct
+                .complete(CompleteRequest::new(&lease, &done, expires))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    let items = count_items(&lab.direct).await?;
+    let passing = integration_tests::dynamo_builder_like(&lab.metered)
+        .with_stream(integration_tests::streams_client().await)
+        .full_pass(Duration::from_millis(1))
+        .open()
+        .map_err(|e| e.to_string())?;
+    let sweeper = Sweeper::new(passing).grace(Duration::ZERO);
+    // The stream's backlog of those writes is read once first.
+    sweeper.sweep(None).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let before = lab.units();
+    let summary = sweeper.sweep(None).await;
+    let swept = per_call(lab.units(), before, 1);
+    let read = swept["read"].as_f64().unwrap_or(0.0) - idle["read"].as_f64().unwrap_or(0.0);
+    if summary.errors > 0 || read <= 0.0 {
+        return Err(format!(
+            "the full pass read {read} units over {items} items: {summary:?}"
+        ));
+    }
+    Ok(json!({"items": items, "read": read, "record_body_bytes": 1_000}))
+}
+
+/// The items of the table (a counting Scan, straight to DynamoDB Local).
+async fn count_items(store: &DynamoStore) -> Result<u64> {
+    let mut count = 0u64;
+    let mut start = None;
+    loop {
+        let out = store
+            .client()
+            .scan()
+            .table_name(store.table())
+            .select(aws_sdk_dynamodb::types::Select::Count)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| format!("counting the table's items: {e}"))?;
+        count += u64::try_from(out.count()).unwrap_or(0);
+        match out.last_evaluated_key {
+            Some(key) => start = Some(key),
+            None => return Ok(count),
+        }
+    }
 }
 
 /// Powertools' kinds at one size: its script runs each phase in its own
