@@ -91,6 +91,7 @@ mod store;
 #[cfg(feature = "sweep-via-stream")]
 mod stream;
 mod sweep;
+mod write;
 #[cfg(feature = "sweep-via-stream")]
 pub use stream::{
     check_lease_within_stream, streams_endpoint, DEFAULT_FULL_PASS, DYNAMODB_ENDPOINT_ENV,
@@ -100,6 +101,7 @@ pub use stream::{
 use codec::{n, s};
 pub use layout::{KeyValue, TableLayout};
 pub use store::WARM_UP_RECORD_ID;
+use write::{Clause, WriteParts};
 
 /// Ids of the items the sweeper keeps in the table (its places in the
 /// stream, `stream.rs`); no record id (a hex hash) starts with it, so the
@@ -336,46 +338,20 @@ impl DynamoStore {
         )
     }
 
-    /// The lease fence: the record is still in progress under this
-    /// attempt and owner ([`fence_values`](Self::fence_values)).
-    fn fence_condition() -> &'static str {
-        "#status = :in_progress AND #attempt = :attempt AND #owner = :owner"
-    }
-
-    fn fence_values(lease: &Lease) -> [(&'static str, AttributeValue); 3] {
-        [
-            (":in_progress", s(Status::InProgress.as_str())),
-            (":attempt", n(lease.attempt)),
-            (":owner", s(&lease.owner)),
-        ]
-    }
-
-    /// A write fenced on `lease`: the fence as its condition, with the
-    /// names and values of its placeholders, and the names of the write's
-    /// own (`names`); its expression and own values still to add.
-    fn fenced_write<'a>(
-        &'a self,
-        lease: &Lease,
-        names: impl IntoIterator<Item = (&'a str, &'a String)>,
-    ) -> WriteParts {
-        let fence_names = [
-            ("#status", &self.layout.status),
-            ("#attempt", &self.layout.attempt),
-            ("#owner", &self.layout.owner),
-        ];
-        WriteParts {
-            condition: Self::fence_condition().to_owned(),
-            expression: String::new(),
-            names: fence_names
-                .into_iter()
-                .chain(names)
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
-            values: Self::fence_values(lease)
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v))
-                .collect(),
-        }
+    /// A write fenced on `lease`: the record is still in progress under
+    /// this attempt and owner. Its own clauses, actions, names and values
+    /// are added to it.
+    fn fenced_write(&self, lease: &Lease) -> WriteParts {
+        WriteParts::default()
+            .name("#status", &self.layout.status)
+            .name("#attempt", &self.layout.attempt)
+            .name("#owner", &self.layout.owner)
+            .value(":in_progress", s(Status::InProgress.as_str()))
+            .value(":attempt", n(lease.attempt))
+            .value(":owner", s(&lease.owner))
+            .when(Clause::Eq("#status", ":in_progress"))
+            .when(Clause::Eq("#attempt", ":attempt"))
+            .when(Clause::Eq("#owner", ":owner"))
     }
 
     /// `write`, an update of the item of record `record_id` on its condition
@@ -397,10 +373,10 @@ impl DynamoStore {
             .update_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(record_id)))
-            .condition_expression(write.condition)
-            .update_expression(write.expression)
-            .set_expression_attribute_names(Some(write.names))
-            .set_expression_attribute_values(Some(write.values))
+            .condition_expression(write.condition())
+            .update_expression(write.expression())
+            .set_expression_attribute_names(Some(write.used_names()))
+            .set_expression_attribute_values(Some(write.used_values()))
             .set_return_values_on_condition_check_failure(
                 old_item.then_some(ReturnValuesOnConditionCheckFailure::AllOld),
             )
@@ -431,9 +407,9 @@ impl DynamoStore {
             .delete_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(record_id)))
-            .condition_expression(write.condition)
-            .set_expression_attribute_names(Some(write.names))
-            .set_expression_attribute_values(Some(write.values))
+            .condition_expression(write.condition())
+            .set_expression_attribute_names(Some(write.used_names()))
+            .set_expression_attribute_values(Some(write.used_values()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -447,15 +423,6 @@ impl DynamoStore {
             },
         }
     }
-}
-
-/// The parts of a conditional write: its condition, its update expression
-/// (empty for a delete), and what the placeholders of both stand for.
-struct WriteParts {
-    condition: String,
-    expression: String,
-    names: HashMap<String, String>,
-    values: HashMap<String, AttributeValue>,
 }
 
 /// The item a failed `UpdateItem` condition returned (empty when the item

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::codec::{checkpoint_value, corrupt, decode, headers_value, item_size, n, s};
 use super::schema::sweep_shard;
-use super::{condition_failure_item, DynamoStore, WriteParts};
+use super::{condition_failure_item, Clause, DynamoStore, WriteParts};
 use crate::error::{Error, ErrorKind};
 use crate::record::{Record, Status, StoredResponse};
 use crate::store::rules::{
@@ -121,10 +121,10 @@ impl Store for DynamoStore {
     async fn release(&self, lease: &Lease) -> Result<(), Error> {
         // Rule 4: the delete is conditioned on there being no recovery
         // point; a record holding one has its lease ended instead (below).
-        let mut delete = self.fenced_write(lease, [("#checkpoint", &self.layout.checkpoint)]);
-        delete
-            .condition
-            .push_str(" AND attribute_not_exists(#checkpoint)");
+        let delete = self
+            .fenced_write(lease)
+            .name("#checkpoint", &self.layout.checkpoint)
+            .when(Clause::Absent("#checkpoint"));
         let op = "DeleteItem (release)";
         match self.delete_fenced(&lease.record_id, delete, op).await? {
             None => Ok(()),
@@ -196,26 +196,25 @@ impl DynamoStore {
     /// The fenced recovery-point update, shared by the plain and the
     /// transactional path.
     fn checkpoint_update(&self, lease: &Lease, checkpoint: &Checkpoint) -> WriteParts {
-        let mut update = self.fenced_write(lease, [("#checkpoint", &self.layout.checkpoint)]);
-        update
-            .values
-            .insert(":checkpoint".into(), checkpoint_value(checkpoint));
-        update.expression = "SET #checkpoint = :checkpoint".into();
-        update
+        self.fenced_write(lease)
+            .name("#checkpoint", &self.layout.checkpoint)
+            .value(":checkpoint", checkpoint_value(checkpoint))
+            .set("#checkpoint", ":checkpoint")
     }
 
     /// End `lease` now, keeping the record and its recovery point (rule 4):
     /// the next retry takes it over and resumes. Fenced like a release.
     async fn end_lease(&self, lease: &Lease) -> Result<(), Error> {
-        let mut update = self.fenced_write(lease, [("#lease", &self.layout.lease_expires_at)]);
-        update.values.insert(":ended".into(), n(lease_ended_at()));
-        update.expression = "SET #lease = :ended".into();
+        let mut update = self
+            .fenced_write(lease)
+            .name("#lease", &self.layout.lease_expires_at)
+            .value(":ended", n(lease_ended_at()))
+            .set("#lease", ":ended");
         if self.sweep_index {
             // The index lists by lease end: it must see the record stuck now.
-            update
-                .names
-                .insert("#sweep_at".into(), self.layout.sweep_at.clone());
-            update.expression.push_str(", #sweep_at = :ended");
+            update = update
+                .name("#sweep_at", &self.layout.sweep_at)
+                .set("#sweep_at", ":ended");
         }
         let op = "UpdateItem (end the lease)";
         match self
@@ -243,12 +242,12 @@ impl DynamoStore {
         let record_update = Update::builder()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(&lease.record_id)))
-            .condition_expression(update.condition)
+            .condition_expression(update.condition())
             // Tells a record that is gone from one held by another attempt.
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .update_expression(update.expression)
-            .set_expression_attribute_names(Some(update.names))
-            .set_expression_attribute_values(Some(update.values))
+            .update_expression(update.expression())
+            .set_expression_attribute_names(Some(update.used_names()))
+            .set_expression_attribute_values(Some(update.used_values()))
             .build()
             .map_err(|e| {
                 Error::with_source(
@@ -341,61 +340,43 @@ impl DynamoStore {
             gzip,
             completion,
         } = fit(response, self.max_response_bytes);
-        let WriteParts {
-            condition,
-            mut names,
-            mut values,
-            ..
-        } = self.fenced_write(
-            lease,
-            [
-                ("#expires_at", &self.layout.expires_at),
-                ("#rs", &self.layout.response_status),
-                ("#rh", &self.layout.response_headers),
-                ("#rk", &self.layout.response_body_kind),
-                ("#rb", &self.layout.response_body),
-                ("#re", &self.layout.response_encoding),
-                ("#sweep_shard", &self.layout.sweep_shard),
-                ("#sweep_at", &self.layout.sweep_at),
-                ("#checkpoint", &self.layout.checkpoint),
-            ],
-        );
-        values.insert(":completed".into(), s(Status::Completed.as_str()));
-        values.insert(":expires_at".into(), n(expires_at_s));
-        values.insert(":rs".into(), n(u64::from(stored.status)));
-        values.insert(":rh".into(), headers_value(&stored.headers));
-        values.insert(":rk".into(), s(stored.body.kind()));
-        let mut set = String::from(
-            "SET #status = :completed, #expires_at = :expires_at, #rs = :rs, #rh = :rh, #rk = :rk",
-        );
-        let mut remove = vec!["#sweep_shard", "#sweep_at", "#checkpoint"];
-        if body.is_empty() {
-            remove.push("#rb");
+        let mut update = self
+            .fenced_write(lease)
+            .name("#expires_at", &self.layout.expires_at)
+            .name("#rs", &self.layout.response_status)
+            .name("#rh", &self.layout.response_headers)
+            .name("#rk", &self.layout.response_body_kind)
+            .name("#rb", &self.layout.response_body)
+            .name("#re", &self.layout.response_encoding)
+            .name("#sweep_shard", &self.layout.sweep_shard)
+            .name("#sweep_at", &self.layout.sweep_at)
+            .name("#checkpoint", &self.layout.checkpoint)
+            .value(":completed", s(Status::Completed.as_str()))
+            .value(":expires_at", n(expires_at_s))
+            .value(":rs", n(u64::from(stored.status)))
+            .value(":rh", headers_value(&stored.headers))
+            .value(":rk", s(stored.body.kind()))
+            .set("#status", ":completed")
+            .set("#expires_at", ":expires_at")
+            .set("#rs", ":rs")
+            .set("#rh", ":rh")
+            .set("#rk", ":rk")
+            .remove("#sweep_shard")
+            .remove("#sweep_at")
+            .remove("#checkpoint");
+        update = if body.is_empty() {
+            update.remove("#rb")
         } else {
-            set.push_str(", #rb = :rb");
-            values.insert(":rb".into(), AttributeValue::B(body.into_owned().into()));
-        }
-        if gzip {
-            set.push_str(", #re = :re");
-            values.insert(":re".into(), s("gzip"));
+            update
+                .value(":rb", AttributeValue::B(body.into_owned().into()))
+                .set("#rb", ":rb")
+        };
+        update = if gzip {
+            update.value(":re", s("gzip")).set("#re", ":re")
         } else {
-            remove.push("#re");
-        }
-        names.retain(|k, _| {
-            set.contains(k.as_str())
-                || remove.contains(&k.as_str())
-                || condition.contains(k.as_str())
-        });
-        let expression = format!("{set} REMOVE {}", remove.join(", "));
-        (
-            WriteParts {
-                condition,
-                expression,
-                names,
-                values,
-            },
-            completion,
-        )
+            update.remove("#re")
+        };
+        (update, completion)
     }
 
     /// The `UpdateItem` of a claim of `request`'s record, a new life or a
@@ -608,6 +589,7 @@ mod tests {
         let (update, completion) = store.completion(&lease, &response, 60);
         assert_eq!(completion, Completion::Stored);
         assert_eq!(crate::record::COMPRESSIONS.with(|n| n.get()), 1);
-        assert_eq!(update.values[":re"], s("gzip"));
+        assert_eq!(update.value_of(":re"), Some(&s("gzip")));
+        assert!(update.expression().contains("#re = :re"));
     }
 }

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use super::codec::{decode, n, number, s};
 use super::schema::SWEEP_SHARDS;
 use super::store::sized;
-use super::{DynamoStore, TableLayout, SWEEPER_ITEM_PREFIX};
+use super::{Clause, DynamoStore, TableLayout, SWEEPER_ITEM_PREFIX};
 use crate::error::{Error, ErrorKind};
 use crate::record::Status;
 use crate::store::{
@@ -146,13 +146,16 @@ impl SweepStore for DynamoStore {
             attempt: record.attempt,
             recovered: None,
         };
-        // The lease fence, and the lease seen over.
-        let fence = format!("{} AND #lease < :cutoff", Self::fence_condition());
         match request.how {
             Resolve::Release => {
-                let condition = format!("{fence} AND attribute_not_exists(#checkpoint)");
+                let only_without_a_point = [Clause::Absent("#checkpoint")];
                 match self
-                    .delete_stuck(&lease, &condition, request.cutoff_ms, request.now_ms)
+                    .delete_stuck(
+                        &lease,
+                        &only_without_a_point,
+                        request.cutoff_ms,
+                        request.now_ms,
+                    )
                     .await?
                 {
                     None => Ok(Resolution::Released),
@@ -171,28 +174,19 @@ impl SweepStore for DynamoStore {
                 response,
                 expires_at_s,
             } => {
-                let (mut update, _) = self.completion(&lease, response, expires_at_s);
-                update
-                    .names
-                    .insert("#lease".into(), self.layout.lease_expires_at.clone());
-                update
-                    .names
-                    .insert("#expires_at".into(), self.layout.expires_at.clone());
+                let (completion, _) = self.completion(&lease, response, expires_at_s);
                 // Rule 5: a new owner, so the replaced attempt's late
-                // completion is fenced.
-                update.expression =
-                    update
-                        .expression
-                        .replacen("SET ", "SET #owner = :resolver, ", 1);
-                let resolver = s(&resolver_owner(&record.owner));
-                update.values.insert(":resolver".into(), resolver);
-                update.values.insert(":cutoff".into(), n(request.cutoff_ms));
-                update
-                    .values
-                    .insert(":now_s".into(), n(request.now_ms / 1000));
-                // Not expired: an expired record is absent, and failing it
+                // completion is fenced. The lease seen over, and not
+                // expired: an expired record is absent, and failing it
                 // would bring it back with a fresh expiry.
-                update.condition = format!("{fence} AND #expires_at >= :now_s");
+                let update = completion
+                    .name("#lease", &self.layout.lease_expires_at)
+                    .value(":resolver", s(&resolver_owner(&record.owner)))
+                    .value(":cutoff", n(request.cutoff_ms))
+                    .value(":now_s", n(request.now_ms / 1000))
+                    .set("#owner", ":resolver")
+                    .when(Clause::Lt("#lease", ":cutoff"))
+                    .when(Clause::Ge("#expires_at", ":now_s"));
                 let op = "UpdateItem (fail stuck record)";
                 match self.update_fenced(&record.id, update, true, op).await? {
                     None => Ok(Resolution::Failed),
@@ -201,9 +195,9 @@ impl SweepStore for DynamoStore {
                             && number(&item, &self.layout.expires_at)
                                 .is_some_and(|e| e < request.now_ms / 1000) =>
                     {
-                        let condition = format!("{fence} AND #expires_at < :now_s");
+                        let expired = [Clause::Lt("#expires_at", ":now_s")];
                         match self
-                            .delete_stuck(&lease, &condition, request.cutoff_ms, request.now_ms)
+                            .delete_stuck(&lease, &expired, request.cutoff_ms, request.now_ms)
                             .await?
                         {
                             None => Ok(Resolution::Released),
@@ -216,8 +210,6 @@ impl SweepStore for DynamoStore {
         }
     }
 
-    // Without the `sweep-via-stream` feature the arguments go unused.
-    #[allow(unused_variables)]
     async fn finish(&self, listing: &Listing, resolved: &[String]) -> Result<(), Error> {
         #[cfg(feature = "sweep-via-stream")]
         if self.stream.is_some() {
@@ -319,31 +311,27 @@ impl SweepStore for DynamoStore {
 }
 
 impl DynamoStore {
-    /// Delete a stuck record under `condition` (fenced on `lease`, lease
-    /// before `:cutoff`, maybe `:now_s`); `Some(item)` when the condition
-    /// failed, the item as it was (empty when gone).
+    /// Delete a stuck record fenced on `lease`, its lease over before
+    /// `cutoff_ms`, on the further clauses `and` (over `#checkpoint`, or
+    /// `#expires_at` against `:now_s`, `now_ms` in seconds); `Some(item)`
+    /// when the condition failed, the item as it was (empty when gone).
     async fn delete_stuck(
         &self,
         lease: &Lease,
-        condition: &str,
+        and: &[Clause],
         cutoff_ms: u64,
         now_ms: u64,
     ) -> Result<Option<HashMap<String, AttributeValue>>, Error> {
-        let mut delete = self.fenced_write(lease, [("#lease", &self.layout.lease_expires_at)]);
-        delete.condition = condition.to_owned();
-        delete.values.insert(":cutoff".into(), n(cutoff_ms));
-        // DynamoDB refuses a name or a value the condition does not use.
-        if condition.contains("#checkpoint") {
-            delete
-                .names
-                .insert("#checkpoint".into(), self.layout.checkpoint.clone());
-        }
-        if condition.contains("#expires_at") {
-            delete
-                .names
-                .insert("#expires_at".into(), self.layout.expires_at.clone());
-            delete.values.insert(":now_s".into(), n(now_ms / 1000));
-        }
+        let delete = and.iter().fold(
+            self.fenced_write(lease)
+                .name("#lease", &self.layout.lease_expires_at)
+                .name("#checkpoint", &self.layout.checkpoint)
+                .name("#expires_at", &self.layout.expires_at)
+                .value(":cutoff", n(cutoff_ms))
+                .value(":now_s", n(now_ms / 1000))
+                .when(Clause::Lt("#lease", ":cutoff")),
+            |delete, clause| delete.when(*clause),
+        );
         let op = "DeleteItem (release stuck record)";
         self.delete_fenced(&lease.record_id, delete, op).await
     }
