@@ -18,7 +18,7 @@ cargo build --quiet -p orders-api --bin orders-api
 cargo build --quiet -p tools --bin reliability
 # Sections 4, 5 and 6: each property test and each fault harness test
 # appends what its cases met to this file (tests/tests/it/fuzz.rs, model.rs,
-# fault_harness.rs); the driver reports it. The harness's cut-over cases read
+# fault_harness.rs, stream_chaos.rs); the driver reports it. The harness's cut-over cases read
 # records Powertools (Python) writes.
 # shellcheck source=scripts/bench-venv.sh
 source scripts/bench-venv.sh
@@ -27,6 +27,6 @@ rm -f "$log"
 RELIABILITY_PROPERTY_LOG="$log" FAULT_HARNESS_SIZE="$size" \
   IDEMPOTENCY_TEST_POWERTOOLS_PYTHON="$bench_python" \
   scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
-  cargo test --quiet --workspace --test it -- fuzz:: model:: fault_harness::
+  cargo test --quiet --workspace --test it -- fuzz:: model:: fault_harness:: stream_chaos::
 scripts/dynamodb-local.sh "$target_dir/debug/reliability" "$size" "$target_dir/debug/orders-api" "$out" "$log" >/dev/null
 echo "reliability ($size): no violations; report in $out"

@@ -148,7 +148,7 @@ scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/pos
   cargo test --workspace --lib --bins --examples --benches $other_tests
 step "the integration suite"
 # The property tests and the fault harness run once, in the reliability step.
-IT_SKIP="fuzz:: model:: fault_harness::" \
+IT_SKIP="fuzz:: model:: fault_harness:: stream_chaos::" \
   scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh scripts/it-shards.sh
 step "reliability"
 # The property tests, the fault harness, storm, crash and store-fault

@@ -60,6 +60,11 @@ struct State {
     /// Records of these record ids are never shown (dropped by the
     /// service, or a defect of the reader): only a full pass finds them.
     hidden: Mutex<std::collections::HashSet<String>>,
+    /// Seeded faults on every page and description ([`Chaos`]), and the
+    /// iterators a delay has held back once already.
+    chaos: Mutex<Option<Chaos>>,
+    delayed: Mutex<std::collections::HashSet<String>>,
+    descriptions: AtomicU64,
     /// Iterators the proxy passed on, and those a trim made stale (the
     /// service's iterators last 15 minutes; a trim stands for a day gone).
     issued: Mutex<std::collections::HashSet<String>>,
@@ -178,6 +183,14 @@ impl StreamsProxy {
         // A trim stands for a day gone by: every iterator handed out before
         // it has expired.
         self.expire_iterators();
+    }
+
+    /// Fault every answer from now on as `chaos` says (seeded: the same
+    /// seed faults the same records the same way).
+    pub fn chaos(&self, chaos: Chaos) {
+        if let Ok(mut set) = self.state.chaos.lock() {
+            *set = Some(chaos);
+        }
     }
 
     /// Never show the records of `id` (attribute `id`) in the stream.
@@ -359,6 +372,90 @@ fn stretch_page(state: &State, iterator: &str) -> Option<Value> {
     Some(serde_json::json!({ "Records": [], "NextShardIterator": next }))
 }
 
+/// Seeded faults the proxy puts on the stream ([`StreamsProxy::chaos`]), in
+/// thousandths: each record image is dropped (never shown) or shown twice,
+/// each page is first answered cut short and asked again (its tail shows up
+/// a read later), and `DescribeStream` lists the shards in another order
+/// at every call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chaos {
+    pub seed: u64,
+    pub drop: u64,
+    pub duplicate: u64,
+    pub delay: u64,
+    pub shuffle: bool,
+}
+
+/// A deterministic hash of `seed` and `text` (splitmix64 over FNV-1a).
+fn mix(seed: u64, text: &str) -> u64 {
+    let mut h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    h ^= seed;
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// A page of `GetRecords` (asked with `iterator`) under the proxy's chaos.
+fn chaos_page(state: &State, target: &str, iterator: &str, response: Message) -> Message {
+    let Some(chaos) = state.chaos.lock().ok().and_then(|c| *c) else {
+        return response;
+    };
+    if target != "getrecords" || response.status() != Some(200) {
+        return response;
+    }
+    let mut page: Value = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+    let Some(records) = page["Records"].as_array().cloned() else {
+        return response;
+    };
+    let mut shown = Vec::new();
+    for record in records {
+        let seq = record["dynamodb"]["SequenceNumber"]
+            .as_str()
+            .unwrap_or_default();
+        let h = mix(chaos.seed, seq);
+        if h % 1000 < chaos.drop {
+            continue;
+        }
+        if (h >> 16) % 1000 < chaos.duplicate {
+            shown.push(record.clone());
+        }
+        shown.push(record);
+    }
+    let first_time = state
+        .delayed
+        .lock()
+        .is_ok_and(|mut delayed| delayed.insert(iterator.to_owned()));
+    if first_time && shown.len() > 1 && mix(chaos.seed, iterator) % 1000 < chaos.delay {
+        // The tail is not visible yet: this page again, read later.
+        shown.truncate(shown.len() / 2);
+        page["NextShardIterator"] = Value::String(iterator.to_owned());
+    }
+    page["Records"] = Value::Array(shown);
+    Message::from_bytes(ok_json(&page))
+}
+
+/// `shards` in another order, by the proxy's chaos and how many times the
+/// stream was described.
+fn shuffle_shards(state: &State, shards: &mut [Value]) {
+    let Some(chaos) = state
+        .chaos
+        .lock()
+        .ok()
+        .and_then(|c| *c)
+        .filter(|c| c.shuffle)
+    else {
+        return;
+    };
+    let call = state.descriptions.fetch_add(1, Ordering::SeqCst);
+    let mut h = mix(chaos.seed, &call.to_string());
+    for i in (1..shards.len()).rev() {
+        h = mix(h, "shuffle");
+        shards.swap(i, (h % (i as u64 + 1)) as usize);
+    }
+}
+
 /// An answer to `GetRecords` without the hidden records' images.
 fn hide_records(state: &State, target: &str, response: Message) -> Message {
     let hidden = state.hidden.lock().map(|h| h.clone()).unwrap_or_default();
@@ -533,10 +630,19 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
             }
         }
         let response = remember_iterators(&state, &target, response);
+        let asked = body["ShardIterator"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let response = hide_records(&state, &target, response);
+        let response = chaos_page(&state, &target, &asked, response);
+        let shuffled = state
+            .chaos
+            .lock()
+            .is_ok_and(|c| c.is_some_and(|c| c.shuffle));
         if target == "describestream"
             && response.status() == Some(200)
-            && (state.failing_shard.load(Ordering::SeqCst) || closed_at.is_some())
+            && (state.failing_shard.load(Ordering::SeqCst) || closed_at.is_some() || shuffled)
         {
             let mut described: Value =
                 serde_json::from_slice(response.body()).unwrap_or(Value::Null);
@@ -569,6 +675,7 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
                         }),
                     );
                 }
+                shuffle_shards(&state, shards);
             }
             client_write.write_all(&ok_json(&described)).await?;
             continue;

@@ -32,6 +32,7 @@ mod redis_store;
 mod regressions;
 mod store_rules;
 mod stream_batches;
+mod stream_chaos;
 mod stream_discovery;
 mod stuck_guarantee;
 mod sweeper;

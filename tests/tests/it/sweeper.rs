@@ -785,7 +785,9 @@ async fn ten_thousand_stuck_records_two_sweepers_completed_ones_untouched() {
 
 /// A record left for its retry by a `release` sweep (it holds a recovery
 /// point) is still found by a later `fail` sweep (the operator's choice of a
-/// terminal answer), however far the stream has moved on meanwhile.
+/// terminal answer), however far the stream has moved on meanwhile: the
+/// index, Redis and PostgreSQL list it at every sweep; the stream's place
+/// has moved past it, and the next full pass of the table lists it.
 async fn a_record_left_resumable_is_failed_by_a_later_fail_sweep(mode: Discovery) {
     let store = store(mode).await;
     let id = hashed_id("resumable-then-failed");
@@ -797,7 +799,26 @@ async fn a_record_left_resumable_is_failed_by_a_later_fail_sweep(mode: Discovery
     // Other traffic moves the stream on.
     populate(&store, 3).await;
     let again = sweep_now(&store, SweepPolicy::Release).await;
-    assert_eq!((again.resumable, again.released), (1, 3), "{again:?}");
+    let listed_again = u64::from(mode != Discovery::Stream);
+    assert_eq!(
+        (again.resumable, again.released),
+        (listed_again, 3),
+        "{again:?}"
+    );
+    let store = match mode {
+        Discovery::Stream => {
+            let passing = integration_tests::dynamo_builder_like(store.dynamo())
+                .with_stream(integration_tests::streams_client().await)
+                .full_pass(Duration::from_millis(1))
+                .open()
+                .unwrap();
+            Subject {
+                store: Arc::new(passing.clone()),
+                dynamo: Some(passing),
+            }
+        }
+        _ => store,
+    };
     let failed = sweep_now(&store, SweepPolicy::Fail).await;
     assert_eq!((failed.found, failed.failed), (1, 1), "{failed:?}");
     let record = item(&store, &id).await.expect("failed record kept");

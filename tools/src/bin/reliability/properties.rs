@@ -47,6 +47,10 @@ pub(crate) const PROPERTIES: &[(&str, &str)] = &[
         "model::dynamodb_local",
         "interleavings of 1-29 operations, DynamoDB Local and the sweeper, against the reference model",
     ),
+    (
+        "stream_chaos",
+        "seeds of the stream discovery under random stream faults (images dropped, duplicated, delayed; shards listed in any order, trimmed, closed, gone; empty pages, failed reads, expired iterators) on DynamoDB Local through the streams proxy: every stuck record found within lease + grace + the full-pass period + one sweep, none resolved twice, no live or completed record touched",
+    ),
 ];
 
 /// The fault harness's tests (tests/tests/it/fault_harness.rs, section 6),
