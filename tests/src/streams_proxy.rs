@@ -46,6 +46,8 @@ struct State {
     /// The stream shows one more shard, read before the real one, whose
     /// every `GetRecords` is throttled.
     failing_shard: AtomicBool,
+    /// The failing shard is listed last.
+    failing_last: AtomicBool,
     /// The real shards are closed at this sequence number: the stream
     /// describes them closed, with one open child (empty, at the present)
     /// of the first, and their reads end after it.
@@ -146,6 +148,12 @@ impl StreamsProxy {
     /// every read is throttled: a stream of two shards, one of them failing.
     pub fn add_failing_shard(&self) {
         self.state.failing_shard.store(true, Ordering::SeqCst);
+    }
+
+    /// List the failing shard after the real ones from now on (the service
+    /// gives no order among shards that are not parent and child).
+    pub fn list_failing_shard_last(&self) {
+        self.state.failing_last.store(true, Ordering::SeqCst);
     }
 
     /// Close the stream's shards at `sequence` (their last record), as the
@@ -667,8 +675,13 @@ async fn serve(state: Arc<State>, client: TcpStream) -> std::io::Result<()> {
                     }));
                 }
                 if state.failing_shard.load(Ordering::SeqCst) {
+                    let at = if state.failing_last.load(Ordering::SeqCst) {
+                        shards.len()
+                    } else {
+                        0
+                    };
                     shards.insert(
-                        0,
+                        at,
                         serde_json::json!({
                             "ShardId": FAILING_SHARD,
                             "SequenceNumberRange": { "StartingSequenceNumber": "1" },

@@ -976,3 +976,44 @@ async fn lease_end(store: &DynamoStore, id: &str) -> u64 {
         .record
         .lease_expires_at_ms
 }
+
+/// Issue 52, finding 1: a stuck record the stream no longer shows, found by
+/// a scan of the table, was carried by the first shard listed (not its own)
+/// and put back, stale, after the newer images of its own shard: once its
+/// retry took it over and completed it, it was still listed as stuck at
+/// every sweep (and fenced at every resolution). Nothing is carried now:
+/// the stream's newer images decide, and the full pass finds it again only
+/// while it is still stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_found_by_a_scan_is_not_listed_after_its_retry_completed_it() {
+    let (store, proxy) = through_proxy().await;
+    proxy.add_failing_shard();
+    let id = resumable_records(&store, "scanned-then-retried", 1)
+        .await
+        .remove(0);
+    // Its images are trimmed: the first sweep's scan finds it.
+    let latest = latest_record(&store).await;
+    proxy.trim_through(&latest);
+    let found = sweep(&store).await;
+    assert_eq!((found.found, found.resumable), (1, 1), "{found:?}");
+    // Its retry takes it over and completes it, in its own shard, which the
+    // stream now lists before the failing one.
+    let retry = claim_lease(&store, &id, "the-retry", 60_000).await;
+    let done = StoredResponse::new(200, vec![], lambda_idempotency::store::StoredBody::Empty);
+    store
+        .complete(CompleteRequest::new(&retry, &done, now_ms() / 1000 + 3600))
+        .await
+        .unwrap();
+    proxy.list_failing_shard_last();
+    let mut sweeps = Vec::new();
+    for _ in 0..3 {
+        sweeps.push(sweep(&store).await);
+    }
+    assert_eq!(
+        sweeps.last().map(|s| (s.found, s.fenced)),
+        Some((0, 0)),
+        "a completed record is listed no more: {sweeps:?}"
+    );
+    let record = store.get(&id).await.unwrap().expect("kept");
+    assert_eq!(record.record.status, Status::Completed);
+}

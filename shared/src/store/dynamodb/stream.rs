@@ -111,10 +111,10 @@ pub const STREAM_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// [`IdempotencyConfig::max_lease`](crate::IdempotencyConfig::max_lease))
 /// that, with the sweeper's `grace`, reaches [`STREAM_RETENTION`], where the
 /// stream is how the sweeper finds stuck records. A record claimed with such
-/// a lease is still live when the stream trims its claim: a catch-up scan
-/// that passes it then skips it (live), and once its lease is over no
-/// stream record and no scan shows it again. The sweeper function calls it
-/// at its cold start.
+/// a lease is still live when the stream trims its claim: once its lease is
+/// over no stream record shows it again, and only the full pass (up to its
+/// period later, never with the periodic pass off) finds it. The sweeper
+/// function calls it at its cold start.
 ///
 /// # Errors
 ///
@@ -130,7 +130,7 @@ pub fn check_lease_within_stream(max_lease: Duration, grace: Duration) -> Result
         format!(
             "a longest lease (max_lease) of {} s plus the sweeper's grace of {} s reaches the \
              stream's retention of {} s: a record whose lease outlives its claim's stream \
-             record is found by no sweep once a catch-up scan passed it live; set max_lease \
+             record is shown by the stream no more, only a full pass finds it; set max_lease \
              below {} s, or find stuck records through the sparse sweep index instead of the \
              stream",
             max_lease.as_secs(),
