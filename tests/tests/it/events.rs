@@ -268,21 +268,27 @@ async fn batch_reports_exactly_the_failing_and_in_progress_records(f: Fixture) {
     let function = IdempotentFunction::new(f.store.clone(), "consumer").validate(["/order"]);
     let processor = SqsBatch::new(function.clone()).key_body_pointer("/event_id");
 
-    // "busy" is being processed by another invocation right now.
+    // "busy" is being processed by another invocation right now: its
+    // handler runs (its claim is won) until the batch is done, however slow
+    // the machine (a fixed 800 ms once ran out before the batch reached it).
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
     let busy = {
         let function = function.clone();
+        let (started, release) = (started.clone(), release.clone());
         tokio::spawn(async move {
             // Same record as the batch's key: function name + the event id.
             function
                 .key_pointers(["/event_id"])
-                .call(json!({"event_id": "busy", "order": 4}), |_| async {
-                    tokio::time::sleep(Duration::from_millis(800)).await;
+                .call(json!({"event_id": "busy", "order": 4}), |_| async move {
+                    started.notify_one();
+                    release.notified().await;
                     Ok::<_, String>(4)
                 })
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    started.notified().await;
 
     let event = batch(vec![
         message("m1", json!({"event_id": "a", "order": 1})),
@@ -313,6 +319,7 @@ async fn batch_reports_exactly_the_failing_and_in_progress_records(f: Fixture) {
         .map(|f| f.item_identifier.as_str())
         .collect();
     failed.sort();
+    release.notify_one();
     assert_eq!(failed, ["m3", "m5", "m6"]);
     assert_eq!(
         runs.count(),
