@@ -4,7 +4,8 @@
 //! the stream, closes its shard (a split: writes after it are shown by no
 //! shard), lets the closed shard leave the stream, answers empty pages and
 //! fails reads, at seeded moments between writes of records that crash,
-//! complete, crash holding a recovery point, or stay live. The invariant:
+//! complete, crash holding a recovery point, are taken over by a retry that
+//! crashes too, or stay live. The invariant:
 //! every record stuck at any time is found within its lease + grace + the
 //! full-pass period + one sweep, and resolved once; no live or completed
 //! record is touched.
@@ -56,6 +57,9 @@ enum Kind {
     Completed,
     /// Claimed with a lease longer than the test.
     Live,
+    /// Claimed, its lease over, taken over by a retry that crashed too: the
+    /// stream may still show the first attempt as the record's latest.
+    TakenOverThenCrashed,
 }
 
 /// A seed's deterministic choices (xorshift64*).
@@ -277,10 +281,11 @@ async fn run_seed(base: &DynamoStore, seed: u64, follower: &Follower) -> Outcome
     let mut written: Vec<Written> = Vec::new();
     for step in 0..3 {
         for i in 0..(1 + rng.below(3)) {
-            let kind = match rng.below(4) {
+            let kind = match rng.below(5) {
                 0 => Kind::Crashed,
                 1 => Kind::CrashedHoldingAPoint,
                 2 => Kind::Completed,
+                3 => Kind::TakenOverThenCrashed,
                 _ => Kind::Live,
             };
             let id = RecordScope::new("POST", "/chaos", &format!("{seed}-{step}-{i}")).record_id();
@@ -291,6 +296,7 @@ async fn run_seed(base: &DynamoStore, seed: u64, follower: &Follower) -> Outcome
                     Kind::CrashedHoldingAPoint => "records stuck holding a recovery point",
                     Kind::Completed => "records completed",
                     Kind::Live => "records live",
+                    Kind::TakenOverThenCrashed => "records taken over, stuck again",
                 })
                 .or_default() += 1;
             written.push(write(&store, &id, kind).await);
@@ -477,6 +483,11 @@ async fn write(store: &DynamoStore, id: &str, kind: Kind) -> Written {
                 .await
                 .expect("a recovery point");
         }
+        Kind::TakenOverThenCrashed => {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let retry = claim_lease(store, id, &format!("retry-{id}"), 1).await;
+            assert_eq!(retry.attempt, 2, "the retry took it over");
+        }
         Kind::Crashed | Kind::Live => {}
     }
     let record = store.get(id).await.expect("read back").expect("written");
@@ -484,7 +495,9 @@ async fn write(store: &DynamoStore, id: &str, kind: Kind) -> Written {
         id: id.to_owned(),
         kind,
         stuck_at: match kind {
-            Kind::Crashed | Kind::CrashedHoldingAPoint => record.record.lease_expires_at_ms,
+            Kind::Crashed | Kind::CrashedHoldingAPoint | Kind::TakenOverThenCrashed => {
+                record.record.lease_expires_at_ms
+            }
             Kind::Completed | Kind::Live => 0,
         },
     }
@@ -529,7 +542,7 @@ async fn check(
                     ));
                 }
             }
-            Kind::Crashed | Kind::CrashedHoldingAPoint => {
+            Kind::Crashed | Kind::CrashedHoldingAPoint | Kind::TakenOverThenCrashed => {
                 // The first sweep that starts a period after it got stuck
                 // must have ended with it found: released (a record
                 // without a recovery point), or listed and left resumable.
@@ -543,9 +556,11 @@ async fn check(
                     continue;
                 };
                 let found = match record.kind {
-                    Kind::Crashed => noted.iter().any(|(id, _, resolution, at)| {
-                        *id == record.id && *at <= by && *resolution == Resolution::Released
-                    }),
+                    Kind::Crashed | Kind::TakenOverThenCrashed => {
+                        noted.iter().any(|(id, _, resolution, at)| {
+                            *id == record.id && *at <= by && *resolution == Resolution::Released
+                        })
+                    }
                     _ => listed
                         .iter()
                         .any(|(id, at)| *id == record.id && *at <= by && *at >= record.stuck_at),

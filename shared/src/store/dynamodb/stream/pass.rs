@@ -150,7 +150,8 @@ impl DynamoStore {
 
     /// Up to the step's pages of the pass from its place: records in
     /// progress with a lease over before `cutoff_ms` join `records` (once:
-    /// the stream may have listed them too). `Err` when a page failed (what
+    /// the stream may have listed them too; a later attempt than the one it
+    /// listed replaces that one). `Err` when a page failed (what
     /// the pages before it found is kept in `records` and the plan).
     pub(super) async fn pass_pages(
         &self,
@@ -184,14 +185,24 @@ impl DynamoStore {
                     continue;
                 }
                 plan.found.push(record.id.clone());
-                if listed.insert(record.id.clone()) {
-                    records.push(StuckRecord {
-                        has_checkpoint: record.checkpoint.is_some(),
-                        id: record.id,
-                        attempt: record.attempt,
-                        owner: record.owner,
-                        lease_expires_at_ms: record.lease_expires_at_ms,
-                    });
+                let found = StuckRecord {
+                    has_checkpoint: record.checkpoint.is_some(),
+                    id: record.id,
+                    attempt: record.attempt,
+                    owner: record.owner,
+                    lease_expires_at_ms: record.lease_expires_at_ms,
+                };
+                if listed.insert(found.id.clone()) {
+                    records.push(found);
+                } else if let Some(listed) = records
+                    .iter_mut()
+                    .find(|r| r.id == found.id && r.attempt < found.attempt)
+                {
+                    // The stream still shows an earlier attempt as the
+                    // record's latest (a takeover it has not shown yet):
+                    // resolving that one is fenced, and the attempt stuck
+                    // now would wait for the next pass.
+                    *listed = found;
                 }
             }
             plan.next = page.next.map(|next| next.0);
