@@ -279,7 +279,7 @@ async fn run_seed(base: &DynamoStore, seed: u64, follower: &Follower) -> Outcome
     timed_sweep(&sweeper, &mut sweeps).await;
     proxy.chaos(chaos);
     let mut written: Vec<Written> = Vec::new();
-    for step in 0..3 {
+    for step in 0..2 {
         for i in 0..(1 + rng.below(3)) {
             let kind = match rng.below(5) {
                 0 => Kind::Crashed,
