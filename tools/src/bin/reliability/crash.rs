@@ -235,9 +235,12 @@ pub(crate) async fn crash(bin: &str, size: Size, violations: &Violations) -> Res
     // The sweeper resolves what the abandoned clients left in progress:
     // `release` first (records holding a recovery point are left for a retry
     // that, here, never comes), then `fail` for those.
+    // A full pass at every sweep: the stream's place moves past a record
+    // left resumable, and the `fail` sweep finds it through the next pass.
     let client = integration_tests::client().await;
     let store = DynamoStore::builder(client, tables.0.clone())
         .with_stream(integration_tests::streams_client().await)
+        .full_pass(Duration::from_millis(1))
         .open()
         .map_err(|e| e.to_string())?;
     let sweeper = Sweeper::new(store).grace(Duration::ZERO);
