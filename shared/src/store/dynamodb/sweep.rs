@@ -217,6 +217,9 @@ impl SweepStore for DynamoStore {
                 .settle_stream(listing, resolved, crate::clock::now_ms())
                 .await;
         }
+        // Without a stream there is no place to save: a scan's listing holds
+        // nothing to finish.
+        let _ = (listing, resolved);
         Ok(())
     }
 
