@@ -294,10 +294,11 @@ ENGINE_TEMPLATES = {
 # saves.
 SWEEPER_POSITIONS = ["~sweeper/stream/*", "~sweeper/full-pass"]
 DYNAMODB_ONLY_ENV = {"IDEMPOTENCY_TABLE", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_DYNAMODB_STREAMS"}
-# What the sweeper reads only to check the writers' longest lease against
-# the DynamoDB stream's retention: the other engines' sweepers list through
-# the store and have no use for it.
-STREAM_SWEEPER_ONLY_ENV = {"IDEMPOTENCY_MAX_LEASE_SECONDS"}
+# What only the DynamoDB stream sweeper reads: the writers' longest lease (to
+# check it against the stream's retention) and the full pass's period (the
+# backstop of a stream listing). The other engines' sweepers list every stuck
+# record through the store at every sweep and have no use for either.
+STREAM_SWEEPER_ONLY_ENV = {"IDEMPOTENCY_MAX_LEASE_SECONDS", "IDEMPOTENCY_SWEEP_FULL_PASS_SECONDS"}
 
 
 def sub_text(node):
