@@ -7,6 +7,8 @@
 # tools/src/bin/reliability/); writes RELIABILITY.md from what they measured.
 #   RELIABILITY_SIZE=full (default) | ci (the reduced run `make test` does)
 #   RELIABILITY_OUT (default RELIABILITY.md)
+#   RELIABILITY_CHECK_COUNTS=1: compare the deterministic counts with
+#     reliability-counts.json instead of writing them there (make test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/target-dir.sh
@@ -29,4 +31,13 @@ RELIABILITY_PROPERTY_LOG="$log" FAULT_HARNESS_SIZE="$size" \
   scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
   cargo test --quiet --workspace --test it -- fuzz:: model:: fault_harness:: stream_chaos::
 scripts/dynamodb-local.sh "$target_dir/debug/reliability" "$size" "$target_dir/debug/orders-api" "$out" "$log" >/dev/null
+# The fault harness's and stream_chaos's counts are the same at every run of
+# the same code and size: written to reliability-counts.json here, checked
+# against it by `make test` (RELIABILITY_CHECK_COUNTS=1), which fails when
+# they differ (scripts/reliability-counts.py).
+if [ "${RELIABILITY_CHECK_COUNTS:-0}" = 1 ]; then
+  python3 scripts/reliability-counts.py check "$size" "$log" reliability-counts.json
+else
+  python3 scripts/reliability-counts.py write "$size" "$log" reliability-counts.json
+fi
 echo "reliability ($size): no violations; report in $out"
