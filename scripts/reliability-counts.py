@@ -2,14 +2,15 @@
 """The reliability run's deterministic counts, committed and checked.
 
 The fault harness (every store call of every feature failed, in a fixed
-order) and the randomized stream test (`stream_chaos`, its faults drawn from
-fixed seeds) count the same cases, faults and outcomes at every run of the
-same code and size. `make reliability` writes them here for its size
+order), the randomized stream test (`stream_chaos`, its faults drawn from
+fixed seeds) and the fuzz tests (their cases drawn from the fixed
+PROPTEST_RNG_SEED scripts/reliability.sh sets) count the same cases, faults
+and outcomes at every run of the same code and size. `make reliability` writes them here for its size
 (`reliability-counts.json`, beside RELIABILITY.md, which shows the full
 size's); `make test` runs the reduced size and fails when its counts differ
 from the committed ones, so a change that drops or adds cases, or changes
-what they meet, is seen and its counts committed with it. The fuzz and model
-tests draw new random cases at every run: only their existence is checked.
+what they meet, is seen and its counts committed with it. The model tests'
+outcomes depend on the real clock (their sweeps), so they are not compared.
 
   reliability-counts.py write SIZE PROPERTY_LOG COUNTS_JSON
   reliability-counts.py check SIZE PROPERTY_LOG COUNTS_JSON
@@ -18,7 +19,7 @@ tests draw new random cases at every run: only their existence is checked.
 import json
 import sys
 
-DETERMINISTIC_PREFIXES = ("fault_harness::", "stream_chaos")
+DETERMINISTIC_PREFIXES = ("fault_harness::", "stream_chaos", "fuzz::")
 
 
 def deterministic(test):
