@@ -26,6 +26,11 @@
 #       # also copy template.yaml's checked bootstraps to DIR/<Function>/
 #       # (replacing DIR): `make test` hands them to scripts/sam-local.sh,
 #       # which then runs what `sam build` made instead of building again
+#   DEPLOY_CHECK_OPT_LEVEL=1 scripts/deploy-check.sh
+#       # the release build at that optimisation level instead of the
+#       # profile's 3 (CARGO_PROFILE_RELEASE_OPT_LEVEL): `make test` checks
+#       # the build, package and deploy path, not the optimiser, and on its
+#       # CPU-bound two cores the arm64 release build was the largest job
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -44,6 +49,10 @@ source scripts/target-dir.sh
 # (without it the builder sets it to `cargo metadata`'s target_directory: the
 # same directory). Explicit, so the rest of `make test` shares this build.
 export CARGO_TARGET_DIR="$target_dir"
+if [ -n "${DEPLOY_CHECK_OPT_LEVEL:-}" ]; then
+  export CARGO_PROFILE_RELEASE_OPT_LEVEL="$DEPLOY_CHECK_OPT_LEVEL"
+  say "release build at opt-level $DEPLOY_CHECK_OPT_LEVEL (DEPLOY_CHECK_OPT_LEVEL), not the profile's 3: what users deploy is optimised further"
+fi
 # shellcheck source=scripts/bootstrap-check.sh
 source scripts/bootstrap-check.sh
 
