@@ -26,11 +26,14 @@
 //! - **stored**: a completed record, once seen, stays completed with the
 //!   same outcome; success (an output, an acknowledged SQS record, a 2xx of
 //!   a transactional completion) is never reported while the outcome that
-//!   had to be stored is not.
+//!   had to be stored is not; a transactional completion and its deferred
+//!   write are one (the record holds the handler's outcome if and only if
+//!   the key's one order row exists, read back from the engine).
 //! - **replay**: every replay is byte-identical to the first answer that
 //!   was stored or replayed.
 //! - **bound**: after the settling phase the record is completed and the
-//!   last retry got its outcome.
+//!   last retry received the key's outcome (the first one stored or
+//!   replayed), not an in-progress answer, a store error or another one.
 //!
 //! `FAULT_HARNESS_SIZE=ci` (the default, what `make test` runs) covers every
 //! case on the in-memory store, the cut-over (a Powertools table on DynamoDB
@@ -257,25 +260,60 @@ const CUTOVER_HTTP_OUTCOME: &str = r#"{"order": {"amount": 2500}, "by": "powerto
 /// The output Powertools stored for `o-1`.
 const CUTOVER_EVENT_OUTCOME: &str = r#"{"charged": 2500, "order_id": "o-1"}"#;
 
-/// The writes a transactional completion defers, on its engine.
+/// The writes a transactional completion defers, on its engine: one order
+/// row per key, inserted only where none exists (a second commit of the
+/// same key's order fails), and read back unfaulted to check that a
+/// completion and its order are one.
 #[derive(Clone)]
 enum Orders {
-    Dynamo { table: String },
-    Postgres { table: String },
+    Dynamo {
+        table: String,
+        client: aws_sdk_dynamodb::Client,
+    },
+    Postgres {
+        table: String,
+        store: Arc<lambda_idempotency::store::postgres::PostgresStore>,
+    },
 }
 
 impl Orders {
     fn defer(&self, ctx: &IdempotencyContext, id: &str) -> Result<(), String> {
         match self {
-            Orders::Dynamo { table } => {
+            Orders::Dynamo { table, .. } => {
                 ctx.defer_write(integration_tests::put_new_order(table, id))
             }
-            Orders::Postgres { table } => ctx.defer_write(
+            Orders::Postgres { table, .. } => ctx.defer_write(
                 PgWrite::new(format!("INSERT INTO {table} (id) VALUES ($1)"))
                     .bind(id.to_owned(), PgType::TEXT),
             ),
         }
         .map_err(|e| e.to_string())
+    }
+
+    /// Whether order `id` was written (read from the engine, not through
+    /// the fault plan).
+    async fn exists(&self, id: &str) -> bool {
+        match self {
+            Orders::Dynamo { table, client } => integration_tests::consistent_item(
+                client,
+                table,
+                [(
+                    "order_id",
+                    aws_sdk_dynamodb::types::AttributeValue::S(id.into()),
+                )],
+            )
+            .await
+            .is_some(),
+            Orders::Postgres { table, store } => store
+                .pool()
+                .get()
+                .await
+                .expect("a connection for the harness's own read")
+                .query_opt(&format!("SELECT id FROM {table} WHERE id = $1"), &[&id])
+                .await
+                .expect("the orders table answers the harness's own read")
+                .is_some(),
+        }
     }
 }
 
@@ -483,7 +521,7 @@ impl Handler {
         }
         lock(&self.observed).derived.push(ctx.derived_key("ship"));
         if let (Feature::Transactional, Some(orders)) = (self.feature, &self.orders) {
-            orders.defer(&ctx, &format!("{}-{execution}", self.order_id))?;
+            orders.defer(&ctx, &self.order_id)?;
         }
         Ok(json!({
             "execution": execution,
@@ -951,10 +989,17 @@ impl Run {
         let resolved = record
             .as_ref()
             .is_some_and(|r| r.status == Status::Completed);
-        let mut observed = lock(&self.observed);
         // A key Powertools holds is Powertools' to resolve: answered 409
         // until then, with no record of ours.
         let ours = !self.id.combo.feature.held_cutover();
+        if let (Feature::Transactional, Some(orders)) = (self.id.combo.feature, &self.engine.orders)
+        {
+            self.check_transactional(orders, record.as_ref()).await;
+        }
+        if resolved && ours {
+            self.check_delivered(&last, record.as_ref());
+        }
+        let mut observed = lock(&self.observed);
         if !resolved && ours {
             observed.violations.push(format!(
                 "bound: the record is {:?} after a lease, a sweep and a retry",
@@ -971,6 +1016,72 @@ impl Run {
             observed
                 .violations
                 .push("effect: a repeat of the effect used another derived key");
+        }
+    }
+}
+
+impl Run {
+    /// Transactional completion: the record completed with the handler's
+    /// outcome if and only if its deferred write (the key's one order row)
+    /// committed. A record the sweeper failed carries no order.
+    async fn check_transactional(
+        &self,
+        orders: &Orders,
+        record: Option<&lambda_idempotency::store::Record>,
+    ) {
+        let ordered = orders.exists(&self.key).await;
+        let succeeded = record
+            .filter(|r| r.status == Status::Completed)
+            .and_then(|r| r.response.as_ref())
+            .is_some_and(|r| (200..300).contains(&r.status));
+        if ordered != succeeded {
+            lock(&self.observed).violations.push(format!(
+                "stored: the transactional completion and its write parted: record completed \
+                 with the handler's outcome: {succeeded}, order written: {ordered}"
+            ));
+        }
+    }
+
+    /// The bound's other half: once the record is completed, the settling
+    /// retry receives the key's outcome (the first one stored or replayed),
+    /// not an in-progress answer, a store error or another outcome. A stored
+    /// problem (the sweeper's `fail`) may reach a function or batch as the
+    /// error it is.
+    fn check_delivered(&self, last: &Answer, record: Option<&lambda_idempotency::store::Record>) {
+        let mut observed = lock(&self.observed);
+        let Some(reference) = observed.reference.clone() else {
+            observed
+                .violations
+                .push("bound: the record is completed but no outcome of it was seen");
+            return;
+        };
+        // The record holds a problem, not the handler's output.
+        let problem = record
+            .and_then(|r| r.response.as_ref())
+            .is_some_and(|r| !(200..300).contains(&r.status));
+        let (delivered, answered) = match last {
+            // The settling retry's death is a violation of its own.
+            Answer::Died => return,
+            Answer::Http { status, body, .. } => (
+                (*status, body.clone()) == reference,
+                format!("{status} {}", String::from_utf8_lossy(body)),
+            ),
+            Answer::Output(Ok(value)) => (
+                (200, canonical(value.to_string().as_bytes())) == reference,
+                format!("output {value}"),
+            ),
+            Answer::Output(Err(error)) => (problem, format!("error {error}")),
+            Answer::Batch(acknowledged) => (
+                *acknowledged || problem,
+                format!("acknowledged: {acknowledged}"),
+            ),
+        };
+        if !delivered {
+            observed.violations.push(format!(
+                "bound: the settling retry answered {answered}, not the key's outcome {} {}",
+                reference.0,
+                String::from_utf8_lossy(&reference.1)
+            ));
         }
     }
 }
@@ -1266,6 +1377,7 @@ fn engine_combos(transactional: bool) -> (Vec<Combo>, Vec<First>) {
 async fn every_store_call_failed_on_dynamodb_local() {
     let (store, _) = integration_tests::dynamo_store().await;
     let table = integration_tests::orders_table(store.client()).await;
+    let client = store.client().clone();
     let engine = Engine {
         name: "dynamodb-local",
         shared: Some(Arc::new(
@@ -1274,7 +1386,7 @@ async fn every_store_call_failed_on_dynamodb_local() {
                 .open()
                 .unwrap(),
         )),
-        orders: Some(Orders::Dynamo { table }),
+        orders: Some(Orders::Dynamo { table, client }),
         powertools: None,
         bucket: None,
     };
@@ -1299,7 +1411,7 @@ async fn every_store_call_failed_on_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_store_call_failed_on_postgres() {
-    let store = integration_tests::postgres_store().await;
+    let store = Arc::new(integration_tests::postgres_store().await);
     let table = store.table().replace("idempotency_records", "fh_orders");
     store
         .pool()
@@ -1311,8 +1423,8 @@ async fn every_store_call_failed_on_postgres() {
         .expect("the orders table");
     let engine = Engine {
         name: "postgres",
-        shared: Some(Arc::new(store)),
-        orders: Some(Orders::Postgres { table }),
+        shared: Some(store.clone()),
+        orders: Some(Orders::Postgres { table, store }),
         powertools: None,
         bucket: None,
     };
