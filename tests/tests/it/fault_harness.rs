@@ -304,15 +304,18 @@ impl Orders {
             )
             .await
             .is_some(),
-            Orders::Postgres { table, store } => store
+            Orders::Postgres { table, store } => !store
                 .pool()
                 .get()
                 .await
                 .expect("a connection for the harness's own read")
-                .query_opt(&format!("SELECT id FROM {table} WHERE id = $1"), &[&id])
+                .query_typed(
+                    &format!("SELECT id FROM {table} WHERE id = $1"),
+                    &[(&id, PgType::TEXT)],
+                )
                 .await
                 .expect("the orders table answers the harness's own read")
-                .is_some(),
+                .is_empty(),
         }
     }
 }

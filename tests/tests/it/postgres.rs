@@ -51,12 +51,17 @@ pub(crate) async fn create_orders(admin: &PostgresStore, store: &PostgresStore) 
 }
 
 /// How many rows `table` holds, counted through `admin`.
+/// Unnamed statements (`query_typed`), as the store's own: under PgBouncer's
+/// transaction pooling a named statement prepared on one server connection
+/// is not on the next ("prepared statement \"s14\" does not exist").
 async fn row_count(admin: &PostgresStore, table: &str) -> i64 {
     let client = admin.pool().get().await.unwrap();
     client
-        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .query_typed(&format!("SELECT count(*) FROM {table}"), &[])
         .await
         .unwrap()
+        .first()
+        .expect("count(*) returns one row")
         .get(0)
 }
 
@@ -68,12 +73,13 @@ pub(crate) fn orders(store: &PostgresStore) -> String {
 async fn order_state(store: &PostgresStore, id: &str) -> Option<String> {
     let client = store.pool().get().await.unwrap();
     client
-        .query_opt(
+        .query_typed(
             &format!("SELECT state FROM {} WHERE id = $1", orders(store)),
-            &[&id],
+            &[(&id, PgType::TEXT)],
         )
         .await
         .unwrap()
+        .first()
         .map(|row| row.get("state"))
 }
 
