@@ -136,9 +136,10 @@ enum Decision {
 #[derive(Debug, Default)]
 struct PlanState {
     trace: Vec<Call>,
-    target: Option<(usize, Fault)>,
-    /// The fault injected, once it was (index, kind).
-    injected: Option<(usize, CallKind)>,
+    /// The calls to fail (index, fault), in the order of the run.
+    targets: Vec<(usize, Fault)>,
+    /// The faults injected so far (index, kind).
+    injected: Vec<(usize, CallKind)>,
     step: String,
     dead: bool,
     offset_ms: u64,
@@ -151,6 +152,9 @@ struct PlanState {
     unnumbered_listings: bool,
     /// The harness reads for itself: calls pass unnumbered, dead or not.
     quiet: bool,
+    /// Calls that reached the engine while their invocation was dead
+    /// (seen by a [`FaultStore::witness`]).
+    late: Vec<Call>,
 }
 
 /// The numbering, the fault aimed at, the dead flag and the virtual clock of
@@ -178,9 +182,14 @@ impl FaultPlan {
 
     /// A plan that fails call `index` (from 0, in the order of the run) with `fault`.
     pub fn failing(index: usize, fault: Fault) -> Self {
-        let plan = Self::default();
-        plan.lock().target = Some((index, fault));
-        plan
+        Self::default().then_failing(index, fault)
+    }
+
+    /// The same plan, failing call `index` with `fault` too (a second
+    /// fault, at a call the first one caused, say).
+    pub fn then_failing(self, index: usize, fault: Fault) -> Self {
+        self.lock().targets.push((index, fault));
+        self
     }
 
     /// The same plan, with sweep listings and settlements passed through
@@ -201,9 +210,16 @@ impl FaultPlan {
         self.lock().trace.clone()
     }
 
-    /// The call the fault was injected at, once it was: (index, kind).
-    pub fn injected(&self) -> Option<(usize, CallKind)> {
-        self.lock().injected
+    /// The calls faults were injected at so far, in order: (index, kind).
+    pub fn injected(&self) -> Vec<(usize, CallKind)> {
+        self.lock().injected.clone()
+    }
+
+    /// The calls that reached the engine while their invocation was dead,
+    /// since the last time they were taken: every one is a call a process
+    /// that is gone could not have made.
+    pub fn take_late(&self) -> Vec<Call> {
+        std::mem::take(&mut self.lock().late)
     }
 
     /// A new step of the run (a new invocation: a new process, alive).
@@ -235,7 +251,7 @@ impl FaultPlan {
 
     /// Fail nothing from now on (a run's settling phase).
     pub fn disarm(&self) {
-        self.lock().target = None;
+        self.lock().targets.clear();
     }
 
     /// The record ids this run's claims named (sorted).
@@ -273,12 +289,22 @@ impl FaultPlan {
         let index = state.trace.len();
         let step = state.step.clone();
         state.trace.push(Call { kind, step });
-        match state.target {
-            Some((at, fault)) if at == index => {
-                state.injected = Some((index, kind));
+        match state.targets.iter().find(|(at, _)| *at == index) {
+            Some(&(_, fault)) => {
+                state.injected.push((index, kind));
                 Decision::Fail(fault)
             }
-            _ => Decision::Pass,
+            None => Decision::Pass,
+        }
+    }
+
+    /// A [`FaultStore::witness`]'s call `kind`: noted when its invocation is
+    /// dead (and the harness is not reading for itself).
+    fn witness(&self, kind: CallKind) {
+        let mut state = self.lock();
+        if state.dead && !state.quiet {
+            let step = state.step.clone();
+            state.late.push(Call { kind, step });
         }
     }
 
@@ -329,12 +355,33 @@ async fn gone<T>() -> T {
 pub struct FaultStore<S> {
     inner: S,
     plan: FaultPlan,
+    /// A witness only: see [`FaultStore::witness`].
+    witness: bool,
 }
 
 impl<S> FaultStore<S> {
     /// `inner`, faulted as `plan` says.
     pub fn new(inner: S, plan: FaultPlan) -> Self {
-        FaultStore { inner, plan }
+        FaultStore {
+            inner,
+            plan,
+            witness: false,
+        }
+    }
+
+    /// `inner` as it is (no numbering, no fault, no clock), noting in
+    /// `plan` every call that reaches it while the plan's invocation is
+    /// dead ([`FaultPlan::take_late`]). Put right above the engine, under
+    /// every other layer (the faulting [`FaultStore`], an offload, a
+    /// cut-over), it sees what reached the engine whichever layer made the
+    /// call: a layer that calls on after its process died, or one that
+    /// reaches the engine around the faulting store, shows up here.
+    pub fn witness(inner: S, plan: FaultPlan) -> Self {
+        FaultStore {
+            inner,
+            plan,
+            witness: true,
+        }
     }
 
     /// The store under the faults (for the harness's own reads, which are
@@ -349,11 +396,17 @@ impl<S> FaultStore<S> {
     }
 
     fn shift_ms(&self, ms: u64) -> u64 {
-        ms.saturating_add(self.plan.offset_ms())
+        match self.witness {
+            true => ms,
+            false => ms.saturating_add(self.plan.offset_ms()),
+        }
     }
 
     fn shift_s(&self, s: u64) -> u64 {
-        s.saturating_add(self.plan.offset_ms() / 1000)
+        match self.witness {
+            true => s,
+            false => s.saturating_add(self.plan.offset_ms() / 1000),
+        }
     }
 
     /// Run `call` (the inner store's) under the plan's decision for `kind`.
@@ -362,6 +415,10 @@ impl<S> FaultStore<S> {
         kind: CallKind,
         call: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
+        if self.witness {
+            self.plan.witness(kind);
+            return call.await;
+        }
         match self.plan.enter(kind) {
             Decision::Dead => gone().await,
             Decision::Fail(Fault::Refused) => Err(injected(kind, Fault::Refused)),

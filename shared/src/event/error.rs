@@ -77,7 +77,8 @@ pub enum EventError<E> {
     /// The function ran but its outcome was not recorded, so the event must
     /// be delivered again. The source says why: the deferred writes were
     /// cancelled or refused (nothing committed, the key was released); a
-    /// newer attempt took over before the writes committed; or the store did
+    /// newer attempt took over before the completion (with or without
+    /// deferred writes: its outcome is the one that replays); or the store did
     /// not answer (the outcome is unknown, the key frees when its lease ends
     /// and the retry replays or runs again).
     CompletionFailed {

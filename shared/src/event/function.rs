@@ -535,15 +535,13 @@ impl IdempotentFunction {
         };
         match guard.finish(stored).await {
             Finished::Stored | Finished::Oversized => Ok(()),
-            // The work is done and this output is its true outcome; the
-            // newer attempt's outcome is the one that replays.
-            Finished::Lost {
-                error,
-                transactional: false,
-            } if error.is_fenced() => Ok(()),
-            // Nothing recorded (the record gone, the transaction fenced or
-            // refused) or unknown whether it was: the event is reported
-            // failed, to come again and run, replay or take over.
+            // Nothing recorded (a newer attempt holds the key, the record
+            // is gone, the transaction was refused) or unknown whether it
+            // was: the event is reported failed, to come again and replay,
+            // run or take over. Even a fenced plain completion, whose work
+            // is done: an output the record does not hold would be an
+            // answer no duplicate gets (the newer attempt's is the one that
+            // replays, and it may never come if that attempt fails too).
             Finished::Lost { error, .. }
             | Finished::Refused(error)
             | Finished::Unknown { error, .. } => Err(EventError::CompletionFailed {
@@ -696,5 +694,32 @@ mod tests {
         assert_eq!(err.error_type(), "Idempotency.Serialization");
         assert!(err.to_string().contains("argument of `f`"), "{err}");
         assert_eq!(store.requests(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_completion_fenced_by_a_newer_attempt_fails_the_call_whose_output_is_not_stored() {
+        let function = IdempotentFunction::new(MemoryStore::new(), "f")
+            .max_lease(std::time::Duration::from_millis(5));
+        let arg = serde_json::json!({"order": 1});
+        // The first call overruns its lease; a retry takes the key over and
+        // completes while it runs.
+        let first: Result<String, EventError<String>> = function
+            .call(arg.clone(), |_| async {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let retry: Result<String, EventError<String>> = function
+                    .call(arg.clone(), |_| async { Ok("second".to_owned()) })
+                    .await;
+                assert_eq!(retry.map_err(|e| e.to_string()).as_deref(), Ok("second"));
+                Ok("first".to_owned())
+            })
+            .await;
+        // Its output is not the one the record holds: the call fails, to be
+        // delivered again, instead of answering what no duplicate gets.
+        let err = first.expect_err("a fenced completion's output is not stored");
+        assert_eq!(err.error_type(), "Idempotency.CompletionFailed", "{err}");
+        let again: Result<String, EventError<String>> = function
+            .call(arg, |_| async { Ok("third".to_owned()) })
+            .await;
+        assert_eq!(again.map_err(|e| e.to_string()).as_deref(), Ok("second"));
     }
 }

@@ -4,14 +4,19 @@
 //! A case is a feature combination (the surface a user calls: the HTTP
 //! layer, `IdempotentFunction` or `SqsBatch`, or the claim lifecycle they
 //! share driven directly, and one feature turned on),
-//! what its first execution does (completes, fails, or its process dies
-//! mid-handler), a schedule of retries (a retry inside the lease and one
-//! past it; or a sweep under the `release` or the `fail` policy past the
-//! lease, then a retry), one store call of that run and one fault at it
-//! (`integration_tests::fault_store::Fault`). Each combination × first
-//! execution × schedule is run fault-free once to number its calls, then
-//! once per call and fault, deterministically (one task, the virtual clock
-//! of the `FaultPlan`, no randomness the run depends on). After the
+//! what its first execution does (completes, fails, its process dies
+//! mid-handler, or it overruns its lease while a retry takes over and
+//! finishes, then completes late), a schedule of retries (a retry inside
+//! the lease and one past it; or a sweep under the `release` or the `fail`
+//! policy past the lease, then a retry), one store call of that run and one
+//! fault at it (`integration_tests::fault_store::Fault`), and where that
+//! fault caused calls of a kind the fault-free run never makes, a second
+//! fault at each. Each combination × first execution × schedule is run
+//! fault-free once to number its calls, then once per call and fault,
+//! deterministically (one task, the virtual clock of the `FaultPlan`, no
+//! randomness the run depends on). The feature's layers (the offload, the
+//! cut-over) wrap the faulting store, and a witnessing one sits right above
+//! the engine. After the
 //! schedule an unfaulted settling phase (past the lease, a sweep, a retry)
 //! checks that whatever the fault left resolves within its bound.
 //!
@@ -31,6 +36,8 @@
 //!   the key's one order row exists, read back from the engine).
 //! - **replay**: every replay is byte-identical to the first answer that
 //!   was stored or replayed.
+//! - **gone**: once an invocation's process is gone, none of its calls
+//!   reaches the engine, whichever layer makes it.
 //! - **bound**: after the settling phase the record is completed and the
 //!   last retry received the key's outcome (the first one stored or
 //!   replayed), not an in-progress answer, a store error or another one.
@@ -126,6 +133,56 @@ enum First {
     Fails,
     /// Its process dies after its effect, before it answers.
     Dies,
+    /// It outlives its lease: paused after its effect while a retry past
+    /// the lease takes the key over and finishes, then it finishes too (a
+    /// late completion, fenced, racing the newer attempt's).
+    Overruns,
+}
+
+/// Where an overrunning first execution waits: it says it paused, then
+/// waits until the harness lets it go on. Only the first invocation's
+/// handler pauses (the gate is armed for it alone): when a fault kept it
+/// from running, a retry's execution is the key's first, and runs through.
+#[derive(Clone)]
+struct Gate {
+    armed: Arc<std::sync::atomic::AtomicBool>,
+    paused: tokio::sync::watch::Sender<bool>,
+    go: tokio::sync::watch::Sender<bool>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        Gate {
+            armed: Arc::default(),
+            paused: tokio::sync::watch::channel(false).0,
+            go: tokio::sync::watch::channel(false).0,
+        }
+    }
+
+    fn arm(&self, armed: bool) {
+        self.armed.store(armed, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The handler's side: paused, until let go (when armed).
+    async fn pause(&self) {
+        if !self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        self.paused.send_replace(true);
+        let mut go = self.go.subscribe();
+        // The sender lives in `self`: the channel cannot close here.
+        let _ = go.wait_for(|go| *go).await;
+    }
+
+    /// Resolves once the handler paused.
+    async fn paused(&self) {
+        let mut paused = self.paused.subscribe();
+        let _ = paused.wait_for(|paused| *paused).await;
+    }
+
+    fn go(&self) {
+        self.go.send_replace(true);
+    }
 }
 
 /// How clients retry after the first invocation.
@@ -391,12 +448,18 @@ struct Observed {
     stored_seen: bool,
 }
 
+/// An invocation's call, not yet polled.
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Answer>>>;
+
 /// One run of a case, with or without a fault.
 struct Run {
     id: CaseId,
     engine: Engine,
     plan: FaultPlan,
-    store: FaultStore<Arc<dyn SweepStore>>,
+    /// What the library is given: the engine's store under a witness of
+    /// calls made after death, the faults, then the feature's own layer
+    /// (the offload), so that every call a layer makes meets the plan.
+    store: Arc<dyn SweepStore>,
     key: String,
     observed: Arc<Mutex<Observed>>,
     /// The HTTP service or function of the warm instance (kept between
@@ -406,6 +469,7 @@ struct Run {
     /// How many calls the schedule made before the settling phase (the
     /// calls a fault is injected at).
     faultable: usize,
+    gate: Gate,
 }
 
 #[derive(Clone)]
@@ -444,12 +508,15 @@ struct Handler {
     feature: Feature,
     first: First,
     plan: FaultPlan,
+    /// The run's store, which the handler reads quietly.
     inner: Arc<dyn SweepStore>,
     observed: Arc<Mutex<Observed>>,
     orders: Option<Orders>,
     order_id: String,
     /// Cut-over in progress: until when Powertools holds the key.
     powertools_running_until_ms: Option<u64>,
+    /// Where an overrunning first execution waits.
+    gate: Gate,
 }
 
 impl Handler {
@@ -520,6 +587,7 @@ impl Handler {
                     self.plan.die();
                     return std::future::pending().await;
                 }
+                First::Overruns => self.gate.pause().await,
             }
         }
         lock(&self.observed).derived.push(ctx.derived_key("ship"));
@@ -536,11 +604,12 @@ impl Handler {
 
 impl Run {
     async fn new(engine: &Engine, id: CaseId, plan: FaultPlan, serial: u64) -> Run {
-        let mut inner = engine.store();
+        let witnessed: Arc<dyn SweepStore> =
+            Arc::new(FaultStore::witness(engine.store(), plan.clone()));
+        let mut store: Arc<dyn SweepStore> = Arc::new(FaultStore::new(witnessed, plan.clone()));
         if id.combo.feature == Feature::Offload {
-            inner = Arc::new(offloaded(engine, inner, &plan).await);
+            store = Arc::new(offloaded(engine, store, &plan).await);
         }
-        let store = FaultStore::new(inner, plan.clone());
         let key = if id.combo.feature.completed_cutover() {
             match id.combo.surface {
                 Surface::Http => "done-1".to_owned(),
@@ -575,6 +644,7 @@ impl Run {
             warm: None,
             step: 0,
             faultable: 0,
+            gate: Gate::new(),
         }
     }
 
@@ -583,13 +653,14 @@ impl Run {
             feature: self.id.combo.feature,
             first: self.id.first,
             plan: self.plan.clone(),
-            inner: self.store.inner().clone(),
+            inner: self.store.clone(),
             observed: self.observed.clone(),
             orders: self.engine.orders.clone(),
             order_id: self.key.clone(),
             powertools_running_until_ms: (self.id.combo.feature.held_cutover())
                 .then(|| self.engine.powertools.as_ref().map(|t| t.running_until_ms))
                 .flatten(),
+            gate: self.gate.clone(),
         }
     }
 
@@ -732,6 +803,65 @@ impl Run {
     /// One invocation (a client's request, a function call, an SQS
     /// delivery), dropped when its process dies.
     async fn invoke(&mut self) -> Answer {
+        let (call, executions_before) = self.start().await;
+        let answer = self.until_died(call).await;
+        let executed = lock(&self.observed).executions > executions_before;
+        self.check_answer(&answer, executed).await;
+        answer
+    }
+
+    /// The first invocation overrunning its lease (`First::Overruns`): once
+    /// its handler paused, the clock moves past the lease and a retry runs
+    /// to its end, then the first one goes on from where it paused.
+    async fn overrun(&mut self) {
+        let (mut call, executions_before) = self.start().await;
+        let (plan, gate) = (self.plan.clone(), self.gate.clone());
+        gate.arm(true);
+        let early = tokio::select! {
+            biased;
+            answer = &mut call => Some(answer),
+            () = plan.died() => Some(Answer::Died),
+            () = gate.paused() => None,
+        };
+        gate.arm(false);
+        if let Some(answer) = early {
+            // A fault ended it before its handler paused.
+            if matches!(answer, Answer::Died) {
+                self.warm = None;
+            }
+            self.check_gone();
+            let executed = lock(&self.observed).executions > executions_before;
+            self.check_answer(&answer, executed).await;
+            return;
+        }
+        let first_step = self.step;
+        self.plan.advance(PAST_LEASE_MS);
+        self.invoke().await;
+        // Its process is alive again: it was only slow.
+        self.plan.step(format!("invoke#{first_step}-resumed"));
+        self.gate.go();
+        let answer = self.until_died(call).await;
+        self.check_answer(&answer, true).await;
+    }
+
+    /// `call`'s answer, or `Answer::Died` once its process is gone.
+    async fn until_died(&mut self, call: Pending) -> Answer {
+        let plan = self.plan.clone();
+        let answer = tokio::select! {
+            biased;
+            answer = call => answer,
+            () = plan.died() => Answer::Died,
+        };
+        if matches!(answer, Answer::Died) {
+            self.warm = None;
+        }
+        self.check_gone();
+        answer
+    }
+
+    /// A new invocation's step and its call, not yet polled (with the
+    /// handler's execution count before it).
+    async fn start(&mut self) -> (Pending, u32) {
         self.step += 1;
         self.plan.step(format!("invoke#{}", self.step));
         let keep_warm = self.id.combo.feature == Feature::LocalCache;
@@ -799,18 +929,7 @@ impl Run {
                 }
             }
         };
-        let plan = self.plan.clone();
-        let answer = tokio::select! {
-            biased;
-            answer = call => answer,
-            () = plan.died() => Answer::Died,
-        };
-        if matches!(answer, Answer::Died) {
-            self.warm = None;
-        }
-        let executed = lock(&self.observed).executions > executions_before;
-        self.check_answer(&answer, executed).await;
-        answer
+        (Box::pin(call), executions_before)
     }
 
     /// A sweep under `policy`, itself a process that can die.
@@ -824,7 +943,20 @@ impl Run {
             _ = sweeper.sweep(None) => {},
             () = plan.died() => {},
         }
+        self.check_gone();
         self.check_stored().await;
+    }
+
+    /// The process-gone invariant: once an invocation's process is gone,
+    /// none of its calls reaches the engine, whichever layer makes it.
+    fn check_gone(&self) {
+        for call in self.plan.take_late() {
+            lock(&self.observed).violations.push(format!(
+                "gone: {} of {} reached the store after its process died",
+                call.kind.name(),
+                call.step
+            ));
+        }
     }
 
     /// The record as the store holds it (unfaulted, unnumbered).
@@ -832,7 +964,6 @@ impl Run {
         let id = self.record_id()?;
         let _quiet = self.plan.quiet();
         self.store
-            .inner()
             .get(&id)
             .await
             .expect("the engine answers the harness's own read")
@@ -967,7 +1098,12 @@ impl Run {
 
     /// The schedule, then the unfaulted settling phase and its checks.
     async fn play(&mut self) {
-        self.invoke().await;
+        match self.id.first {
+            First::Overruns => self.overrun().await,
+            _ => {
+                self.invoke().await;
+            }
+        }
         match self.id.schedule {
             Schedule::Retries => {
                 self.invoke().await;
@@ -1108,12 +1244,8 @@ async fn core(
             let stored = StoredResponse::new(200, Vec::new(), StoredBody::Text(output.to_string()));
             return match guard.finish(stored).await {
                 Finished::Stored | Finished::Oversized => Ok(output),
-                // A newer attempt holds the key; this output is the work's
-                // true outcome.
-                Finished::Lost {
-                    error,
-                    transactional: false,
-                } if error.is_fenced() => Ok(output),
+                // Fenced too: the record will hold the newer attempt's
+                // outcome, not this one.
                 other => Err(format!("not recorded: {other:?}")),
             };
         }
@@ -1143,6 +1275,8 @@ struct Report {
     /// Cases by the kind of the call faulted.
     by_call: std::collections::BTreeMap<&'static str, u64>,
     repeats_in_window: u64,
+    /// Cases with a second fault, at a call only the first one caused.
+    second_faults: u64,
     violations: Vec<String>,
 }
 
@@ -1163,7 +1297,7 @@ async fn harness(engine: Engine, combos: &[Combo], firsts: &[First]) -> Report {
                 let mut clean = Run::new(&engine, id, engine.plan(FaultPlan::new()), serial).await;
                 clean.play().await;
                 let trace = clean.plan.trace();
-                collect(&mut report, &clean, id, None, &trace);
+                collect(&mut report, &clean, id, &[], &trace);
                 for (index, call) in trace[..clean.faultable].iter().enumerate() {
                     for fault in Fault::ALL {
                         serial += 1;
@@ -1172,21 +1306,66 @@ async fn harness(engine: Engine, combos: &[Combo], firsts: &[First]) -> Report {
                         run.play().await;
                         report.cases += 1;
                         *report.by_call.entry(call.kind.name()).or_default() += 1;
-                        match run.plan.injected() {
-                            Some((at, kind)) if at == index && kind == call.kind => {}
-                            other => report.violations.push(format!(
-                                "{} | harness: the run diverged before call {index} ({}): injected at {other:?}",
-                                path(engine.name, id),
-                                call.kind.name()
-                            )),
+                        let at = [(index, call, fault)];
+                        check_injected(&mut report, &engine, id, &run, &at);
+                        collect(&mut report, &run, id, &at, &trace);
+                        // The calls only this fault caused (a kind the
+                        // fault-free run never makes: the offload's
+                        // DeleteObject of an object no record points to,
+                        // say), each failed in turn as well.
+                        let caused = run.plan.trace();
+                        for (second, then) in caused
+                            .iter()
+                            .enumerate()
+                            .take(run.faultable)
+                            .skip(index + 1)
+                            .filter(|(_, c)| trace.iter().all(|t| t.kind != c.kind))
+                        {
+                            for then_fault in Fault::ALL {
+                                serial += 1;
+                                let plan = engine.plan(
+                                    FaultPlan::failing(index, fault)
+                                        .then_failing(second, then_fault),
+                                );
+                                let mut run = Run::new(&engine, id, plan, serial).await;
+                                run.play().await;
+                                report.cases += 1;
+                                report.second_faults += 1;
+                                *report.by_call.entry(then.kind.name()).or_default() += 1;
+                                let at = [(index, call, fault), (second, then, then_fault)];
+                                check_injected(&mut report, &engine, id, &run, &at);
+                                collect(&mut report, &run, id, &at, &trace);
+                            }
                         }
-                        collect(&mut report, &run, id, Some((index, call, fault)), &trace);
                     }
                 }
             }
         }
     }
     report
+}
+
+/// The faults went where they were aimed (each at its call's index and
+/// kind), or the run diverged from the one that numbered its calls.
+fn check_injected(
+    report: &mut Report,
+    engine: &Engine,
+    id: CaseId,
+    run: &Run,
+    at: &[(usize, &Call, Fault)],
+) {
+    let injected = run.plan.injected();
+    let aimed: Vec<_> = at
+        .iter()
+        .map(|(index, call, _)| (*index, call.kind))
+        .collect();
+    if injected != aimed {
+        report.violations.push(format!(
+            "{} | harness: the run diverged from the one that numbered its calls: faults aimed at \
+             {aimed:?}, injected at {injected:?}",
+            path(engine.name, id),
+        ));
+    }
 }
 
 fn path(engine: &str, id: CaseId) -> String {
@@ -1200,21 +1379,27 @@ fn collect(
     report: &mut Report,
     run: &Run,
     id: CaseId,
-    fault: Option<(usize, &Call, Fault)>,
+    faults: &[(usize, &Call, Fault)],
     trace: &[Call],
 ) {
     let observed = lock(&run.observed);
     if observed.derived.len() > 1 {
         report.repeats_in_window += 1;
     }
-    let at = match fault {
-        None => "no fault".to_owned(),
-        Some((index, call, fault)) => format!(
-            "call {index} ({} of {}) {}",
-            call.kind.name(),
-            call.step,
-            fault.name()
-        ),
+    let at = match faults {
+        [] => "no fault".to_owned(),
+        faults => faults
+            .iter()
+            .map(|(index, call, fault)| {
+                format!(
+                    "call {index} ({} of {}) {}",
+                    call.kind.name(),
+                    call.step,
+                    fault.name()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" then "),
     };
     let calls: Vec<String> = trace
         .iter()
@@ -1243,9 +1428,11 @@ fn full_size() -> bool {
 /// (scripts/reliability.sh, RELIABILITY.md section 6).
 fn judge(test: &str, report: Report) {
     println!(
-        "fault harness {test}: {} cases (combination × call × fault), {} with the effect \
-         repeated inside the documented window, {} violations; calls faulted: {:?}",
+        "fault harness {test}: {} cases (combination × call × fault), {} of them with a second \
+         fault at a call only the first one caused, {} with the effect repeated inside the \
+         documented window, {} violations; calls faulted: {:?}",
         report.cases,
+        report.second_faults,
         report.repeats_in_window,
         report.violations.len(),
         report.by_call
@@ -1265,13 +1452,17 @@ fn judge(test: &str, report: Report) {
         "effect repeated inside the documented window",
         report.repeats_in_window,
     );
+    tally.add_n(
+        "second fault at a call only the first caused",
+        report.second_faults,
+    );
     for (call, n) in report.by_call {
         tally.add_n(format!("{call} faulted"), n);
     }
     tally.report(test);
 }
 
-const ALL_FIRSTS: [First; 3] = [First::Completes, First::Fails, First::Dies];
+const ALL_FIRSTS: [First; 4] = [First::Completes, First::Fails, First::Dies, First::Overruns];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_store_call_failed_on_the_memory_store() {
@@ -1373,7 +1564,8 @@ fn engine_combos(transactional: bool) -> (Vec<Combo>, Vec<First>) {
             feature: Feature::Transactional,
         });
     }
-    (subset, vec![First::Completes, First::Dies])
+    // An overrun's late completion is the fenced one.
+    (subset, vec![First::Completes, First::Dies, First::Overruns])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
