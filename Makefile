@@ -20,6 +20,14 @@ test:
 deploy-check:
 	scripts/deploy-check.sh
 
+.PHONY: publish-check
+# Both crates as crates.io takes them, each verified alone: `cargo publish
+# --dry-run` with cargo's verification (built from its archive with its own
+# features), then the docs as docs.rs builds them. `make test` runs it
+# without the verification build (scripts/publish-check.sh).
+publish-check:
+	PUBLISH_CHECK_VERIFY=1 scripts/publish-check.sh
+
 .PHONY: demo
 # The example API end to end: DynamoDB Local + cargo lambda watch + a narrated scenario.
 demo:
