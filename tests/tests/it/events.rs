@@ -412,7 +412,18 @@ async fn lambda_deadline_sets_the_lease(f: Fixture) {
         .await
         .unwrap();
     assert_eq!(fast, "fast", "the first lease ended at the Lambda deadline");
-    assert_eq!(slow.await.unwrap().unwrap(), "slow");
+    // The slow call's completion is fenced: its output is stored nowhere, so
+    // its call fails (to be delivered again), and a duplicate replays the
+    // newer attempt's.
+    let slow = slow.await.unwrap().unwrap_err();
+    assert_eq!(slow.error_type(), "Idempotency.CompletionFailed", "{slow}");
+    let again = function
+        .call(json!("k"), |_| async {
+            Ok::<_, String>("again".to_owned())
+        })
+        .await
+        .unwrap();
+    assert_eq!(again, "fast");
 }
 
 /// The sample event `events/<name>`, as JSON.
