@@ -37,7 +37,7 @@ use lambda_idempotency::store::{
     RecordPage, Resolution, Resolve, ResolveRequest, StoredRecord, StuckPage, StuckRequest,
     SweepCursor, SweepStore,
 };
-use lambda_idempotency::{Error, Store};
+use lambda_idempotency::{Error, ErrorKind, Store};
 
 /// One way to fail a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -122,6 +122,47 @@ pub struct Call {
     pub step: String,
 }
 
+/// What a call that records an outcome (a completion, a recovery point)
+/// did, as far as the run can prove it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The store applied it: it answered success, or its answer was lost,
+    /// or its process died right after it.
+    Yes,
+    /// Provably not: refused before it reached the store, or the store
+    /// answered that it wrote nothing (fenced, the record gone, the
+    /// transaction cancelled or rejected).
+    No,
+    /// An error that does not say whether it applied.
+    Unknown,
+}
+
+impl Applied {
+    fn of<T>(result: &Result<T, Error>) -> Applied {
+        match result {
+            Ok(_) => Applied::Yes,
+            Err(e) => match e.kind() {
+                ErrorKind::Fenced
+                | ErrorKind::RecordGone
+                | ErrorKind::TransactionCancelled
+                | ErrorKind::TransactionRejected
+                | ErrorKind::InvalidConfig => Applied::No,
+                _ => Applied::Unknown,
+            },
+        }
+    }
+}
+
+/// A call that records an outcome, with what it did: the evidence a repeat
+/// of the work it recorded is checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evidence {
+    /// The call ([`CallKind::Complete`] or [`CallKind::Checkpoint`]).
+    pub call: Call,
+    /// What the store did with it.
+    pub applied: Applied,
+}
+
 /// What [`FaultPlan::enter`] decided for one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Decision {
@@ -155,6 +196,8 @@ struct PlanState {
     /// Calls that reached the engine while their invocation was dead
     /// (seen by a [`FaultStore::witness`]).
     late: Vec<Call>,
+    /// Every completion and recovery point so far, with what it did.
+    evidence: Vec<Evidence>,
 }
 
 /// The numbering, the fault aimed at, the dead flag and the virtual clock of
@@ -213,6 +256,26 @@ impl FaultPlan {
     /// The calls faults were injected at so far, in order: (index, kind).
     pub fn injected(&self) -> Vec<(usize, CallKind)> {
         self.lock().injected.clone()
+    }
+
+    /// Every completion and recovery point made so far (the numbered ones,
+    /// in order), with what the store did with it.
+    pub fn evidence(&self) -> Vec<Evidence> {
+        self.lock().evidence.clone()
+    }
+
+    /// The name of the current step (`invoke#2`).
+    pub fn current_step(&self) -> String {
+        self.lock().step.clone()
+    }
+
+    fn record_evidence(&self, kind: CallKind, applied: Applied) {
+        let mut state = self.lock();
+        let step = state.step.clone();
+        state.evidence.push(Evidence {
+            call: Call { kind, step },
+            applied,
+        });
     }
 
     /// The calls that reached the engine while their invocation was dead,
@@ -419,12 +482,28 @@ impl<S> FaultStore<S> {
             self.plan.witness(kind);
             return call.await;
         }
+        // The calls whose effect a repeat is checked against.
+        let records = matches!(kind, CallKind::Complete | CallKind::Checkpoint);
+        let quiet = self.plan.lock().quiet;
+        let evidence = |applied| {
+            if records && !quiet {
+                self.plan.record_evidence(kind, applied);
+            }
+        };
         match self.plan.enter(kind) {
             Decision::Dead => gone().await,
-            Decision::Fail(Fault::Refused) => Err(injected(kind, Fault::Refused)),
-            Decision::Pass => call.await,
+            Decision::Fail(Fault::Refused) => {
+                evidence(Applied::No);
+                Err(injected(kind, Fault::Refused))
+            }
+            Decision::Pass => {
+                let result = call.await;
+                evidence(Applied::of(&result));
+                result
+            }
             Decision::Fail(fault) => {
-                let _applied = call.await;
+                let applied = call.await;
+                evidence(Applied::of(&applied));
                 if fault == Fault::Gone {
                     self.plan.die();
                     return gone().await;

@@ -24,8 +24,11 @@
 //!
 //! - **effect**: the handler's effect never runs once its outcome is
 //!   durably stored: a completed record of this life, a recovery point
-//!   recording the step, or (cut-over) Powertools' completed record. A
-//!   repeat while nothing recorded the effect is the documented window
+//!   recording the step, or (cut-over) Powertools' completed record; nor
+//!   after an earlier execution's completion (for the step, its recovery
+//!   point) that may have applied (`FaultPlan::evidence`: only a call never
+//!   made or one the store said wrote nothing proves it did not). A repeat
+//!   while nothing recorded the effect is the documented window
 //!   (docs/DESIGN.md section 6) and is allowed; it must then use the same
 //!   derived key.
 //! - **stored**: a completed record, once seen, stays completed with the
@@ -54,7 +57,9 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::config::SharedInterceptor;
-use integration_tests::fault_store::{Call, Fault, FaultInterceptor, FaultPlan, FaultStore};
+use integration_tests::fault_store::{
+    Applied, Call, CallKind, Fault, FaultInterceptor, FaultPlan, FaultStore,
+};
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::event::EventError;
 use lambda_idempotency::event::SqsBatch;
@@ -439,6 +444,8 @@ type Outcome = (u16, Vec<u8>);
 struct Observed {
     /// Each violation once, in the order first seen.
     executions: u32,
+    /// The step (invocation) of each execution, in order.
+    execution_steps: Vec<String>,
     /// Derived keys the effect used, per execution.
     derived: Vec<String>,
     violations: Violations,
@@ -537,9 +544,41 @@ impl Handler {
         .ok()
         .flatten()
         .map(|s| s.record);
+        let evidence = self.plan.evidence();
+        let step = self.plan.current_step();
+        // Whether an earlier execution's call of `kind` (its completion, its
+        // recovery point) may have been applied: anything but a proof that
+        // it was not (docs/DESIGN.md section 6, "what proves a repeat safe").
+        let may_have_committed = |observed: &Observed, kind: CallKind| -> Vec<String> {
+            let mut found = Vec::new();
+            for (k, earlier) in observed.execution_steps.iter().enumerate() {
+                let resumed = format!("{earlier}-");
+                for e in evidence.iter().filter(|e| {
+                    e.call.kind == kind
+                        && e.applied != Applied::No
+                        && (e.call.step == *earlier || e.call.step.starts_with(&resumed))
+                }) {
+                    found.push(format!(
+                        "execution {} ({} of {}: {:?})",
+                        k + 1,
+                        kind.name(),
+                        e.call.step,
+                        e.applied
+                    ));
+                }
+            }
+            found
+        };
         let execution = {
             let mut observed = lock(&self.observed);
             observed.executions += 1;
+            for earlier in may_have_committed(&observed, CallKind::Complete) {
+                observed.violations.push(format!(
+                    "effect: the handler ran again though {earlier} may have stored the outcome"
+                ));
+            }
+            let charge_committed = may_have_committed(&observed, CallKind::Checkpoint);
+            observed.execution_steps.push(step);
             if self.feature.completed_cutover() {
                 observed.violations.push(
                     "effect: the handler ran for a key Powertools completed (its completion \
@@ -561,9 +600,16 @@ impl Handler {
                     .violations
                     .push("effect: the handler ran after its outcome was stored");
             }
-            observed.executions
+            (observed.executions, charge_committed)
         };
+        let (execution, charge_committed) = execution;
         if self.feature == Feature::RecoveryPoints && ctx.recovery_point().is_none() {
+            for earlier in charge_committed {
+                lock(&self.observed).violations.push(format!(
+                    "effect: step `charge` ran again though {earlier} may have stored the \
+                     recovery point recording it"
+                ));
+            }
             if record
                 .as_ref()
                 .and_then(|r| r.checkpoint.as_ref())
@@ -1282,7 +1328,18 @@ struct Report {
 
 /// Run every case of `combos` × `firsts` × schedules on `engine`: each
 /// fault-free to number its calls, then at each call with each fault.
-async fn harness(engine: Engine, combos: &[Combo], firsts: &[First]) -> Report {
+///
+/// With `second_faults`, the calls a fault caused that the fault-free run
+/// never makes are each failed in turn too (every harness but the engines'
+/// at ci size, where they would add a third of the cases: there the
+/// sweeper's resolutions are reached by the sweep schedules, and the rest
+/// runs at full size).
+async fn harness(
+    engine: Engine,
+    combos: &[Combo],
+    firsts: &[First],
+    second_faults: bool,
+) -> Report {
     let mut report = Report::default();
     let mut serial = 0u64;
     for &combo in combos {
@@ -1313,7 +1370,10 @@ async fn harness(engine: Engine, combos: &[Combo], firsts: &[First]) -> Report {
                         // fault-free run never makes: the offload's
                         // DeleteObject of an object no record points to,
                         // say), each failed in turn as well.
-                        let caused = run.plan.trace();
+                        let caused = match second_faults {
+                            true => run.plan.trace(),
+                            false => Vec::new(),
+                        };
                         for (second, then) in caused
                             .iter()
                             .enumerate()
@@ -1473,7 +1533,7 @@ async fn every_store_call_failed_on_the_memory_store() {
         powertools: None,
         bucket: None,
     };
-    let report = harness(engine, &combos(false, false), &ALL_FIRSTS).await;
+    let report = harness(engine, &combos(false, false), &ALL_FIRSTS, true).await;
     judge("fault_harness::memory", report);
 }
 
@@ -1490,7 +1550,7 @@ async fn every_store_call_failed_in_the_powertools_cutover() {
         .into_iter()
         .filter(|c| c.feature.cutover())
         .collect();
-    let report = harness(engine, &cutover, &[First::Completes]).await;
+    let report = harness(engine, &cutover, &[First::Completes], true).await;
     judge("fault_harness::powertools_cutover", report);
 }
 
@@ -1532,7 +1592,7 @@ async fn every_store_call_failed_with_s3_offload() {
         surface,
         feature: Feature::Offload,
     });
-    let report = harness(engine, &offload, &ALL_FIRSTS).await;
+    let report = harness(engine, &offload, &ALL_FIRSTS, true).await;
     judge("fault_harness::s3_offload", report);
 }
 
@@ -1586,7 +1646,7 @@ async fn every_store_call_failed_on_dynamodb_local() {
         bucket: None,
     };
     let (combos, firsts) = engine_combos(true);
-    let report = harness(engine, &combos, &firsts).await;
+    let report = harness(engine, &combos, &firsts, full_size()).await;
     judge("fault_harness::dynamodb_local", report);
 }
 
@@ -1600,7 +1660,7 @@ async fn every_store_call_failed_on_redis() {
         bucket: None,
     };
     let (combos, firsts) = engine_combos(false);
-    let report = harness(engine, &combos, &firsts).await;
+    let report = harness(engine, &combos, &firsts, full_size()).await;
     judge("fault_harness::redis", report);
 }
 
@@ -1624,6 +1684,6 @@ async fn every_store_call_failed_on_postgres() {
         bucket: None,
     };
     let (combos, firsts) = engine_combos(true);
-    let report = harness(engine, &combos, &firsts).await;
+    let report = harness(engine, &combos, &firsts, full_size()).await;
     judge("fault_harness::postgres", report);
 }
