@@ -20,14 +20,13 @@
 # with the release build running beside the tests; alone, seconds.
 #
 #   IT_SHARDS (default 6) how many shards, the other tests dealt round-robin
-#   IT_TEST_THREADS (default 2) tests run at once in a shard. Most of a test's
+#   IT_TEST_THREADS (default 4) tests run at once in a shard. Most of a test's
 #             time is spent waiting (on a lease, a TTL, the engine), so two
 #             threads on two cores left the CPU 40% idle: one shard took 62 s
 #             of wall time for 72 s of CPU. With 4, the suite took 427 s
-#             where it took 510 s with 2 (same clone, same machine), and its
+#             where it took 510 s with 2 (same clone, same machine); the
 #             first fresh-clone run at 4 failed on a test helper that used
-#             named statements through PgBouncer (fixed); the default stays 2
-#             until a fresh-clone run at 4 is green.
+#             named statements through PgBouncer (fixed since).
 #   IT_SKIP   test name prefixes (space-separated) not to run: make test runs
 #             the property tests and the fault harness in its reliability step
 #
@@ -37,7 +36,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 shards="${IT_SHARDS:-6}"
-threads="${IT_TEST_THREADS:-2}"
+threads="${IT_TEST_THREADS:-4}"
 list=$(mktemp -d)
 trap 'rm -rf "$list"' EXIT
 cargo test --workspace --test it --no-run

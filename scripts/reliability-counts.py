@@ -3,8 +3,10 @@
 
 The fault harness (every store call of every feature failed, in a fixed
 order), the randomized stream test (`stream_chaos`, its faults drawn from
-fixed seeds) and the fuzz tests (their cases drawn from the fixed
-PROPTEST_RNG_SEED scripts/reliability.sh sets) count the same cases, faults
+fixed seeds), the interleaving explorer (every order of its actors' store
+calls within its bound, in a fixed order) and the fuzz tests (their cases
+drawn from the fixed PROPTEST_RNG_SEED scripts/reliability.sh sets) count
+the same cases, faults
 and outcomes at every run of the same code and size. `make reliability` writes them here for its size
 (`reliability-counts.json`, beside RELIABILITY.md, which shows the full
 size's); `make test` runs the reduced size and fails when its counts differ
@@ -19,7 +21,7 @@ outcomes depend on the real clock (their sweeps), so they are not compared.
 import json
 import sys
 
-DETERMINISTIC_PREFIXES = ("fault_harness::", "stream_chaos", "fuzz::")
+DETERMINISTIC_PREFIXES = ("fault_harness::", "stream_chaos", "fuzz::", "interleavings")
 
 
 def deterministic(test):

@@ -39,7 +39,7 @@ rm -f "$log"
 RELIABILITY_PROPERTY_LOG="$log" FAULT_HARNESS_SIZE="$size" \
   IDEMPOTENCY_TEST_POWERTOOLS_PYTHON="$bench_python" \
   scripts/dynamodb-local.sh scripts/s3-local.sh scripts/redis-local.sh scripts/postgres-local.sh \
-  cargo test --quiet --workspace --test it -- --test-threads 4 fuzz:: model:: fault_harness:: stream_chaos::
+  cargo test --quiet --workspace --test it -- --test-threads 4 fuzz:: model:: fault_harness:: stream_chaos:: interleavings::
 scripts/dynamodb-local.sh "$target_dir/debug/reliability" "$size" "$target_dir/debug/orders-api" "$out" "$log" >/dev/null
 # The fault harness's, stream_chaos's and the fuzz tests' counts are the same
 # at every run of the same code and size: written to reliability-counts.json

@@ -21,9 +21,10 @@ out), then, as a function named `orders-api` would:
   `o-1` with `{"charged": 2500, "order_id": "o-1"}` and `o-2` (an integer
   key, 42) with `{"charged": 1}`, and leaves `o-3` in progress.
 
-Prints the id prefixes Powertools used and the `expiration` of `done-1`'s
-record, as JSON: {"http": ..., "event": ..., "event_partition": ...,
-"done_1_expiration": ...}.
+Prints the id prefixes Powertools used, the `expiration` of `done-1`'s
+record and the keys of `done-1`'s and `o-1`'s records, as JSON: {"http":
+..., "event": ..., "event_partition": ..., "done_1_expiration": ...,
+"done_1_id": ..., "o_1_sort_key": ...}.
 """
 
 import base64
@@ -137,6 +138,10 @@ def main() -> int:
                 "event": event_layer.function_name,
                 "event_partition": event_layer.static_pk_value,
                 "done_1_expiration": int(done_1["expiration"]["N"]),
+                # The keys of the two completed records the fault harness
+                # reads back (tests/tests/it/fault_harness.rs).
+                "done_1_id": http_layer._get_hashed_idempotency_key(request("done-1")),
+                "o_1_sort_key": event_layer._get_hashed_idempotency_key({"order_id": "o-1", "amount": 2500}),
             }
         )
     )

@@ -39,6 +39,8 @@ use lambda_idempotency::store::{
 };
 use lambda_idempotency::{Error, ErrorKind, Store};
 
+use crate::schedule::Scheduler;
+
 /// One way to fail a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Fault {
@@ -198,6 +200,9 @@ struct PlanState {
     late: Vec<Call>,
     /// Every completion and recovery point so far, with what it did.
     evidence: Vec<Evidence>,
+    /// The scheduler each call waits for, as which actor
+    /// ([`FaultPlan::scheduled`]).
+    turn: Option<(Scheduler, usize)>,
 }
 
 /// The numbering, the fault aimed at, the dead flag and the virtual clock of
@@ -232,6 +237,20 @@ impl FaultPlan {
     /// fault, at a call the first one caused, say).
     pub fn then_failing(self, index: usize, fault: Fault) -> Self {
         self.lock().targets.push((index, fault));
+        self
+    }
+
+    /// The same plan, each of its calls first waiting for its turn as
+    /// `actor` of `scheduler` (the interleaving explorer).
+    pub fn scheduled(self, scheduler: Scheduler, actor: usize) -> Self {
+        self.lock().turn = Some((scheduler, actor));
+        self
+    }
+
+    /// The same plan, `record_id` counted as claimed by it, so a sweep
+    /// through it lists that record (a sweeper's own plan claims nothing).
+    pub fn claims(self, record_id: &str) -> Self {
+        self.claimed(record_id);
         self
     }
 
@@ -481,6 +500,22 @@ impl<S> FaultStore<S> {
         if self.witness {
             self.plan.witness(kind);
             return call.await;
+        }
+        // Its turn first, under a scheduler; not for the harness's own
+        // reads, nor once its invocation is gone, nor for a listing of a
+        // shared store (how many pages it reads depends on other runs'
+        // records, so its turns would shift every later choice).
+        let turn = {
+            let state = self.plan.lock();
+            let shared_listing =
+                state.unnumbered_listings && matches!(kind, CallKind::Stuck | CallKind::Settle);
+            match state.quiet || state.dead || shared_listing {
+                true => None,
+                false => state.turn.clone(),
+            }
+        };
+        if let Some((scheduler, actor)) = turn {
+            scheduler.turn(actor).await;
         }
         // The calls whose effect a repeat is checked against.
         let records = matches!(kind, CallKind::Complete | CallKind::Checkpoint);

@@ -12,6 +12,7 @@ pub mod functions;
 mod handlers;
 pub mod iam_record;
 pub mod runtime_api;
+pub mod schedule;
 pub mod streams_proxy;
 
 pub use handlers::{crash_midway, echo_handler, noise, post, Handler};

@@ -36,7 +36,11 @@
 //!   a transactional completion) is never reported while the outcome that
 //!   had to be stored is not; a transactional completion and its deferred
 //!   write are one (the record holds the handler's outcome if and only if
-//!   the key's one order row exists, read back from the engine).
+//!   the key's one order row exists, read back from the engine). The
+//!   cut-over gets no exemption: for a key Powertools completed, its
+//!   outcome counts as stored only while Powertools' record of that key,
+//!   read back, still holds it (a record of ours that only marks the key,
+//!   the sweeper's `abandoned`, answers from it).
 //! - **replay**: every replay is byte-identical to the first answer that
 //!   was stored or replayed.
 //! - **gone**: once an invocation's process is gone, none of its calls
@@ -267,6 +271,12 @@ struct PowertoolsTables {
     /// Until when (epoch ms) Powertools certainly holds `running-1` in
     /// progress: it saved it with 60 s left, after this was measured.
     running_until_ms: u64,
+    /// The keys of Powertools' records of `done-1` (HTTP table) and `o-1`
+    /// (event table, under `event_partition`).
+    done_1_id: String,
+    o_1_sort_key: String,
+    /// Reads them back, unfaulted.
+    client: aws_sdk_dynamodb::Client,
 }
 
 impl PowertoolsTables {
@@ -283,7 +293,50 @@ impl PowertoolsTables {
             event_prefix: text("event"),
             event_partition: text("event_partition"),
             running_until_ms: started_ms + 60_000,
+            done_1_id: text("done_1_id"),
+            o_1_sort_key: text("o_1_sort_key"),
+            client: integration_tests::client().await,
         }
+    }
+
+    /// Whether Powertools' record of the completed key (`done-1` on
+    /// `Surface::Http`, `o-1` otherwise) still holds its outcome: completed
+    /// and not expired. Inside the window, a key whose record of ours only
+    /// marks it (the sweeper's `abandoned`) is answered from that record.
+    async fn holds_outcome(&self, surface: Surface) -> bool {
+        use aws_sdk_dynamodb::types::AttributeValue::S;
+        let read = match surface {
+            Surface::Http => self
+                .client
+                .get_item()
+                .table_name(&self.http_table)
+                .key("id", S(self.done_1_id.clone())),
+            _ => self
+                .client
+                .get_item()
+                .table_name(&self.event_table)
+                .key("pk", S(self.event_partition.clone()))
+                .key("sk", S(self.o_1_sort_key.clone())),
+        };
+        let item = read
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("DynamoDB Local answers the harness's read of Powertools' record")
+            .item;
+        let Some(item) = item else { return false };
+        let completed = item
+            .get("status")
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str)
+            == Some("COMPLETED");
+        let now_s = crate::fixture::now_ms() / 1000;
+        let unexpired = item
+            .get("expiration")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|expiration| expiration > now_s);
+        completed && unexpired
     }
 }
 
@@ -730,12 +783,15 @@ impl Run {
     /// The Powertools records of the cut-over, read through a client whose
     /// requests the plan numbers (one attempt each: a lost answer is an
     /// error, as after the SDK's retries).
-    async fn powertools(&self) -> PowertoolsRecords {
-        let tables = self
-            .engine
+    fn powertools_tables(&self) -> &PowertoolsTables {
+        self.engine
             .powertools
             .as_ref()
-            .expect("cut-over cases run where Powertools wrote its tables");
+            .expect("cut-over cases run where Powertools wrote its tables")
+    }
+
+    async fn powertools(&self) -> PowertoolsRecords {
+        let tables = self.powertools_tables();
         let shared = aws_config::from_env()
             .region(aws_config::Region::new("us-east-1"))
             .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(1))
@@ -1059,14 +1115,20 @@ impl Run {
             // Powertools' record alone: a record the sweeper failed here
             // (its attempt died before its lookup decided anything) keeps
             // the `abandoned` marker, and every duplicate is answered from
-            // Powertools' record instead (the replay check holds it to
-            // that), as long as Powertools keeps its record.
-            Some(r)
-                if self.id.combo.feature.completed_cutover()
-                    && r.response.as_ref().is_some_and(|response| {
-                        String::from_utf8_lossy(response.body.bytes())
-                            .contains("/problems/abandoned")
-                    }) => {}
+            // Powertools' record instead (the replay check holds the
+            // answers to it). So the key's stored outcome is Powertools':
+            // its record must still hold it, and it counts as seen.
+            Some(r) if self.id.combo.feature.completed_cutover() && marks_only(r) => {
+                let surface = self.id.combo.surface;
+                if self.powertools_tables().holds_outcome(surface).await {
+                    lock(&self.observed).stored_seen = true;
+                } else {
+                    lock(&self.observed).violations.push(
+                        "stored: this store's record only marks the key (`abandoned`) and \
+                         Powertools' record no longer holds the key's outcome",
+                    );
+                }
+            }
             Some(r) if r.status == Status::Completed => {
                 if let Some(outcome) = self.stored_outcome(r) {
                     lock(&self.observed).stored_seen = true;
@@ -1088,7 +1150,16 @@ impl Run {
             .as_ref()
             .is_some_and(|r| r.status == Status::Completed);
         let feature = self.id.combo.feature;
-        let exempt = feature.cutover();
+        // The key's outcome is stored: in our completed record, or, for a
+        // key Powertools completed, in Powertools' record (a success
+        // answered from it needs no record of ours; one answered for a key
+        // Powertools still holds, or after its record is gone, does).
+        let stored = completed
+            || (feature.completed_cutover()
+                && self
+                    .powertools_tables()
+                    .holds_outcome(self.id.combo.surface)
+                    .await);
         match answer {
             Answer::Died => {}
             Answer::Http {
@@ -1125,7 +1196,7 @@ impl Run {
                         (200, canonical(value.to_string().as_bytes())),
                     );
                 }
-                if !completed && !exempt {
+                if !stored {
                     lock(&self.observed)
                         .violations
                         .push("stored: an output was returned that is not stored");
@@ -1133,7 +1204,7 @@ impl Run {
             }
             Answer::Output(Err(_)) => {}
             Answer::Batch(acknowledged) => {
-                if *acknowledged && !completed && !exempt {
+                if *acknowledged && !stored {
                     lock(&self.observed).violations.push(
                         "stored: the SQS record was acknowledged while its outcome is not stored",
                     );
@@ -1306,6 +1377,16 @@ async fn core(
     }
 }
 
+/// Whether `record` only marks its key (the sweeper's `abandoned`, the
+/// too-large marker) rather than holding its outcome.
+fn marks_only(record: &lambda_idempotency::store::Record) -> bool {
+    record.status == Status::Completed
+        && record.response.as_ref().is_some_and(|response| {
+            let body = String::from_utf8_lossy(response.body.bytes());
+            body.contains("/problems/abandoned") || body.contains("/problems/response-too-large")
+        })
+}
+
 /// A function output's canonical bytes (its JSON re-serialised), so a
 /// stored output and a returned value compare.
 fn canonical(bytes: &[u8]) -> Vec<u8> {
@@ -1474,8 +1555,9 @@ fn collect(
     }
 }
 
-/// `FAULT_HARNESS_SIZE`: `ci` (default) or `full`.
-fn full_size() -> bool {
+/// `FAULT_HARNESS_SIZE`: `ci` (default) or `full` (also `stream_chaos`'s
+/// number of seeds).
+pub(crate) fn full_size() -> bool {
     match std::env::var("FAULT_HARNESS_SIZE").as_deref() {
         Ok("full") => true,
         Ok("ci") | Err(_) => false,

@@ -15,6 +15,7 @@ mod fault_harness;
 mod fixture;
 mod fuzz;
 mod iam;
+mod interleavings;
 mod layout;
 mod model;
 mod offload;

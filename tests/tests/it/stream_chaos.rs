@@ -13,7 +13,10 @@
 //! Seeds run sixteen at a time on one table (DynamoDB Local slows with every
 //! stream table it serves), each under a key prefix of its own
 //! (`TableLayout`), so each has its own records, places and full pass.
-//! `IDEMPOTENCY_TEST_STREAM_CHAOS_SEEDS=N` runs N seeds (default 200);
+//! `IDEMPOTENCY_TEST_STREAM_CHAOS_SEEDS=N` runs N seeds (default 200 at
+//! `FAULT_HARNESS_SIZE=full`, what `make reliability` runs, and 64 at `ci`,
+//! what `make test` runs: 200 seeds took 340 s of CPU there, most of it
+//! DynamoDB Local's);
 //! `IDEMPOTENCY_TEST_STREAM_CHAOS_SEED=S` runs seed S alone. Each run
 //! prints `stream chaos: N seeds, V violations` and appends the same to the
 //! reliability log when `RELIABILITY_PROPERTY_LOG` names one.
@@ -39,8 +42,10 @@ use lambda_idempotency::{
 
 use crate::fixture::{claim_lease, now_ms};
 
-/// Seeds by default: a few hundred, about a minute on two cores.
-const DEFAULT_SEEDS: u64 = 200;
+/// Seeds by default at `FAULT_HARNESS_SIZE=full`.
+const FULL_SEEDS: u64 = 200;
+/// Seeds by default at `FAULT_HARNESS_SIZE=ci`.
+const CI_SEEDS: u64 = 64;
 /// Seeds at once.
 const AT_ONCE: usize = 16;
 /// The full pass's period in every seed.
@@ -201,7 +206,10 @@ async fn every_stuck_record_is_found_in_bounded_time_under_random_stream_faults(
                         .parse()
                         .expect("IDEMPOTENCY_TEST_STREAM_CHAOS_SEEDS is a whole number")
                 })
-                .unwrap_or(DEFAULT_SEEDS);
+                .unwrap_or(match crate::fault_harness::full_size() {
+                    true => FULL_SEEDS,
+                    false => CI_SEEDS,
+                });
             (1..=n).collect()
         }
     };

@@ -48,6 +48,22 @@ pub(crate) const PROPERTIES: &[(&str, &str)] = &[
         "interleavings of 1-29 operations, DynamoDB Local and the sweeper, against the reference model",
     ),
     (
+        "interleavings",
+        "the interleaving explorer (tests/tests/it/interleavings.rs): two attempts of one key (a retry past the lease or a duplicate inside it), with a sweep past the lease and an operator's forced `release` or `fail`, alone and together, with and without recovery points, on the in-memory store: every order of their store calls with at most 2 preemptions (`ci`) or every order (`full`), fault-free and with every fault kind at every call; no handler run once the outcome is stored, every completion reported stored and every replay the key's final outcome, a settling retry that gets it",
+    ),
+    (
+        "interleavings::dynamodb_local",
+        "the interleaving explorer's scenarios on DynamoDB Local (sweep index; at `ci` those without recovery points), sampled: 4 orders drawn from seeds per scenario fault-free, and each fault kind at each call under one drawn order",
+    ),
+    (
+        "interleavings::redis",
+        "the same on Redis",
+    ),
+    (
+        "interleavings::postgres",
+        "the same on PostgreSQL",
+    ),
+    (
         "stream_chaos",
         "seeds of the stream discovery under random stream faults (images dropped, duplicated, delayed; shards listed in any order, trimmed, closed, gone; empty pages, failed reads, expired iterators) on DynamoDB Local through the streams proxy: every stuck record found within lease + grace + the full-pass period + one sweep, none resolved twice, no live or completed record touched",
     ),
