@@ -1154,8 +1154,11 @@ impl Run {
         // key Powertools completed, in Powertools' record (a success
         // answered from it needs no record of ours; one answered for a key
         // Powertools still holds, or after its record is gone, does).
+        // Read back only for a success to judge.
+        let success = matches!(answer, Answer::Output(Ok(_)) | Answer::Batch(true));
         let stored = completed
-            || (feature.completed_cutover()
+            || (success
+                && feature.completed_cutover()
                 && self
                     .powertools_tables()
                     .holds_outcome(self.id.combo.surface)
