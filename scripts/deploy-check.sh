@@ -24,8 +24,10 @@
 #   DEPLOY_CHECK_KEEP=1 scripts/deploy-check.sh   # keep the work directory
 #   DEPLOY_CHECK_BOOTSTRAPS=DIR scripts/deploy-check.sh
 #       # also copy template.yaml's checked bootstraps to DIR/<Function>/
-#       # (replacing DIR): `make test` hands them to scripts/sam-local.sh,
-#       # which then runs what `sam build` made instead of building again
+#       # (replacing DIR), then DIR/.complete: `make test` hands them to
+#       # scripts/sam-local.sh as soon as they are there (while the
+#       # deploys run), which then runs what `sam build` made instead of
+#       # building again
 #   DEPLOY_CHECK_OPT_LEVEL=1 scripts/deploy-check.sh
 #       # the release build at that optimisation level instead of the
 #       # profile's 3 (CARGO_PROFILE_RELEASE_OPT_LEVEL): `make test` checks
@@ -146,6 +148,9 @@ if [ -n "${DEPLOY_CHECK_BOOTSTRAPS:-}" ]; then
     mkdir -p "$DEPLOY_CHECK_BOOTSTRAPS/$fn"
     cp "$bootstrap" "$DEPLOY_CHECK_BOOTSTRAPS/$fn/bootstrap"
   done < <(find "$work/build/template" -mindepth 2 -maxdepth 2 -name bootstrap)
+  # Written last: `make test` starts `sam local` on these as soon as it is
+  # there, while the deploys below run.
+  touch "$DEPLOY_CHECK_BOOTSTRAPS/.complete"
   say "template.yaml's bootstraps copied to $DEPLOY_CHECK_BOOTSTRAPS"
 fi
 

@@ -130,6 +130,9 @@ export IDEMPOTENCY_TEST_POWERTOOLS_NODE_MODULES="$powertools_node_modules"
 # While the tests run: the arm64 release build and the deploy rehearsal, and
 # cargo-generate for the new-project check.
 bootstraps="$target_dir/sam-build-bootstraps"
+# None left from an earlier run: `sam local` below starts once the rehearsal
+# has written them (its .complete).
+rm -rf "$bootstraps"
 # The rehearsal's release build at opt-level 0: it checks the build, package
 # and deploy path and runs the bootstraps under `sam local`; the optimiser's
 # passes (opt-level 3, what users deploy) cost CPU the tests need, and this
@@ -211,17 +214,34 @@ step "demo"
 # The README demo, end to end through cargo lambda watch; it fails on any
 # answer that breaks the contract.
 scripts/demo.sh
-step "deploy rehearsal"
-# Build, package and deploy as users do: `sam build` (release, arm64) of the
-# three templates, the artifacts checked, `sam package` / `sam deploy` against
-# a local moto server, every resource read back (deploy/README.md, "Deploy
-# rehearsal"). template.yaml's checked bootstraps are kept for `sam local`.
-await deploy-rehearsal
 step "sam local"
 # Every sample event through `sam local invoke` and the HTTP API through
 # `sam local start-api` + curl, offline (Docker daemon in a private network
 # namespace), running the bootstraps `sam build` just made (arm64, release)
 # rather than building the functions again. Where the machine cannot run it
-# (no root), it fails and says why, unless SAM_LOCAL_ALLOW_SKIP=1.
+# (no root), it fails and says why, unless SAM_LOCAL_ALLOW_SKIP=1. It starts
+# as soon as the rehearsal below has checked and copied template.yaml's
+# bootstraps, while that rehearsal's deploys run (they wait on the emulator
+# more than they compute).
+until [ -f "$bootstraps/.complete" ]; do
+  running=0
+  for pid in "${!job_name[@]}"; do
+    [ "${job_name[$pid]}" = deploy-rehearsal ] && kill -0 "$pid" 2>/dev/null && running=1
+  done
+  if [ "$running" = 0 ]; then
+    # It ended without them: its failure is shown here, or it is an error.
+    await deploy-rehearsal
+    echo "make test: the deploy rehearsal ended without writing $bootstraps/.complete" >&2
+    exit 1
+  fi
+  sleep 5
+done
 SAM_LOCAL_BOOTSTRAPS="$bootstraps" scripts/sam-local.sh
+step "deploy rehearsal"
+# Build, package and deploy as users do: `sam build` (release, arm64) of the
+# three templates, the artifacts checked, `sam package` / `sam deploy` against
+# a local moto server, every resource read back (deploy/README.md, "Deploy
+# rehearsal"). template.yaml's checked bootstraps are the ones `sam local`
+# ran above.
+await deploy-rehearsal
 step "all green in $SECONDS s; $(du -sh "$target_dir" | cut -f1) in $target_dir (steps: $jobs/steps.log)"
