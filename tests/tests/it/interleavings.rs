@@ -475,6 +475,40 @@ struct Walk {
     violations: Vec<String>,
 }
 
+impl Walk {
+    /// One run's result, `order` naming the order it took.
+    fn add(
+        &mut self,
+        scenario: Scenario,
+        fault: Option<(usize, usize, Fault)>,
+        order: &str,
+        result: RunResult,
+    ) {
+        self.runs += 1;
+        self.faulted += u64::from(result.injected);
+        for v in result.violations {
+            self.violations.push(format!(
+                "{} / fault {:?} / {order} | {v}",
+                scenario.name(),
+                fault.map(|(a, c, f)| format!("actor {a} call {c} {}", f.name()))
+            ));
+        }
+    }
+
+    /// Print the first violations and fail `test` on any.
+    fn judge(&self, test: &str) {
+        for v in self.violations.iter().take(50) {
+            println!("VIOLATION {v}");
+        }
+        assert!(
+            self.violations.is_empty(),
+            "{test}: {} violations (the first 50 printed above), first: {}",
+            self.violations.len(),
+            self.violations[0]
+        );
+    }
+}
+
 /// Every order of `scenario` with `fault`; the most calls each actor made.
 async fn walk(
     engine: &Engine,
@@ -486,21 +520,18 @@ async fn walk(
     let mut script = Some(Vec::new());
     let mut order = 0u64;
     while let Some(s) = script {
-        let result = run(engine, scenario, fault, Order::Script(s.clone())).await;
-        into.runs += 1;
+        let mut result = run(engine, scenario, fault, Order::Script(s.clone())).await;
         order += 1;
-        into.faulted += u64::from(result.injected);
         for (m, c) in most.iter_mut().zip(&result.calls) {
             *m = (*m).max(*c);
         }
-        for v in result.violations {
-            into.violations.push(format!(
-                "{} / fault {:?} / order {order} (script {s:?}) | {v}",
-                scenario.name(),
-                fault.map(|(a, c, f)| format!("actor {a} call {c} {}", f.name()))
-            ));
-        }
-        script = result.script_end;
+        script = result.script_end.take();
+        into.add(
+            scenario,
+            fault,
+            &format!("order {order} (script {s:?})"),
+            result,
+        );
     }
     most
 }
@@ -550,15 +581,7 @@ async fn every_interleaving_at_this_bound_with_every_fault_at_every_call() {
         },
         total.violations.len()
     );
-    for v in total.violations.iter().take(50) {
-        println!("VIOLATION {v}");
-    }
-    assert!(
-        total.violations.is_empty(),
-        "interleavings: {} violations (the first 50 printed above), first: {}",
-        total.violations.len(),
-        total.violations[0]
-    );
+    total.judge("interleavings");
     tally.add_n("cases", total.runs);
     tally.add_n("scenarios", scenarios.len() as u64);
     tally.add_n("orders fault-free", orders);
@@ -586,24 +609,24 @@ async fn sampled(name: &str, store: Arc<dyn SweepStore>) {
         // The calls each actor made, at most, in the fault-free orders:
         // each is faulted in turn.
         let mut most = vec![0; scenario.actors()];
-        let mut targets = vec![None];
+        let mut targets = Vec::new();
         for _ in 0..SAMPLED_ORDERS {
             seed += 1;
             let result = run(&engine, scenario, None, Order::Seed(seed)).await;
             for (m, c) in most.iter_mut().zip(&result.calls) {
                 *m = (*m).max(*c);
             }
-            record(&mut total, scenario, None, seed, result);
+            total.add(scenario, None, &format!("seed {seed}"), result);
         }
         for (actor, &calls) in most.iter().enumerate() {
             for call in 0..calls {
-                targets.extend(Fault::ALL.map(|fault| Some((actor, call, fault))));
+                targets.extend(Fault::ALL.map(|fault| (actor, call, fault)));
             }
         }
-        for fault in targets.into_iter().flatten() {
+        for fault in targets {
             seed += 1;
             let result = run(&engine, scenario, Some(fault), Order::Seed(seed)).await;
-            record(&mut total, scenario, Some(fault), seed, result);
+            total.add(scenario, Some(fault), &format!("seed {seed}"), result);
         }
     }
     println!(
@@ -612,38 +635,11 @@ async fn sampled(name: &str, store: Arc<dyn SweepStore>) {
         total.faulted,
         total.violations.len()
     );
-    for v in total.violations.iter().take(50) {
-        println!("VIOLATION {v}");
-    }
-    assert!(
-        total.violations.is_empty(),
-        "interleavings::{name}: {} violations (the first 50 printed above), first: {}",
-        total.violations.len(),
-        total.violations[0]
-    );
+    total.judge(&format!("interleavings::{name}"));
     let tally = crate::fuzz::Tally::new();
     tally.add_n("cases", total.runs);
     tally.add_n("runs with their fault reached", total.faulted);
     tally.report(&format!("interleavings::{name}"));
-}
-
-/// One sampled run's result, into `total`.
-fn record(
-    total: &mut Walk,
-    scenario: Scenario,
-    fault: Option<(usize, usize, Fault)>,
-    seed: u64,
-    result: RunResult,
-) {
-    total.runs += 1;
-    total.faulted += u64::from(result.injected);
-    for v in result.violations {
-        total.violations.push(format!(
-            "{} / fault {:?} / seed {seed} | {v}",
-            scenario.name(),
-            fault.map(|(a, c, f)| format!("actor {a} call {c} {}", f.name()))
-        ));
-    }
 }
 
 #[tokio::test]
