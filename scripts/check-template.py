@@ -103,10 +103,16 @@ def malformed_intrinsics(node, path="$"):
 # Variables scripts/sam-local.sh (and docs/sam-local.md's env.json) override for
 # `sam local`: SAM passes a value from --env-vars only for a declared variable.
 LOCAL_OVERRIDES = {
-    "OrdersApiFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE", "SIMULATED_PROVIDER_LATENCY_MS"],
-    "OrderEventsFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE"],
+    "OrdersApiFunction": [
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        "IDEMPOTENCY_TABLE",
+        "ORDERS_TABLE",
+        "SIMULATED_PROVIDER_LATENCY_MS",
+        "IDEMPOTENCY_STORE_TIMEOUT_MS",
+    ],
+    "OrderEventsFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "ORDERS_TABLE", "IDEMPOTENCY_STORE_TIMEOUT_MS"],
     # Its stream follows AWS_ENDPOINT_URL_DYNAMODB: no streams variable needed.
-    "SweeperFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE"],
+    "SweeperFunction": ["AWS_ENDPOINT_URL_DYNAMODB", "IDEMPOTENCY_TABLE", "IDEMPOTENCY_STORE_TIMEOUT_MS"],
 }
 
 

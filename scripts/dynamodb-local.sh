@@ -48,5 +48,9 @@ echo "dynamodb-local: listening on 127.0.0.1:$port (pid $ddb_pid)" >&2
 # CLI read the table's stream where it points (DynamoDB Local serves its
 # streams on the same port).
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$port"
+# DynamoDB Local on a busy machine can take longer than the 450 ms a store
+# call gets by default (docs/DESIGN.md, "Failing fast"): 10 s here, unless
+# set already.
+export IDEMPOTENCY_STORE_TIMEOUT_MS="${IDEMPOTENCY_STORE_TIMEOUT_MS:-10000}"
 export_local_aws
 "$@"

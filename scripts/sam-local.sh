@@ -157,12 +157,13 @@ if [ "${1:-}" = "--with-dynamodb" ]; then
   # 1.5 s provider.
   cat >"$SAM_LOCAL_RUN/env-0.json" <<EOF
 {"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "$endpoint",
-  "IDEMPOTENCY_TABLE": "$IDEMPOTENCY_TABLE", "ORDERS_TABLE": "$ORDERS_TABLE"}}
+  "IDEMPOTENCY_TABLE": "$IDEMPOTENCY_TABLE", "ORDERS_TABLE": "$ORDERS_TABLE",
+  "IDEMPOTENCY_STORE_TIMEOUT_MS": "10000"}}
 EOF
   cat >"$SAM_LOCAL_RUN/env-1500.json" <<EOF
 {"Parameters": {"AWS_ENDPOINT_URL_DYNAMODB": "$endpoint",
   "IDEMPOTENCY_TABLE": "$IDEMPOTENCY_TABLE", "ORDERS_TABLE": "$ORDERS_TABLE",
-  "SIMULATED_PROVIDER_LATENCY_MS": "1500"}}
+  "IDEMPOTENCY_STORE_TIMEOUT_MS": "10000", "SIMULATED_PROVIDER_LATENCY_MS": "1500"}}
 EOF
   # SAM asks STS for the caller's identity on every invoke: a closed local
   # port answers at once (otherwise ~10 s of retries per invoke). Nothing here

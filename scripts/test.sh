@@ -113,6 +113,12 @@ job installs 0 bash -c 'set -e
 step "dependency features"
 # Every debug build below shares one build of each dependency.
 python3 scripts/workspace-hack.py
+# Every store call the tests, the demo and the generated project make may
+# take 10 s: the engines here are emulators on two busy cores, where a
+# DynamoDB Local call can take longer than the 450 ms a store call gets by
+# default (docs/DESIGN.md, "Failing fast"). tests/tests/it/fail_fast.rs
+# sets the default limits itself.
+export IDEMPOTENCY_STORE_TIMEOUT_MS=10000
 step "function binaries and test targets"
 # Function binaries the tests run as real processes, then every test target.
 cargo build -p orders-api --bin orders-api -p order-events --bin order-events -p sweeper --bin sweeper

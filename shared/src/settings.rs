@@ -149,6 +149,9 @@ pub struct Settings {
     pub sweep_full_pass: Option<Duration>,
     /// [`WAIT_FOR_RESULT_ENV`]; `None`: no wait (unset, empty or `0`).
     pub wait_for: Option<Duration>,
+    /// [`STORE_TIMEOUT_ENV`]; `None`: the default (450 ms), which the
+    /// stores' builders apply themselves.
+    pub store_timeout: Option<Duration>,
     /// [`METRICS_NAMESPACE_ENV`]; `None`: no metrics.
     pub metrics_namespace: Option<String>,
     /// [`WARM_UP_ENV`]; `true` unless set to false.
@@ -258,6 +261,9 @@ impl Settings {
                 .number(&lookup)?
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
+            store_timeout: v(STORE_TIMEOUT_ENV)
+                .number(&lookup)?
+                .map(Duration::from_millis),
             metrics_namespace: v(METRICS_NAMESPACE_ENV).text(&lookup),
             warm_up: v(WARM_UP_ENV).boolean(&lookup)?.unwrap_or(true),
             allow_anonymous: v(ALLOW_ANONYMOUS_ENV).boolean(&lookup)?.unwrap_or(false),
@@ -286,6 +292,21 @@ impl Settings {
             ))
         })
     }
+}
+
+/// [`STORE_TIMEOUT_ENV`] from the process environment, or its default: the
+/// limit the stores' builders apply unless given one.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) naming the
+/// variable when it is not a number of milliseconds in range.
+#[cfg(any(feature = "dynamodb", feature = "redis", feature = "postgres"))]
+pub(crate) fn store_timeout_from_env() -> Result<Duration, Error> {
+    let ms = variable(STORE_TIMEOUT_ENV)
+        .number(&|name: &str| std::env::var(name).ok())?
+        .unwrap_or(DEFAULT_STORE_TIMEOUT_MS);
+    Ok(Duration::from_millis(ms))
 }
 
 /// [`DISABLED_ENV`], or its former name when it is unset (a warning once

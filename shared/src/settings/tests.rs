@@ -43,6 +43,7 @@ fn every_variable_is_read() {
         (MAX_LEASE_ENV, " 60 "),
         (WAIT_FOR_RESULT_ENV, "8000"),
         (METRICS_NAMESPACE_ENV, "Orders"),
+        (STORE_TIMEOUT_ENV, " 5000 "),
         (WARM_UP_ENV, "0"),
         (ALLOW_ANONYMOUS_ENV, "1"),
         (OFFLOAD_BUCKET_ENV, "large"),
@@ -68,6 +69,7 @@ fn every_variable_is_read() {
     assert_eq!(settings.expires_after, Some(Duration::from_secs(3600)));
     assert_eq!(settings.max_lease, Some(Duration::from_secs(60)));
     assert_eq!(settings.wait_for, Some(Duration::from_secs(8)));
+    assert_eq!(settings.store_timeout, Some(Duration::from_secs(5)));
     assert_eq!(settings.metrics_namespace.as_deref(), Some("Orders"));
     assert_eq!(
         settings.offload,
@@ -141,6 +143,7 @@ fn each_bad_value_is_refused_naming_its_variable_and_value() {
         ),
         (MAX_LEASE_ENV, &["0", "-5", "86401", "15m"]),
         (WAIT_FOR_RESULT_ENV, &["5s", "-1", "900001"]),
+        (STORE_TIMEOUT_ENV, &["0", "0.5", "900001"]),
         (REDIS_WAIT_TIMEOUT_MS_ENV, &["0", "2000"]),
     ];
     for (name, values) in numbers {

@@ -80,6 +80,13 @@ pub const MAX_SWEEP_FULL_PASS_SECONDS: u64 = 7 * 24 * 3600;
 /// `IDEMPOTENCY_WAIT_FOR_RESULT_MS`: how long a duplicate waits for the
 /// outcome of the request in progress.
 pub const WAIT_FOR_RESULT_ENV: &str = "IDEMPOTENCY_WAIT_FOR_RESULT_MS";
+/// `IDEMPOTENCY_STORE_TIMEOUT_MS`: how long a store call may wait on the
+/// store before the request is answered 503.
+pub const STORE_TIMEOUT_ENV: &str = "IDEMPOTENCY_STORE_TIMEOUT_MS";
+/// [`STORE_TIMEOUT_ENV`] when unset: 450 ms (docs/DESIGN.md, "Failing fast").
+pub const DEFAULT_STORE_TIMEOUT_MS: u64 = 450;
+/// The longest store call limit: Lambda's longest timeout.
+pub const MAX_STORE_TIMEOUT_MS: u64 = 900_000;
 /// `IDEMPOTENCY_METRICS_NAMESPACE`: the CloudWatch namespace of the metrics.
 pub const METRICS_NAMESPACE_ENV: &str = "IDEMPOTENCY_METRICS_NAMESPACE";
 /// `IDEMPOTENCY_METRICS_STACK`: the deployment every metric line names.
@@ -140,8 +147,9 @@ pub const MAX_WAIT_FOR_RESULT_MS: u64 = 900_000;
 /// The Redis replica wait when [`REDIS_WAIT_TIMEOUT_MS_ENV`] is unset: a few
 /// hundred milliseconds, as docs/engines.md advises for ElastiCache.
 pub const DEFAULT_REDIS_WAIT_TIMEOUT_MS: u64 = 300;
-/// The longest replica wait: under the Redis store's 2 s response timeout,
-/// which the wait must stay below to ever report.
+/// The longest replica wait: under 2 s, so that a store waiting for
+/// replicas still answers a request within seconds (its response timeout
+/// is the wait plus 450 ms, `RedisStoreBuilder::response_timeout`).
 pub const MAX_REDIS_WAIT_TIMEOUT_MS: u64 = 1999;
 
 const LIBRARY: &str = "every `from_env`";
@@ -214,6 +222,21 @@ pub const VARIABLES: &[Variable] = &[
         what: "how long a duplicate that finds its request in progress waits for that \
                request's outcome",
         read_by: LIBRARY,
+    },
+    Variable {
+        name: STORE_TIMEOUT_ENV,
+        kind: Kind::Number {
+            min: 1,
+            max: MAX_STORE_TIMEOUT_MS,
+            unit: "milliseconds",
+        },
+        default: "450",
+        what: "how long one store call may wait on a store that does not answer before the \
+               request is answered 503 (DynamoDB: the call, retries included, each attempt \
+               5/9 of it; Redis: each command, connecting 4/9 of it; PostgreSQL: a new \
+               connection); raise it for a slow store, such as a local emulator",
+        read_by: "the stores' builders (`DynamoStore`, `RedisStore`, `PostgresStore`), so \
+                  every `from_env`, the example functions and the CLI",
     },
     Variable {
         name: METRICS_NAMESPACE_ENV,

@@ -11,6 +11,7 @@ mod dynamo;
 mod engines;
 mod event_options;
 mod events;
+mod fail_fast;
 mod fault_harness;
 mod fixture;
 mod fuzz;

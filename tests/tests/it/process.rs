@@ -38,7 +38,7 @@ fn orders_api_bin() -> std::path::PathBuf {
     function_bin("orders-api")
 }
 
-fn event(key: &str, crash: bool) -> String {
+pub(crate) fn event(key: &str, crash: bool) -> String {
     let mut headers = json!({"content-type": "application/json", "idempotency-key": key});
     if crash {
         headers["x-demo-crash"] = json!("after-charge");

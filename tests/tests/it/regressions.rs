@@ -299,7 +299,12 @@ async fn an_event_whose_completion_outcome_is_unknown_fails_and_keeps_the_key() 
     let client = aws_sdk_dynamodb::Client::from_conf(conf);
     let table = create_table(&integration_tests::client().await).await;
     let orders = integration_tests::orders_table(&client).await;
-    let store = DynamoStore::builder(client, table).open().unwrap();
+    // The client's single attempt, not the store's retries: a retried
+    // transaction would learn its outcome (its client request token).
+    let store = DynamoStore::builder(client, table)
+        .client_timeouts()
+        .open()
+        .unwrap();
     let function = IdempotentFunction::new(store, "consumer").key_pointers(["/id"]);
     let runs = crate::fixture::Runs::default();
     let call = || {

@@ -91,6 +91,7 @@ mod store;
 #[cfg(feature = "sweep-via-stream")]
 mod stream;
 mod sweep;
+mod timeouts;
 mod write;
 #[cfg(feature = "sweep-via-stream")]
 pub use stream::{
@@ -101,6 +102,8 @@ pub use stream::{
 use codec::{n, s};
 pub use layout::{KeyValue, TableLayout};
 pub use store::WARM_UP_RECORD_ID;
+pub(crate) use timeouts::Timeouts;
+pub use timeouts::{DEFAULT_ATTEMPT_TIMEOUT, DEFAULT_CALL_TIMEOUT};
 use write::{Clause, WriteParts};
 
 /// Ids of the items the sweeper keeps in the table (its places in the
@@ -122,7 +125,12 @@ const SWEEPER_ITEM_PREFIX: &str = "~sweeper/";
 /// ```
 #[derive(Debug, Clone)]
 pub struct DynamoStore {
+    /// The application's client: the sweeper's listings.
     client: Client,
+    /// The request path's calls (claim, get, complete, recovery points,
+    /// release, resolution): `client` with the store's timeouts
+    /// ([`DynamoStoreBuilder::timeouts`]).
+    calls: Client,
     table: Arc<str>,
     max_response_bytes: usize,
     /// Attribute names and the key of records' items.
@@ -231,16 +239,48 @@ impl DynamoStoreBuilder {
         self
     }
 
+    /// Limit each attempt of the store's request-path calls (claim, get,
+    /// complete, recovery points, release, resolution) to `attempt`, its
+    /// connection included, and each call, its retries included, to `call`
+    /// (defaults [`DEFAULT_ATTEMPT_TIMEOUT`], 250 ms, and
+    /// [`DEFAULT_CALL_TIMEOUT`], 450 ms, or `IDEMPOTENCY_STORE_TIMEOUT_MS`
+    /// for the call and 5/9 of it for an attempt; up to 3 attempts, 20–100
+    /// ms apart). Past `call` the call fails as
+    /// [`ErrorKind::StoreUnavailable`] and a request is answered 503 with
+    /// `Retry-After`, rather than waiting out the SDK's default backoff or
+    /// a server that never answers. The client's connect and read timeouts
+    /// are kept, so the store and the application share its connections.
+    /// Listings (the sweeper's) use the client as given.
+    pub fn timeouts(mut self, attempt: std::time::Duration, call: std::time::Duration) -> Self {
+        self.timeouts = Some(Timeouts::Limited { attempt, call });
+        self
+    }
+
+    /// Send the store's calls with the client's own timeouts and retry
+    /// policy, as the application configured them, instead of
+    /// [`timeouts`](Self::timeouts)' limits.
+    pub fn client_timeouts(mut self) -> Self {
+        self.timeouts = Some(Timeouts::Client);
+        self
+    }
+
     /// The store. Sends nothing: an unreachable table shows up as
     /// [`ErrorKind::StoreUnavailable`] on the first operation.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidConfig`] when the layout is invalid (see
-    /// [`TableLayout::validate`]).
+    /// [`TableLayout::validate`]), or, without
+    /// [`timeouts`](Self::timeouts), when `IDEMPOTENCY_STORE_TIMEOUT_MS`
+    /// is set to something else than a number of milliseconds.
     pub fn open(self) -> Result<DynamoStore, Error> {
         self.layout.validate()?;
+        let timeouts = match self.timeouts {
+            Some(timeouts) => timeouts,
+            None => Timeouts::from_env()?,
+        };
         Ok(DynamoStore {
+            calls: timeouts.client(&self.client),
             client: self.client,
             table: Arc::from(self.table),
             max_response_bytes: self.max_response_bytes,
@@ -260,6 +300,8 @@ impl DynamoStoreBuilder {
 #[derive(Debug, Clone)]
 pub struct DynamoStoreBuilder {
     client: Client,
+    /// As set; `None`: `IDEMPOTENCY_STORE_TIMEOUT_MS` or the defaults.
+    timeouts: Option<Timeouts>,
     table: String,
     max_response_bytes: usize,
     layout: TableLayout,
@@ -294,6 +336,7 @@ impl DynamoStore {
     pub fn builder(client: Client, table: impl Into<String>) -> DynamoStoreBuilder {
         DynamoStoreBuilder {
             client,
+            timeouts: None,
             table: table.into(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             layout: TableLayout::default(),
@@ -317,7 +360,8 @@ impl DynamoStore {
         &self.table
     }
 
-    /// The SDK client.
+    /// The SDK client, as given to the builder (the store's request-path
+    /// calls add its timeouts: [`DynamoStoreBuilder::timeouts`]).
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -369,7 +413,7 @@ impl DynamoStore {
         op: &str,
     ) -> Result<Option<HashMap<String, AttributeValue>>, Error> {
         let result = self
-            .client
+            .calls
             .update_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(record_id)))
@@ -403,7 +447,7 @@ impl DynamoStore {
         op: &str,
     ) -> Result<Option<HashMap<String, AttributeValue>>, Error> {
         let result = self
-            .client
+            .calls
             .delete_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(record_id)))

@@ -160,7 +160,7 @@ impl Store for DynamoStore {
 
     async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         let out = self
-            .client
+            .calls
             .get_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(record_id)))
@@ -176,7 +176,7 @@ impl Store for DynamoStore {
     /// One eventually consistent `GetItem` of [`WARM_UP_RECORD_ID`]; what it
     /// finds is ignored (nothing, unless someone wrote that id by hand).
     async fn warm_up(&self) -> Result<(), Error> {
-        self.client
+        self.calls
             .get_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(WARM_UP_RECORD_ID)))
@@ -260,7 +260,7 @@ impl DynamoStore {
         items.extend(writes);
         let items_len = items.len();
         let result = self
-            .client
+            .calls
             .transact_write_items()
             .set_transact_items(Some(items))
             .send()
@@ -386,7 +386,7 @@ impl DynamoStore {
     /// it was asked back should the claim lose.
     fn claim_update(&self, request: &ClaimRequest) -> UpdateItemFluentBuilder {
         let update = self
-            .client
+            .calls
             .update_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(&request.record_id)))

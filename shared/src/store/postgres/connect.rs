@@ -3,7 +3,6 @@
 //! rustls with libpq's meaning of each `sslmode`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -16,10 +15,6 @@ use rustls::{
 use tokio_postgres::config::{Host, SslMode};
 
 use crate::error::{Error, ErrorKind};
-
-/// How long a new connection may take before the store reports the server
-/// unreachable, unless the URL sets `connect_timeout`.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// libpq's `sslmode` values, each with libpq's meaning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,9 +106,6 @@ pub(super) fn parse(url: &str) -> Result<Target, Error> {
         TlsMode::Prefer => SslMode::Prefer,
         TlsMode::Require | TlsMode::VerifyCa | TlsMode::VerifyFull => SslMode::Require,
     });
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
-    }
     if config.get_application_name().is_none() {
         config.application_name("lambda-idempotency");
     }
@@ -298,7 +290,14 @@ mod tests {
 
         let plain = parse("postgres://u@localhost/db?sslmode=disable").unwrap();
         assert_eq!(plain.config.get_ssl_mode(), SslMode::Disable);
-        assert_eq!(plain.config.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
+        // Set when the store opens: the store's limit
+        // (IDEMPOTENCY_STORE_TIMEOUT_MS) unless the URL sets one.
+        assert_eq!(plain.config.get_connect_timeout(), None);
+        let slow = parse("postgres://u@localhost/db?connect_timeout=3").unwrap();
+        assert_eq!(
+            slow.config.get_connect_timeout(),
+            Some(&std::time::Duration::from_secs(3))
+        );
         assert_eq!(
             parse("postgres://u@h/db").unwrap().tls,
             TlsMode::Prefer,

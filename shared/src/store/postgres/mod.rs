@@ -98,6 +98,8 @@ pub struct PostgresStore {
     sql: Arc<HotSql>,
     /// `host:port/database as user`, for messages.
     label: Arc<str>,
+    /// How long a new connection may take (the pool's create timeout).
+    connect_timeout: Duration,
     max_response_bytes: usize,
     round_trips: Arc<AtomicU64>,
 }
@@ -127,6 +129,8 @@ pub struct PostgresStoreBuilder {
     schema: String,
     max_connections: usize,
     max_response_bytes: usize,
+    /// As set; `None`: the URL's `connect_timeout`, or the store's limit.
+    connect_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for PostgresStoreBuilder {
@@ -136,6 +140,7 @@ impl std::fmt::Debug for PostgresStoreBuilder {
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
             .field("max_response_bytes", &self.max_response_bytes)
+            .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -145,6 +150,17 @@ impl PostgresStoreBuilder {
     /// (created by [`PostgresStore::migrate`] when missing).
     pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
+        self
+    }
+
+    /// How long a new connection may take, TCP, TLS, startup and
+    /// authentication together, before the operation fails as
+    /// [`ErrorKind::StoreUnavailable`] (a 503). Default: the URL's
+    /// `connect_timeout` (whole seconds, as libpq reads it), or else
+    /// `IDEMPOTENCY_STORE_TIMEOUT_MS`, 450 ms when unset
+    /// (docs/DESIGN.md, "Failing fast").
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
         self
     }
 
@@ -170,10 +186,25 @@ impl PostgresStoreBuilder {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidConfig`] when the URL is not a valid PostgreSQL
-    /// URL, or its TLS roots cannot be read.
+    /// URL, its TLS roots cannot be read, or (without a `connect_timeout`
+    /// in the URL) `IDEMPOTENCY_STORE_TIMEOUT_MS` is not a number of
+    /// milliseconds.
     pub fn open(self) -> Result<PostgresStore, Error> {
-        let target = connect::parse(&self.url)?;
+        let mut target = connect::parse(&self.url)?;
         let tls = connect::tls_connector(&target)?;
+        // How long a new connection may take before the store reports the
+        // server unreachable (a 503): the URL's `connect_timeout` (whole
+        // seconds, as libpq reads it), or the store's limit
+        // (IDEMPOTENCY_STORE_TIMEOUT_MS, default 450 ms). The driver's
+        // connect_timeout bounds each TCP connection only; the pool's
+        // bounds the whole of a new connection (TLS, startup,
+        // authentication), which a silent server would otherwise hold
+        // until Lambda's timeout.
+        let create = match (self.connect_timeout, target.config.get_connect_timeout()) {
+            (Some(timeout), _) | (None, Some(&timeout)) => timeout,
+            (None, None) => crate::settings::store_timeout_from_env()?,
+        };
+        target.config.connect_timeout(create);
         let manager = Manager::from_config(
             target.config,
             tls,
@@ -186,6 +217,7 @@ impl PostgresStoreBuilder {
         let pool = Pool::builder(manager)
             .max_size(self.max_connections)
             .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(create))
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|err| {
@@ -202,6 +234,7 @@ impl PostgresStoreBuilder {
             sql: Arc::new(HotSql::for_table(&table)),
             table: Arc::from(table),
             label: Arc::from(target.label),
+            connect_timeout: create,
             max_response_bytes: self.max_response_bytes,
             round_trips: Arc::default(),
         })
@@ -234,6 +267,7 @@ impl PostgresStore {
     /// [`connect`](PostgresStoreBuilder::connect).
     pub fn builder(url: impl Into<String>) -> PostgresStoreBuilder {
         PostgresStoreBuilder {
+            connect_timeout: None,
             url: url.into(),
             schema: "public".to_owned(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -347,6 +381,14 @@ impl PostgresStore {
                     Some(cause) => format!("{e}: {cause}"),
                     None => e.to_string(),
                 },
+                deadpool_postgres::PoolError::Timeout(deadpool_postgres::TimeoutType::Create) => {
+                    format!(
+                        "no answer within {} ms of connecting (the server accepts connections \
+                         but does not answer them: overloaded, or not PostgreSQL; a slower \
+                         server needs the URL's connect_timeout, in seconds)",
+                        self.connect_timeout.as_millis()
+                    )
+                }
                 deadpool_postgres::PoolError::Timeout(_) => format!(
                     "no connection within {}s (the server is slow to accept, or every \
                      connection is busy)",

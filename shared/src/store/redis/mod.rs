@@ -165,13 +165,25 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
+/// Default limit on connecting to the server, TLS and authentication
+/// included ([`RedisStoreBuilder::connect_timeout`]).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Default limit on the server's answer to one command
+/// ([`RedisStoreBuilder::response_timeout`]); a store waiting for replicas
+/// adds its wait to it.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_millis(450);
+
 /// Options of a [`RedisStore`]: see [`RedisStore::builder`].
 #[derive(Clone)]
 pub struct RedisStoreBuilder {
     url: String,
     prefix: String,
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    /// As set; `None`: 4/9 of the store's limit
+    /// (`IDEMPOTENCY_STORE_TIMEOUT_MS`, default 450 ms).
+    connect_timeout: Option<Duration>,
+    /// As set; `None`: the store's limit, plus the replica wait.
+    response_timeout: Option<Duration>,
     max_response_bytes: usize,
     cluster: bool,
     replication: Option<Replication>,
@@ -200,15 +212,22 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How long one connection attempt may take (default 2 s).
+    /// How long connecting may take, TLS and authentication included
+    /// (default [`DEFAULT_CONNECT_TIMEOUT`], 200 ms, or 4/9 of
+    /// `IDEMPOTENCY_STORE_TIMEOUT_MS` when it is set): past it the
+    /// operation fails as [`ErrorKind::StoreUnavailable`] (a 503) and the
+    /// next one connects again.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = Some(timeout);
         self
     }
 
-    /// How long the server may take to answer one command (default 2 s).
+    /// How long the server may take to answer one command (default
+    /// [`DEFAULT_RESPONSE_TIMEOUT`], 450 ms, or `IDEMPOTENCY_STORE_TIMEOUT_MS`
+    /// when it is set, plus the replica wait's timeout when
+    /// [`wait_for_replicas`](Self::wait_for_replicas) is set).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
+        self.response_timeout = Some(timeout);
         self
     }
 
@@ -242,7 +261,8 @@ impl RedisStoreBuilder {
     /// released again first (its handler has not run), a completion or a
     /// recovery point is reported as not recorded.
     ///
-    /// `timeout` must be shorter than the response timeout. One server with
+    /// `timeout` must be shorter than the response timeout, when one is set
+    /// (the default response timeout adds `timeout`). One server with
     /// replicas only: on a Redis Cluster [`open`](Self::open) refuses it.
     /// MemoryDB keeps every acknowledged write in its multi-AZ log and needs
     /// none of this; on ElastiCache (Redis OSS or Valkey) with replicas, use
@@ -252,13 +272,32 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// The connect and response timeouts in force: as set, or from the
+    /// store's limit (`limit`): 4/9 of it to connect (two attempts and the
+    /// delay between them fit in it), all of it plus the replica wait
+    /// (which the server answers only once it is over) for an answer.
+    fn timeouts_in_force(&self, limit: Duration) -> (Duration, Duration) {
+        let connect = self.connect_timeout.unwrap_or(limit * 4 / 9);
+        let response = self
+            .response_timeout
+            .unwrap_or_else(|| limit + self.replication.map_or(Duration::ZERO, |r| r.timeout));
+        (connect, response)
+    }
+
     /// The store, connecting on first use: nothing is sent yet, so an
     /// unreachable server shows up as [`ErrorKind::StoreUnavailable`] on the
     /// first operation. Must be called inside a Tokio runtime.
     ///
     /// Fails with [`ErrorKind::InvalidConfig`] when the URL is not a Redis
-    /// URL, the prefix holds a brace, or there is no Tokio runtime.
+    /// URL, the prefix holds a brace, there is no Tokio runtime, or (with a
+    /// timeout left to its default) `IDEMPOTENCY_STORE_TIMEOUT_MS` is not a
+    /// number of milliseconds.
     pub fn open(self) -> Result<RedisStore, Error> {
+        let limit = match (self.connect_timeout, self.response_timeout) {
+            (Some(_), Some(_)) => DEFAULT_RESPONSE_TIMEOUT,
+            _ => crate::settings::store_timeout_from_env()?,
+        };
+        let (connect_timeout, response_timeout) = self.timeouts_in_force(limit);
         if let Some(replication) = self.replication {
             if self.cluster {
                 return Err(Error::new(
@@ -268,7 +307,7 @@ impl RedisStoreBuilder {
                      does not do: leave it out (or use MemoryDB, whose writes are durable)",
                 ));
             }
-            if replication.timeout >= self.response_timeout {
+            if replication.timeout >= response_timeout {
                 return Err(Error::new(
                     ErrorKind::InvalidConfig,
                     format!(
@@ -276,7 +315,7 @@ impl RedisStoreBuilder {
                          ({} ms), so the wait could never report; use a shorter wait or a longer \
                          response_timeout",
                         replication.timeout.as_millis(),
-                        self.response_timeout.as_millis()
+                        response_timeout.as_millis()
                     ),
                 ));
             }
@@ -324,31 +363,33 @@ impl RedisStoreBuilder {
         };
         let connection = if self.cluster {
             let cluster = ::redis::cluster::ClusterClient::builder([self.url.as_str()])
-                .connection_timeout(self.connect_timeout)
-                .response_timeout(self.response_timeout)
+                .connection_timeout(connect_timeout)
+                .response_timeout(response_timeout)
                 // As below: an unreachable cluster fails the request soon.
                 .retries(1)
                 .min_retry_wait(20)
-                .max_retry_wait(200)
+                .max_retry_wait(50)
                 .build()
                 .map_err(cannot)?;
             Connection::Cluster(
                 cluster.get_pending_async_connection_with_config(
                     ::redis::cluster::ClusterConfig::new()
-                        .set_connection_timeout(self.connect_timeout)
-                        .set_response_timeout(self.response_timeout),
+                        .set_connection_timeout(connect_timeout)
+                        .set_response_timeout(response_timeout),
                 ),
             )
         } else {
             let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.connect_timeout))
-                .set_response_timeout(Some(self.response_timeout))
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(response_timeout))
                 // An unreachable server fails the request soon (503, fail
                 // closed) rather than after seconds of reconnection
-                // attempts; the next request tries again.
+                // attempts; the next request tries again. Two connection
+                // attempts and the delay between them stay within 450 ms
+                // (docs/DESIGN.md, "Failing fast").
                 .set_number_of_retries(1)
                 .set_min_delay(Duration::from_millis(20))
-                .set_max_delay(Duration::from_millis(200));
+                .set_max_delay(Duration::from_millis(50));
             Connection::Single(
                 ConnectionManager::new_lazy_with_config(client, config).map_err(cannot)?,
             )
@@ -417,8 +458,8 @@ impl RedisStore {
         RedisStoreBuilder {
             url: url.into(),
             prefix: DEFAULT_PREFIX.to_owned(),
-            connect_timeout: Duration::from_secs(2),
-            response_timeout: Duration::from_secs(2),
+            connect_timeout: None,
+            response_timeout: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             cluster: false,
             replication: None,

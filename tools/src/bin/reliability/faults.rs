@@ -69,7 +69,10 @@ pub(crate) async fn faults(size: Size, violations: &Violations) -> Result<FaultR
                 .build(),
         )
         .build();
+    // The client's 300 ms attempt limit and retries, as this run was
+    // calibrated with, rather than the store's limits.
     let store = DynamoStore::builder(aws_sdk_dynamodb::Client::from_conf(config), table.clone())
+        .client_timeouts()
         .open()
         .map_err(|e| e.to_string())?;
 
