@@ -123,7 +123,7 @@ dependency = package["dependencies"]["lambda-idempotency"]
 assert package["package"]["name"] == "idempotency-template-check", package["package"]
 assert dependency.get(key) == value, (key, value, dependency)
 assert not {"path", "git", "version"} - {key} & dependency.keys(), dependency
-assert dependency["features"] == ["sweeper", "sweep-via-stream"], dependency
+assert dependency["features"] == ["sweeper", "sweep-via-stream", "aws"], dependency
 PY
 }
 

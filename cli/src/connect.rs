@@ -146,7 +146,11 @@ async fn connect_dynamodb(args: &StoreArgs) -> Result<Connected, Failure> {
                 .any(|i| i.index_name() == Some(schema::SWEEP_INDEX))
         })
         .unwrap_or(false);
-    let store = DynamoStore::builder(client, table);
+    // An operator's command, not a request someone waits on: the client's
+    // own timeouts and retries (its first call may fetch credentials, SSO
+    // or an assumed role, which the store's 250 ms attempt limit would
+    // cut), not the request path's limits.
+    let store = DynamoStore::builder(client, table).client_timeouts();
     let (store, discovery) = match (has_stream, has_index) {
         (true, _) => {
             // Where the functions read it: its own variable, else where

@@ -100,6 +100,7 @@
 //! | `redis` | the Redis / Valkey store (`RedisStore`), TLS (`rediss://`) through rustls |
 //! | `postgres` | the PostgreSQL store (`PostgresStore`, `store::postgres::POSTGRES_SCHEMA`) |
 //! | `powertools` | a cut-over from Powertools for AWS Lambda (Python) on DynamoDB (`store::powertools::PowertoolsCutover`, a store layer); turns on `dynamodb` |
+//! | `aws` | `init::aws_config`: the SDK configuration a function wants (its HTTPS client on rustls with ring) |
 //! | `test-util` | for tests: the store conformance suite (module `conformance`), the cases every engine of this crate passes, for a `Store` of your own |
 //!
 //! # Testing your handler
@@ -125,6 +126,7 @@ mod hash;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod init;
 mod json;
 #[cfg(feature = "http")]
 mod key;

@@ -5,7 +5,8 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let aws = aws_config::load_from_env().await;
+    // The SDK's HTTPS client on rustls with ring (lambda_idempotency::init).
+    let aws = lambda_idempotency::init::aws_config().await;
     let cannot_start = |e: String| format!("order-events cannot start: {e}");
     // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
     // connected and checked now, so a bad URL fails the cold start.

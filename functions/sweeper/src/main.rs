@@ -6,7 +6,8 @@ use lambda_runtime::{service_fn, Error, LambdaEvent};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = sweeper::Config::from_env().map_err(|e| format!("sweeper cannot start: {e}"))?;
-    let aws = aws_config::load_from_env().await;
+    // The SDK's HTTPS client on rustls with ring (lambda_idempotency::init).
+    let aws = lambda_idempotency::init::aws_config().await;
     // IDEMPOTENCY_STORE_URL: the records in Redis, Valkey or PostgreSQL,
     // connected and checked now, so a bad URL fails the cold start.
     let opened = idempotency_engine::open(&config.engine, &aws)

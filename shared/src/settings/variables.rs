@@ -236,7 +236,7 @@ pub const VARIABLES: &[Variable] = &[
                5/9 of it; Redis: each command, connecting 4/9 of it; PostgreSQL: a new \
                connection); raise it for a slow store, such as a local emulator",
         read_by: "the stores' builders (`DynamoStore`, `RedisStore`, `PostgresStore`), so \
-                  every `from_env`, the example functions and the CLI",
+                  every `from_env` and the example functions",
     },
     Variable {
         name: METRICS_NAMESPACE_ENV,

@@ -63,12 +63,19 @@ pub fn idempotency(store: impl Store + 'static, config: &Config) -> IdempotencyL
     }
 }
 
+/// The idempotency records: the DynamoDB table `config.table`, through
+/// `client` (with the store's limits on each call: a DynamoDB that does not
+/// answer is a `503` within half a second, `IDEMPOTENCY_STORE_TIMEOUT_MS`).
+pub fn store(
+    client: aws_sdk_dynamodb::Client,
+    config: &Config,
+) -> Result<DynamoStore, lambda_idempotency::Error> {
+    DynamoStore::builder(client, config.table.clone()).open()
+}
+
 /// The whole function: [`create_item`] behind the middleware, its records
-/// in the DynamoDB table `config.table`.
-pub fn app(client: aws_sdk_dynamodb::Client, config: &Config) -> Idempotency<Handler> {
-    let store = DynamoStore::builder(client, config.table.clone())
-        .open()
-        .expect("the default table layout is valid");
+/// in `store` ([`store`]).
+pub fn app(store: DynamoStore, config: &Config) -> Idempotency<Handler> {
     let handler: fn(Request) -> HandlerFuture = create_item;
     idempotency(store, config).layer(service_fn(handler))
 }

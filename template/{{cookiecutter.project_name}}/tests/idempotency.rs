@@ -194,7 +194,8 @@ async fn a_retried_post_runs_the_handler_once_and_replays_its_response() {
 async fn an_invalid_body_is_answered_and_its_answer_replayed() {
     let client = client().await;
     let table = create_table(&client).await;
-    let service = api::app(client, &config(&table));
+    let config = config(&table);
+    let service = api::app(api::store(client, &config).expect("a store"), &config);
     let first = service
         .clone()
         .oneshot(post(Some("bad-1"), r#"{"name": "tea"}"#))
@@ -219,7 +220,8 @@ async fn an_invalid_body_is_answered_and_its_answer_replayed() {
 async fn the_sample_events_get_the_answers_they_describe() {
     let client = client().await;
     let table = create_table(&client).await;
-    let service = api::app(client, &config(&table));
+    let config = config(&table);
+    let service = api::app(api::store(client, &config).expect("a store"), &config);
     let event = |file: &str| {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("events")

@@ -284,3 +284,78 @@ async fn a_bad_warm_up_setting_stops_orders_api_at_start_naming_it() {
     );
     assert_eq!(api.first_poll(), None, "no invocation was asked for");
 }
+
+/// `init::warm_up`, as the functions and the new-project template call it
+/// during init: nothing when turned off (`IDEMPOTENCY_WARM_UP=false`), the
+/// store's one warm-up request when on, and an unreachable store reported
+/// (`false`, a warning logged) without stopping the function.
+#[tokio::test]
+async fn init_warm_up_sends_nothing_when_off_and_survives_an_unreachable_store() {
+    use lambda_idempotency::init;
+    let (store, table, recorded) = recorded_dynamo_store().await;
+    assert!(!init::warm_up(&store, false).await, "off: not warmed");
+    assert!(recorded.requests().is_empty(), "off: nothing sent");
+    assert!(init::warm_up(&store, true).await, "on: warmed");
+    assert_one_warm_up_get_item(&recorded, &table);
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 1).await;
+    let unreachable = DynamoStore::builder(client, "nowhere").open().unwrap();
+    assert!(
+        !init::warm_up(&unreachable, true).await,
+        "unreachable: reported, not a panic or an error that stops the start"
+    );
+}
+
+/// The store's calls override the client's configuration with their own
+/// limits (docs/DESIGN.md, "Failing fast"), and the connection pool is
+/// still the application's: after the warm-up, the application's own call
+/// through its client opens no second connection. The client here is built
+/// as `aws_config::load_from_env` builds one, with no HTTP client of its
+/// own: a client derived from it (the first way this was built) got a
+/// default HTTP client, and pool, of its own, and this test failed with 2
+/// connections.
+#[tokio::test]
+async fn the_warm_up_opens_the_connection_the_applications_calls_use() {
+    let upstream: std::net::SocketAddr = integration_tests::endpoint()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("DynamoDB Local at host:port");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = accepted.clone();
+    let proxy = tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    let connections = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+
+    let table = integration_tests::create_table(&integration_tests::client().await).await;
+    let client = integration_tests::client_for(format!("http://127.0.0.1:{port}"), 3).await;
+    let store = DynamoStore::builder(client.clone(), &table).open().unwrap();
+    store.warm_up().await.unwrap();
+    assert_eq!(connections(), 1, "the warm-up opened one connection");
+    store.get("0a1b").await.unwrap();
+    assert_eq!(connections(), 1, "the store's next call used it");
+    client
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        connections(),
+        1,
+        "the application's call used the warm-up's connection"
+    );
+    proxy.abort();
+}

@@ -125,12 +125,14 @@ const SWEEPER_ITEM_PREFIX: &str = "~sweeper/";
 /// ```
 #[derive(Debug, Clone)]
 pub struct DynamoStore {
-    /// The application's client: the sweeper's listings.
+    /// The application's client: every call, the sweeper's listings as
+    /// they are.
     client: Client,
-    /// The request path's calls (claim, get, complete, recovery points,
-    /// release, resolution): `client` with the store's timeouts
+    /// What the request path's calls (claim, get, complete, recovery
+    /// points, release, resolution, warm-up) lay over the client's
+    /// configuration: the store's timeouts and backoff
     /// ([`DynamoStoreBuilder::timeouts`]).
-    calls: Client,
+    limits: aws_sdk_dynamodb::config::Builder,
     table: Arc<str>,
     max_response_bytes: usize,
     /// Attribute names and the key of records' items.
@@ -280,7 +282,7 @@ impl DynamoStoreBuilder {
             None => Timeouts::from_env()?,
         };
         Ok(DynamoStore {
-            calls: timeouts.client(&self.client),
+            limits: timeouts.config_override(&self.client),
             client: self.client,
             table: Arc::from(self.table),
             max_response_bytes: self.max_response_bytes,
@@ -366,6 +368,14 @@ impl DynamoStore {
         &self.client
     }
 
+    /// The configuration a request-path call overrides the client's with
+    /// (`customize().config_override(..)`): per call, so that the call
+    /// runs on the client itself, its HTTP client and connection pool
+    /// included, which the application's own calls share.
+    fn limits(&self) -> aws_sdk_dynamodb::config::Builder {
+        self.limits.clone()
+    }
+
     fn unavailable<E, R>(&self, op: &str, err: SdkError<E, R>) -> Error
     where
         E: std::error::Error + Send + Sync + 'static,
@@ -413,7 +423,7 @@ impl DynamoStore {
         op: &str,
     ) -> Result<Option<HashMap<String, AttributeValue>>, Error> {
         let result = self
-            .calls
+            .client
             .update_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(record_id)))
@@ -424,6 +434,8 @@ impl DynamoStore {
             .set_return_values_on_condition_check_failure(
                 old_item.then_some(ReturnValuesOnConditionCheckFailure::AllOld),
             )
+            .customize()
+            .config_override(self.limits())
             .send()
             .await;
         match result {
@@ -447,7 +459,7 @@ impl DynamoStore {
         op: &str,
     ) -> Result<Option<HashMap<String, AttributeValue>>, Error> {
         let result = self
-            .calls
+            .client
             .delete_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(record_id)))
@@ -455,6 +467,8 @@ impl DynamoStore {
             .set_expression_attribute_names(Some(write.used_names()))
             .set_expression_attribute_values(Some(write.used_values()))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .customize()
+            .config_override(self.limits())
             .send()
             .await;
         match result {

@@ -160,11 +160,13 @@ impl Store for DynamoStore {
 
     async fn get(&self, record_id: &str) -> Result<Option<StoredRecord>, Error> {
         let out = self
-            .calls
+            .client
             .get_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(record_id)))
             .consistent_read(true)
+            .customize()
+            .config_override(self.limits())
             .send()
             .await
             .map_err(|err| self.unavailable("GetItem", err))?;
@@ -176,10 +178,12 @@ impl Store for DynamoStore {
     /// One eventually consistent `GetItem` of [`WARM_UP_RECORD_ID`]; what it
     /// finds is ignored (nothing, unless someone wrote that id by hand).
     async fn warm_up(&self) -> Result<(), Error> {
-        self.calls
+        self.client
             .get_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(WARM_UP_RECORD_ID)))
+            .customize()
+            .config_override(self.limits())
             .send()
             .await
             .map_err(|err| self.unavailable("GetItem (warm-up)", err))?;
@@ -260,9 +264,11 @@ impl DynamoStore {
         items.extend(writes);
         let items_len = items.len();
         let result = self
-            .calls
+            .client
             .transact_write_items()
             .set_transact_items(Some(items))
+            .customize()
+            .config_override(self.limits())
             .send()
             .await;
         let Err(err) = result else { return Ok(()) };
@@ -386,7 +392,7 @@ impl DynamoStore {
     /// it was asked back should the claim lose.
     fn claim_update(&self, request: &ClaimRequest) -> UpdateItemFluentBuilder {
         let update = self
-            .calls
+            .client
             .update_item()
             .table_name(&*self.table)
             .set_key(Some(self.layout.key(&request.record_id)))
@@ -459,7 +465,11 @@ impl DynamoStore {
                     s(&sweep_shard(&request.record_id).to_string()),
                 );
         }
-        let result = update.send().await;
+        let result = update
+            .customize()
+            .config_override(self.limits())
+            .send()
+            .await;
         match result {
             Ok(output) => {
                 let attempt = output
@@ -528,6 +538,8 @@ impl DynamoStore {
             // The recovery point as of the takeover itself: a checkpoint the
             // stale attempt committed after `seen` was read is inherited too.
             .return_values(ReturnValue::AllNew)
+            .customize()
+            .config_override(self.limits())
             .send()
             .await;
         match result {

@@ -4,17 +4,19 @@
 //! The SDK's defaults suit a batch job, not a request someone waits on:
 //! no limit on an attempt (a port that accepts and never answers holds
 //! the invocation until Lambda's timeout) and, under behaviour version
-//! 2.0, retries after a jittered backoff from 1 s (a refused connection
-//! answered 503 only 2.0–2.4 s after the request). The store's calls run
-//! on a client derived from the application's with a limit per attempt,
-//! a limit per call (retries included) and a short backoff; the
-//! application's own calls keep the client it built.
+//! 2.0, retries after a jittered backoff from 1 s. The store's calls
+//! override the client's configuration per call
+//! (`customize().config_override(..)`) with a limit per attempt, a limit
+//! per call (retries included) and a short backoff; the application's own
+//! calls keep the configuration it built.
 //!
-//! Only orchestrator settings change. The connect and read timeouts are the
-//! HTTP client's settings, and the SDK keeps one connection pool per
-//! distinct pair of them: left as the application set them, the store's
-//! calls and the application's share connections, so the store's warm-up
-//! opens the connection the handler's first write uses.
+//! Per call, on the application's client, rather than on a client derived
+//! from it: a client built without an explicit HTTP client gets a default
+//! one of its own, so a derived client would keep a connection pool of its
+//! own and the handler's first call would open a second connection after
+//! the store's warm-up. And only orchestrator settings change: the connect
+//! and read timeouts are the HTTP client's settings, and the SDK keeps one
+//! pool per distinct pair of them, so they stay the application's.
 
 use std::time::Duration;
 
@@ -74,15 +76,15 @@ impl Timeouts {
         crate::settings::store_timeout_from_env().map(Timeouts::of_call)
     }
 
-    /// The client the store's calls go through: `client` itself, or a
-    /// client sharing its configuration, interceptors and HTTP client with
-    /// the limits and the backoff set.
-    pub(crate) fn client(self, client: &Client) -> Client {
+    /// What the store's calls through `client` override its configuration
+    /// with: nothing, or the limits and the backoff, with the client's own
+    /// connect and read timeouts (the key of its connection pool).
+    pub(crate) fn config_override(self, client: &Client) -> aws_sdk_dynamodb::config::Builder {
         let Timeouts::Limited { attempt, call } = self else {
-            return client.clone();
+            return aws_sdk_dynamodb::config::Builder::default();
         };
-        let config = client.config();
-        let timeouts = config
+        let timeouts = client
+            .config()
             .timeout_config()
             .map_or_else(TimeoutConfig::builder, TimeoutConfig::to_builder)
             .operation_attempt_timeout(attempt)
@@ -92,13 +94,9 @@ impl Timeouts {
             .with_max_attempts(MAX_ATTEMPTS)
             .with_initial_backoff(INITIAL_BACKOFF)
             .with_max_backoff(MAX_BACKOFF);
-        Client::from_conf(
-            config
-                .to_builder()
-                .timeout_config(timeouts)
-                .retry_config(retries)
-                .build(),
-        )
+        aws_sdk_dynamodb::config::Builder::default()
+            .timeout_config(timeouts)
+            .retry_config(retries)
     }
 }
 
@@ -122,8 +120,8 @@ mod tests {
 
     #[test]
     fn limits_are_set_and_the_http_settings_kept() {
-        let derived = Timeouts::default().client(&client());
-        let timeouts = derived.config().timeout_config().unwrap();
+        let derived = Timeouts::default().config_override(&client()).build();
+        let timeouts = derived.timeout_config().unwrap();
         assert_eq!(
             timeouts.operation_attempt_timeout(),
             Some(DEFAULT_ATTEMPT_TIMEOUT)
@@ -135,7 +133,7 @@ mod tests {
             Some(Duration::from_millis(3100))
         );
         assert_eq!(timeouts.read_timeout(), Some(Duration::from_secs(7)));
-        let retries = derived.config().retry_config().unwrap();
+        let retries = derived.retry_config().unwrap();
         assert_eq!(retries.max_attempts(), MAX_ATTEMPTS);
         assert_eq!(retries.initial_backoff(), INITIAL_BACKOFF);
         assert_eq!(retries.max_backoff(), MAX_BACKOFF);
@@ -155,15 +153,8 @@ mod tests {
 
     #[test]
     fn the_clients_own_policy_is_kept_when_asked() {
-        let own = client();
-        let kept = Timeouts::Client.client(&own);
-        assert_eq!(
-            kept.config().timeout_config(),
-            own.config().timeout_config()
-        );
-        assert_eq!(
-            kept.config().timeout_config().unwrap().operation_timeout(),
-            None
-        );
+        let kept = Timeouts::Client.config_override(&client()).build();
+        assert_eq!(kept.timeout_config(), None, "nothing overridden");
+        assert_eq!(kept.retry_config(), None, "nothing overridden");
     }
 }

@@ -10,7 +10,8 @@ use {{crate_name}} as api;
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let config = api::SweeperConfig::from_env()?;
-    let aws = aws_config::load_from_env().await;
+    // The SDK's HTTPS client on rustls with ring, as the API function's.
+    let aws = lambda_idempotency::init::aws_config().await;
     let sweeper = config
         .start(
             aws_sdk_dynamodb::Client::new(&aws),
