@@ -1,6 +1,6 @@
 //! What a function does during Lambda's init phase, before its first
-//! request: the AWS SDK's configuration ([`aws_config`], feature `aws`)
-//! and the store's connection ([`warm_up`]).
+//! request: the AWS SDK's configuration (`aws_config`, feature `aws`) and
+//! the store's connection ([`warm_up`]).
 //!
 //! Both are about the first request's time. Done this way, a cold start's
 //! first response costs about what a warm one does
