@@ -62,6 +62,9 @@ pub struct IdempotencyConfig {
     /// How long a duplicate waits for the outcome of the request in
     /// progress ([`wait_for`](Self::wait_for)); `None`: not at all.
     pub(crate) wait_for: Option<Duration>,
+    /// What this process knows of claims in progress (its clones share
+    /// it): how long its handler takes, and its waiters of each record.
+    pub(crate) progress: Arc<crate::progress::Progress>,
 }
 
 impl IdempotencyConfig {
@@ -79,6 +82,7 @@ impl IdempotencyConfig {
             metrics: None,
             disabled: false,
             wait_for: None,
+            progress: Arc::default(),
         }
     }
 
@@ -191,9 +195,14 @@ impl IdempotencyConfig {
     ///
     /// - The wait polls the record with
     ///   [`Store::get`] (a consistent read on
-    ///   DynamoDB), 50 ms after the claim and then twice as long each time,
-    ///   up to 1 s between polls, each interval cut by a random part of up
-    ///   to half so that duplicates waiting on one key spread their reads.
+    ///   DynamoDB). The claim holding the key says when it expects to finish
+    ///   (the median of its process's recent durations): the wait sleeps
+    ///   until then, then polls 20 ms later and half as long again each
+    ///   time, up to 250 ms between polls (without an estimate: 50 ms after
+    ///   its own claim, growing the same way). Each interval is cut by a
+    ///   random part of up to half so that duplicates waiting on one key
+    ///   spread their reads; waiters in one process share one read per poll
+    ///   and wake when that process stores the outcome.
     /// - It never outlasts the invocation's deadline less 1 s (the HTTP
     ///   layer reads it from the Lambda context; the event path from
     ///   [`register_context`](crate::IdempotentFunction::register_context)),

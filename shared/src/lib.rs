@@ -133,6 +133,7 @@ mod key;
 pub mod lifecycle;
 pub mod metrics;
 pub mod problem;
+mod progress;
 mod record;
 pub mod scope;
 pub mod settings;

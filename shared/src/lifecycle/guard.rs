@@ -75,6 +75,9 @@ use crate::store::{CompleteRequest, Completion, Lease};
 pub struct Guard<'a> {
     config: &'a IdempotencyConfig,
     lease: Lease,
+    /// When the claim was made (epoch milliseconds): a stored outcome
+    /// tells the process how long its handler takes.
+    claimed_at_ms: u64,
     context: IdempotencyContext,
     ended: bool,
 }
@@ -117,11 +120,12 @@ pub enum Finished {
 }
 
 impl<'a> Guard<'a> {
-    pub(super) fn new(config: &'a IdempotencyConfig, lease: Lease) -> Self {
+    pub(super) fn new(config: &'a IdempotencyConfig, lease: Lease, claimed_at_ms: u64) -> Self {
         let context = IdempotencyContext::from_lease(config.store.clone(), lease.clone());
         Guard {
             config,
             lease,
+            claimed_at_ms,
             context,
             ended: false,
         }
@@ -191,6 +195,8 @@ impl<'a> Guard<'a> {
             .await
         {
             Ok(Completion::Stored) => {
+                config.progress.finished(self.claimed_at_ms);
+                config.progress.settled(&lease.record_id);
                 tracing::debug!(
                     attempt = lease.attempt,
                     status = stored.status,
@@ -275,6 +281,7 @@ impl<'a> Guard<'a> {
         let lease = &self.lease;
         let event = match self.config.store.release(lease).await {
             Ok(()) => {
+                self.config.progress.settled(&lease.record_id);
                 tracing::info!(record_id = %lease.record_id, attempt = lease.attempt, reason = why, "idempotency key released");
                 Event::Released
             }

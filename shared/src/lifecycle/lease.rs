@@ -10,6 +10,7 @@ use crate::clock::now_ms;
 use crate::config::Leases;
 use crate::error::{Error, ErrorKind};
 use crate::hash::hex;
+use crate::progress::{owner_with_estimate, Progress};
 use crate::store::ClaimRequest;
 
 /// Say once per process that `max_lease` is shorter than an invocation: a
@@ -59,7 +60,8 @@ pub(crate) fn owner_token() -> Result<String, Error> {
 
 impl ClaimRequest {
     /// The claim of `record_id` for the request with `fingerprint`, now, by
-    /// a fresh owner, its lease drawn by `leases` from the invocation's
+    /// a fresh owner (its token carrying when `progress` expects the claim
+    /// to finish), its lease drawn by `leases` from the invocation's
     /// deadline. The record is kept `expires_after`, and always past its
     /// lease (a record must not expire while its lease still holds it). The
     /// flag says the lease was cut short of the deadline (counted and logged
@@ -70,6 +72,7 @@ impl ClaimRequest {
         deadline_ms: Option<u64>,
         leases: Leases,
         expires_after: Duration,
+        progress: &Progress,
     ) -> Result<(ClaimRequest, bool), Error> {
         let now = now_ms();
         let (lease_end, capped) = leases.end(now, deadline_ms);
@@ -79,7 +82,7 @@ impl ClaimRequest {
         let request = ClaimRequest {
             record_id,
             fingerprint,
-            owner: owner_token()?,
+            owner: owner_with_estimate(owner_token()?, progress.estimate(now)),
             now_ms: now,
             lease_expires_at_ms: lease_end,
             expires_at_s: (now / 1000)
@@ -101,9 +104,15 @@ mod tests {
             max_lease: Duration::from_secs(600),
             margin: Duration::ZERO,
         };
-        let (request, capped) =
-            ClaimRequest::start("r".into(), "f".into(), None, leases, Duration::from_secs(1))
-                .unwrap();
+        let (request, capped) = ClaimRequest::start(
+            "r".into(),
+            "f".into(),
+            None,
+            leases,
+            Duration::from_secs(1),
+            &Progress::default(),
+        )
+        .unwrap();
         assert!(!capped);
         assert!(request.expires_at_s * 1000 > request.lease_expires_at_ms);
         assert_eq!(request.lease_expires_at_ms, request.now_ms + 600_000);

@@ -156,6 +156,7 @@ async fn claim<'a>(
         deadline_ms,
         config.leases,
         config.expires_after,
+        &config.progress,
     )
     .inspect_err(|_| config.count(Event::StoreError))?;
     if capped {
@@ -185,7 +186,7 @@ async fn claim<'a>(
             } else {
                 tracing::debug!("idempotency key claimed")
             }
-            Begun::Run(Guard::new(config, lease))
+            Begun::Run(Guard::new(config, lease, request.now_ms))
         }
         ClaimOutcome::Exists(record) if record.fingerprint != request.fingerprint => {
             config.count(Event::FingerprintMismatch);

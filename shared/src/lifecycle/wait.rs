@@ -2,15 +2,26 @@
 //! ([`IdempotencyConfig::wait_for`]): poll the record until it completes,
 //! frees, or the wait ends.
 //!
-//! Every engine is polled the same way, with [`Store::get`]: one read of one
-//! record per poll, which is what a notification would save. A notification
-//! is not cheaper here. Each waiter is an invocation of its own, often in a
+//! When to poll. The claim holding the key says in its owner token when it
+//! expects to finish ([`crate::progress`]): a waiter sleeps until then, and
+//! polls from there 20 ms apart, each interval half as long again as the
+//! last, up to 250 ms. A record that says nothing (its claimer had not yet
+//! finished an execution, or wrote no estimate) is polled 50 ms after the
+//! claim found it held, then on the same growing intervals. Each interval
+//! loses a random part of up to half of it, so waiters spread their polls.
+//!
+//! How. Every engine is polled the same way, with [`Store::get`]: one read
+//! of one record per poll, shared by the waiters of that record in this
+//! process, and a waiter here is woken at once when this process stores
+//! the outcome or releases the key. A notification across processes is
+//! not cheaper: each waiter is an invocation of its own, often in a
 //! process of its own, so a Redis subscription or a PostgreSQL `LISTEN`
-//! would cost one more connection (and TLS handshake) per waiter, more than
-//! the handful of reads of a typical wait; `LISTEN` does not work through a
-//! transaction pooler (PgBouncer, RDS Proxy pins the session), and Redis
-//! keyspace notifications are off by default and node-local in a cluster,
-//! so a missed one would leave a waiter asleep until its wait ends.
+//! would cost one more connection (and TLS handshake) per waiter, more
+//! than the two or three reads of a wait that knows when to look;
+//! `LISTEN` does not work through a transaction pooler (PgBouncer, RDS
+//! Proxy pins the session), and Redis keyspace notifications are off by
+//! default and node-local in a cluster, so a missed one would leave a
+//! waiter asleep until its wait ends.
 //!
 //! [`Store::get`]: crate::store::Store::get
 
@@ -21,12 +32,20 @@ use crate::clock::millis;
 use crate::config::IdempotencyConfig;
 use crate::error::Error;
 use crate::metrics::Event;
+use crate::progress::expected_done_ms;
 use crate::record::{Record, Status};
 
-/// The first poll comes this long after the claim found the key held,...
+/// Without an estimate, the first poll comes this long after the claim
+/// found the key held...
 const FIRST_POLL: Duration = Duration::from_millis(50);
-/// ...each next one twice as long after, up to this.
-const MAX_POLL: Duration = Duration::from_secs(1);
+/// ...after the estimate, the next poll this long after the last...
+const TIGHT_POLL: Duration = Duration::from_millis(20);
+/// ...and each next one half as long again (`GROWTH` / 2), up to this:
+/// short enough that a waiter is answered within it of the outcome, long
+/// enough that a waiter past the estimate reads at most four times a
+/// second.
+const MAX_POLL: Duration = Duration::from_millis(250);
+const GROWTH: u32 = 3;
 /// A wait ends this long before the invocation's deadline, so the waiting
 /// invocation answers (in progress, retry later) instead of being cut off.
 const DEADLINE_RESERVE: Duration = Duration::from_secs(1);
@@ -49,6 +68,9 @@ pub(super) fn until(
 /// the interval keeps growing across the claims a wait makes.
 pub(super) struct Polls {
     next: Duration,
+    /// The owner whose estimate this wait has slept until: each claim
+    /// holding the key gets one such sleep.
+    slept_for: Option<String>,
     until: Option<u64>,
     started_ms: u64,
 }
@@ -57,9 +79,30 @@ impl Polls {
     pub(super) fn new(until: Option<u64>, started_ms: u64) -> Polls {
         Polls {
             next: FIRST_POLL,
+            slept_for: None,
             until,
             started_ms,
         }
+    }
+
+    /// How long to sleep before the next poll of `existing`, at `now`:
+    /// until its claim's estimate the first time one is seen (tight polls
+    /// after it), else the next jittered interval.
+    fn next_sleep(&mut self, existing: &Record, now: u64) -> u64 {
+        if self.slept_for.as_deref() != Some(existing.owner.as_str()) {
+            if let Some(done_by) =
+                expected_done_ms(&existing.owner).filter(|at| *at < existing.lease_expires_at_ms)
+            {
+                self.slept_for = Some(existing.owner.clone());
+                self.next = TIGHT_POLL;
+                if done_by > now {
+                    return done_by - now;
+                }
+            }
+        }
+        let sleep = jittered(millis(self.next));
+        self.next = (self.next * GROWTH / 2).min(MAX_POLL);
+        sleep
     }
 
     /// Wait while `existing` (the record holding `record_id` for the same
@@ -75,6 +118,7 @@ impl Polls {
         fingerprint: &str,
         mut existing: Box<Record>,
     ) -> Result<Option<Begun<'a>>, Error> {
+        let mut waiting = config.progress.join(record_id);
         loop {
             let now = crate::clock::now_ms();
             let Some(until) = self.until.filter(|until| now < *until) else {
@@ -95,11 +139,13 @@ impl Polls {
             let lease_left = existing.lease_expires_at_ms.saturating_sub(now).max(1);
             // The last sleep is cut to what is left of the wait, so a wait
             // takes its whole allowance.
-            let sleep = jittered(millis(self.next)).min(lease_left).min(until - now);
-            tokio::time::sleep(Duration::from_millis(sleep)).await;
-            self.next = (self.next * 2).min(MAX_POLL);
-            let record = match config.store.get(record_id).await {
-                Ok(stored) => stored.map(|s| s.record),
+            let sleep = self
+                .next_sleep(&existing, now)
+                .min(lease_left)
+                .min(until - now);
+            waiting.sleep(sleep).await;
+            let record = match waiting.read(config.store.as_ref()).await {
+                Ok(record) => record,
                 Err(err) => {
                     config.count(Event::StoreError);
                     return Err(err);
@@ -153,6 +199,59 @@ mod tests {
         assert!(distinct.len() > 20, "{} distinct intervals", distinct.len());
         // The smallest intervals stay whole numbers of milliseconds above 0.
         assert!((0..100).all(|_| jittered(1) == 1));
+    }
+
+    fn record(owner: &str, lease_expires_at_ms: u64) -> Record {
+        Record {
+            id: "r".into(),
+            status: Status::InProgress,
+            fingerprint: "f".into(),
+            attempt: 1,
+            owner: owner.into(),
+            lease_expires_at_ms,
+            expires_at_s: lease_expires_at_ms / 1000 + 60,
+            response: None,
+            checkpoint: None,
+        }
+    }
+
+    #[test]
+    fn a_waiter_sleeps_until_the_claims_estimate_then_polls_tightly() {
+        let mut polls = Polls::new(None, 0);
+        let held = record("t@10700", 40_000);
+        // Claimed at 10,000 expecting to finish at 10,700: at 10,100 the
+        // waiter sleeps the 600 ms left, once.
+        assert_eq!(polls.next_sleep(&held, 10_100), 600);
+        // Then 20 ms (less jitter), growing by half each time, to 250 ms.
+        let after: Vec<u64> = (0..9).map(|_| polls.next_sleep(&held, 10_700)).collect();
+        let tops = [20, 30, 45, 67, 101, 151, 227, 250, 250];
+        for (got, top) in after.iter().zip(tops) {
+            assert!((top / 2..=top).contains(got), "{after:?}");
+        }
+        // A new claim of the key (a takeover) brings its own estimate.
+        let taken = record("u@12000", 40_000);
+        assert_eq!(polls.next_sleep(&taken, 11_000), 1_000);
+    }
+
+    #[test]
+    fn a_waiter_past_the_estimate_or_without_one_polls_on_growing_intervals() {
+        // Past it: the tight polls start at once.
+        let mut polls = Polls::new(None, 0);
+        let late = polls.next_sleep(&record("t@10700", 40_000), 11_000);
+        assert!((10..=20).contains(&late), "{late}");
+        // Without one (no execution finished in the claimer's process yet,
+        // or a record written by another tool): 50 ms, then half as long
+        // again each time, to 250 ms.
+        let mut polls = Polls::new(None, 0);
+        let plain = record("t", 40_000);
+        let got: Vec<u64> = (0..7).map(|_| polls.next_sleep(&plain, 10_000)).collect();
+        for (got, top) in got.iter().zip([50, 75, 112, 168, 250, 250, 250]) {
+            assert!((top / 2..=top).contains(got), "{got} of {top}");
+        }
+        // An estimate past the lease's end is not believed.
+        let mut polls = Polls::new(None, 0);
+        let after_lease = polls.next_sleep(&record("t@50000", 40_000), 10_000);
+        assert!((25..=50).contains(&after_lease), "{after_lease}");
     }
 
     #[test]

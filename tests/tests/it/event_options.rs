@@ -26,6 +26,7 @@ on_both_stores!(
     the_replay_hook_sees_replayed_outputs_and_their_record,
     a_waiting_duplicate_replays_the_first_output_once_it_completes,
     a_waiting_duplicate_runs_itself_when_the_first_releases_the_key,
+    a_waiting_duplicate_in_another_process_sleeps_until_the_first_calls_estimate,
     waiting_stops_at_its_bound_and_before_the_deadline,
 );
 
@@ -394,11 +395,45 @@ async fn a_waiting_duplicate_replays_the_first_output_once_it_completes(f: Fixtu
     assert_eq!(waited, json!({"first": true}));
     assert_eq!(runs.count(), 0, "the duplicate never ran");
     first.await.unwrap().unwrap();
-    // One claim, then polls every 50 ms doubling to 1 s: within the first
-    // call's 700 ms (plus its completion) that is at most 5 reads; the
-    // first call's completion is the one other request.
+    // One claim, then polls with no estimate (the holder's process has not
+    // finished a call yet): 50 ms after the claim, half as long again each
+    // time up to 250 ms, each cut by up to half. Within the first call's
+    // 700 ms that is at most 8 reads (25, 62, 118, 202, 327, 452, 577,
+    // 702 ms), then the read the holder's completion wakes it for (it is
+    // in this process); the completion is the one other request.
     let made = f.requests() - before;
-    assert!((2..=1 + 5 + 1).contains(&made), "{made} requests");
+    assert!((2..=1 + 8 + 1 + 1).contains(&made), "{made} requests");
+}
+
+async fn a_waiting_duplicate_in_another_process_sleeps_until_the_first_calls_estimate(f: Fixture) {
+    let hold = Duration::from_millis(700);
+    let holder = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
+    // The holder's process has run one call as long before: its next claim
+    // says when it expects to finish.
+    start_holding(&holder, "earlier", hold, false)
+        .await
+        .await
+        .unwrap()
+        .unwrap();
+    let first = start_holding(&holder, "a", hold, false).await;
+    let before = f.requests();
+    // A configuration of its own: nothing shared with the holder's
+    // process but the store.
+    let elsewhere = IdempotentFunction::new(f.store.clone(), "consumer").key_pointers(["/id"]);
+    let runs = Runs::default();
+    let waited = wait_then_run(&elsewhere, &runs)
+        .await
+        .expect("the duplicate waits, then replays");
+    assert_eq!(waited, json!({"first": true}));
+    assert_eq!(runs.count(), 0, "the duplicate never ran");
+    first.await.unwrap().unwrap();
+    // One claim; no read until the estimate (about 700 ms after the first
+    // claim), then reads 10-20, 15-30, 22-45 ms apart until the completion
+    // shows: four reads cover it finishing up to 50 ms late. Without the
+    // estimate it would read at least 6 times (50, 125, 237, 405, 655 and
+    // 905 ms after its claim). The completion is the one other request.
+    let made = f.requests() - before;
+    assert!((3..=1 + 4 + 1).contains(&made), "{made} requests");
 }
 
 async fn a_waiting_duplicate_runs_itself_when_the_first_releases_the_key(f: Fixture) {

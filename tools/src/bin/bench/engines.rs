@@ -6,6 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lambda_http::{Body, Response};
+use lambda_idempotency::store::{
+    CheckpointRequest, ClaimOutcome, ClaimRequest, CompleteRequest, Completion, Lease, StoredRecord,
+};
 use lambda_idempotency::{IdempotencyLayer, Store};
 use serde_json::{json, Value};
 use tower::{Layer, ServiceExt};
@@ -13,6 +16,9 @@ use tower::{Layer, ServiceExt};
 use crate::handler::{body, handler, is_replayed, request, timed_call, Fresh};
 use crate::stats::micros;
 use crate::Result;
+
+/// What the library's store calls return.
+type StoreResult<T> = std::result::Result<T, lambda_idempotency::Error>;
 
 /// Conflicts timed per engine: each waits on one first execution still running.
 const CONFLICTS: usize = 20;
@@ -229,72 +235,143 @@ async fn engine_row(engine: &Engine, n: usize) -> Result<Value> {
 ///
 /// - `WAIT_EPISODES` episodes: a first execution taking `WAIT_FIRST`, and
 ///   `WAITERS` duplicates arriving evenly over 10-90 % of its run, each
-///   allowed 10 s. Added latency = a waiter's answer minus the first
-///   execution's (after it completed); store requests per waiter = the
-///   episode's round trips less the first execution's two, per waiter (its
-///   claim and its polls).
-/// - The storm: `STORM_WAITERS` duplicates started at once on one key held
-///   by a first execution of 2 s, the same two figures, and its wall time.
+///   allowed 10 s and each with a configuration of its own, as if in a
+///   process of its own (no read shared, no wake-up from the first
+///   execution's process). The first execution's configuration is kept
+///   across episodes, as a warm function's is: its first episode has no
+///   estimate to write into its claim, the next ones have. Added latency =
+///   a waiter's answer minus the first execution's (after it completed);
+///   store requests per waiter = the episode's round trips less the first
+///   execution's two, per waiter (its claim and its polls).
+/// - Storms of `STORM_WAITERS` duplicates started at once on one key held
+///   by a first execution of 2 s: all in the first execution's process
+///   (Lambda Managed Instances, `run_concurrent`), each in a process of its
+///   own (one Lambda invocation each), and the same with a first execution
+///   whose estimate is a second early; the same two figures, and the most
+///   reads of the record in any one second and any 100 ms.
 async fn waiting_row(engine: &Engine) -> Result<Value> {
     let name = engine.name;
     let mut fresh = Fresh::default();
-    let layer = IdempotencyLayer::new(engine.store.clone()).wait_for(Duration::from_secs(10));
+    let reads = ReadLog::new(engine.store.clone());
+    let wait = |store: Arc<ReadLog>| IdempotencyLayer::new(store).wait_for(Duration::from_secs(10));
+    let claimer = wait(reads.clone());
+    let apart = || wait(reads.clone());
     let mut added = Vec::new();
     let mut per_waiter = Vec::new();
-    for _ in 0..WAIT_EPISODES {
-        let (lags, trips, _) =
-            episode(engine, &layer, &mut fresh, WAIT_FIRST, WAITERS, true).await?;
-        added.extend(lags);
-        per_waiter.push(trips);
+    let mut cold = None;
+    for i in 0..WAIT_EPISODES {
+        let ep = episode(
+            engine, &reads, &claimer, &apart, &mut fresh, WAIT_FIRST, WAITERS, true,
+        )
+        .await?;
+        if i == 0 {
+            cold = Some(percentiles(&mut ep.lags.clone()));
+        }
+        added.extend(ep.lags);
+        per_waiter.push(ep.requests_per_waiter);
     }
-    let (mut storm, storm_trips, storm_held_ms) = episode(
-        engine,
-        &layer,
-        &mut fresh,
-        Duration::from_secs(2),
-        STORM_WAITERS,
-        false,
-    )
-    .await?;
-    let pct = |v: &mut Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        let at = |q: f64| {
-            v.get(((v.len() as f64 - 1.0) * q).round() as usize)
-                .copied()
-        };
-        json!({"p50": at(0.5), "p99": at(0.99), "max": v.last().copied(), "samples": v.len()})
-    };
+    // The storms' first execution runs in a process that has seen it take
+    // as long before (one untimed call), or, in the last, one that learned
+    // the episodes' shorter duration: its estimate is a second early.
+    let storm_first = Duration::from_secs(2);
+    let trained = wait(reads.clone());
+    let warm = trained
+        .clone()
+        .layer(handler(storm_first))
+        .oneshot(request(&fresh.key("train")))
+        .await
+        .map_err(|e| format!("{name}: the storm's untimed first call: {e}"))?;
+    if warm.status() != 201 {
+        return Err(format!(
+            "{name}: the storm's untimed first call answered {}",
+            warm.status()
+        ));
+    }
+    let together = || trained.clone();
+    let mut storms = Vec::new();
+    for (process, estimate, claimer, waiters) in [
+        (
+            "one",
+            "right",
+            &trained,
+            &together as &dyn Fn() -> IdempotencyLayer,
+        ),
+        ("own", "right", &trained, &apart),
+        ("own", "early", &claimer, &apart),
+    ] {
+        let mut ep = episode(
+            engine,
+            &reads,
+            claimer,
+            waiters,
+            &mut fresh,
+            storm_first,
+            STORM_WAITERS,
+            false,
+        )
+        .await?;
+        storms.push(json!({
+            "process": process,
+            "estimate": estimate,
+            "added_ms": percentiles(&mut ep.lags),
+            "requests_per_waiter": ep.requests_per_waiter,
+            "held_ms_mean": ep.held_ms_mean,
+            "peak_reads_per_s": ep.peak_reads_per_s,
+            "peak_reads_per_100ms": ep.peak_reads_per_100ms,
+        }));
+    }
     let mean = per_waiter.iter().sum::<f64>() / per_waiter.len().max(1) as f64;
     Ok(json!({
         "engine": name,
-        "added_ms": pct(&mut added),
+        "added_ms": percentiles(&mut added),
+        "first_episode_added_ms": cold,
         "requests_per_waiter": mean,
-        "storm": {
-            "added_ms": pct(&mut storm),
-            "requests_per_waiter": storm_trips,
-            "held_ms_mean": storm_held_ms,
-        },
+        "storms": storms,
     }))
 }
 
-/// One first execution of `first` and `waiters` duplicates of it (spread
-/// over its run, or all at once): each waiter's answer time after the first
-/// execution's (ms), the store requests per waiter, and how long a waiter
-/// was held on average (ms, from its arrival to its answer).
+/// p50, p99 and the largest of `v` (ms), and how many.
+fn percentiles(v: &mut [f64]) -> Value {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| {
+        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    json!({"p50": at(0.5), "p99": at(0.99), "max": v.last().copied(), "samples": v.len()})
+}
+
+/// What one episode measured.
+struct Episode {
+    /// Each waiter's answer after the first execution's (ms).
+    lags: Vec<f64>,
+    requests_per_waiter: f64,
+    /// From a waiter's arrival to its answer, on average (ms).
+    held_ms_mean: f64,
+    /// The most reads of the record in any one second, and in any 100 ms.
+    peak_reads_per_s: usize,
+    peak_reads_per_100ms: usize,
+}
+
+/// One first execution of `first` (through `claimer`) and `waiters`
+/// duplicates of it (spread over its run, or all at once), each through
+/// the layer `waiter` gives it.
+#[allow(clippy::too_many_arguments)]
 async fn episode(
     engine: &Engine,
-    layer: &IdempotencyLayer,
+    reads: &ReadLog,
+    claimer: &IdempotencyLayer,
+    waiter: &dyn Fn() -> IdempotencyLayer,
     fresh: &mut Fresh,
     first: Duration,
     waiters: usize,
     spread: bool,
-) -> Result<(Vec<f64>, f64, f64)> {
+) -> Result<Episode> {
     let name = engine.name;
     let key = fresh.key("wait");
-    let svc = layer.clone().layer(handler(first));
     let before = (engine.round_trips)();
+    let reads_before = reads.len();
     let start = Instant::now();
-    let running = tokio::spawn(svc.clone().oneshot(request(&key)));
+    let running = tokio::spawn(claimer.clone().layer(handler(first)).oneshot(request(&key)));
     let mut tasks = Vec::with_capacity(waiters);
     for i in 0..waiters {
         let at = if spread {
@@ -302,7 +379,7 @@ async fn episode(
         } else {
             Duration::from_millis(100)
         };
-        let svc = svc.clone();
+        let svc = waiter().layer(handler(first));
         let req = request(&key);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(tokio::time::Instant::from_std(start + at)).await;
@@ -339,9 +416,85 @@ async fn episode(
         held_ms += (done - arrived).as_secs_f64() * 1000.0;
     }
     let trips = (engine.round_trips)() - before;
-    Ok((
+    let episode_reads = reads.since(reads_before);
+    Ok(Episode {
         lags,
-        trips.saturating_sub(2) as f64 / waiters as f64,
-        held_ms / waiters as f64,
-    ))
+        requests_per_waiter: trips.saturating_sub(2) as f64 / waiters as f64,
+        held_ms_mean: held_ms / waiters as f64,
+        peak_reads_per_s: peak_in(&episode_reads, Duration::from_secs(1)),
+        peak_reads_per_100ms: peak_in(&episode_reads, Duration::from_millis(100)),
+    })
+}
+
+/// The most of `times` (in order) within any `window`.
+fn peak_in(times: &[Instant], window: Duration) -> usize {
+    let mut from = 0;
+    let mut peak = 0;
+    for (to, t) in times.iter().enumerate() {
+        while *t - times[from] >= window {
+            from += 1;
+        }
+        peak = peak.max(to + 1 - from);
+    }
+    peak
+}
+
+/// A store that notes when each read (`Store::get`, a waiter's poll) was
+/// sent, around an engine's.
+#[derive(Debug)]
+struct ReadLog {
+    inner: Arc<dyn Store>,
+    at: std::sync::Mutex<Vec<Instant>>,
+}
+
+impl ReadLog {
+    fn new(inner: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(ReadLog {
+            inner,
+            at: std::sync::Mutex::default(),
+        })
+    }
+    fn log(&self) -> std::sync::MutexGuard<'_, Vec<Instant>> {
+        self.at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    fn len(&self) -> usize {
+        self.log().len()
+    }
+    /// The reads sent since the `from`th, in order.
+    fn since(&self, from: usize) -> Vec<Instant> {
+        let mut times = self.log().get(from..).unwrap_or_default().to_vec();
+        times.sort();
+        times
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for ReadLog {
+    async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimOutcome> {
+        self.inner.claim(request).await
+    }
+    async fn complete(&self, request: CompleteRequest<'_>) -> StoreResult<Completion> {
+        self.inner.complete(request).await
+    }
+    async fn release(&self, lease: &Lease) -> StoreResult<()> {
+        self.inner.release(lease).await
+    }
+    async fn checkpoint(&self, request: CheckpointRequest<'_>) -> StoreResult<()> {
+        self.inner.checkpoint(request).await
+    }
+    async fn get(&self, record_id: &str) -> StoreResult<Option<StoredRecord>> {
+        self.log().push(Instant::now());
+        self.inner.get(record_id).await
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn reads_origin(&self) -> bool {
+        self.inner.reads_origin()
+    }
+    async fn warm_up(&self) -> StoreResult<()> {
+        self.inner.warm_up().await
+    }
 }
