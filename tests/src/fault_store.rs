@@ -84,7 +84,8 @@ pub enum CallKind {
     Resolve,
     /// [`SweepStore::settle`].
     Settle,
-    /// [`Store::get`] (a `wait_for` poll; passed through unnumbered).
+    /// [`Store::get`] (a `wait_for` poll; numbered apart:
+    /// [`FaultPlan::failing_poll`]).
     Get,
     /// [`SweepStore::scan`].
     Scan,
@@ -183,6 +184,12 @@ struct PlanState {
     targets: Vec<(usize, Fault)>,
     /// The faults injected so far (index, kind).
     injected: Vec<(usize, CallKind)>,
+    /// Reads ([`Store::get`], a `wait_for` poll) so far: numbered apart.
+    polls: usize,
+    /// The polls to fail (their number, fault).
+    poll_targets: Vec<(usize, Fault)>,
+    /// The polls failed so far, with the step that made each.
+    polls_injected: Vec<(usize, String)>,
     step: String,
     dead: bool,
     offset_ms: u64,
@@ -231,6 +238,20 @@ impl FaultPlan {
     /// A plan that fails call `index` (from 0, in the order of the run) with `fault`.
     pub fn failing(index: usize, fault: Fault) -> Self {
         Self::default().then_failing(index, fault)
+    }
+
+    /// A plan that fails the `n`th read ([`Store::get`]: a `wait_for`
+    /// poll, from 0) with `fault`. Reads are numbered apart from the other
+    /// calls: how many a wait makes depends on the real clock.
+    pub fn failing_poll(n: usize, fault: Fault) -> Self {
+        let plan = Self::default();
+        plan.lock().poll_targets.push((n, fault));
+        plan
+    }
+
+    /// The polls failed so far (their number, and the step that made each).
+    pub fn polls_injected(&self) -> Vec<(usize, String)> {
+        self.lock().polls_injected.clone()
     }
 
     /// The same plan, failing call `index` with `fault` too (a second
@@ -333,7 +354,9 @@ impl FaultPlan {
 
     /// Fail nothing from now on (a run's settling phase).
     pub fn disarm(&self) {
-        self.lock().targets.clear();
+        let mut state = self.lock();
+        state.targets.clear();
+        state.poll_targets.clear();
     }
 
     /// The record ids this run's claims named (sorted).
@@ -363,10 +386,17 @@ impl FaultPlan {
             return Decision::Pass;
         }
         // How many times `wait_for` polls depends on the real clock (the
-        // time its claim took), so its reads are never numbered: the
-        // numbers of the calls after them stay the same from run to run.
+        // time its claim took), so its reads are numbered apart: the
+        // numbers of the other calls stay the same from run to run.
         if kind == CallKind::Get {
-            return Decision::Pass;
+            let n = state.polls;
+            state.polls += 1;
+            let Some(&(_, fault)) = state.poll_targets.iter().find(|(at, _)| *at == n) else {
+                return Decision::Pass;
+            };
+            let step = state.step.clone();
+            state.polls_injected.push((n, step));
+            return Decision::Fail(fault);
         }
         let index = state.trace.len();
         let step = state.step.clone();

@@ -14,7 +14,10 @@
 //! fault at each. Each combination × first execution × schedule is run
 //! fault-free once to number its calls, then once per call and fault,
 //! deterministically (one task, the virtual clock of the `FaultPlan`, no
-//! randomness the run depends on). The feature's layers (the offload, the
+//! randomness the run depends on). A wait's polls (`wait_for`) are
+//! numbered apart, since how many it makes depends on the real clock: with
+//! the wait turned on, the retry that waits on a first execution that died
+//! has its first poll failed with each fault. The feature's layers (the offload, the
 //! cut-over) wrap the faulting store, and a witnessing one sits right above
 //! the engine. After the
 //! schedule an unfaulted settling phase (past the lease, a sweep, a retry)
@@ -45,6 +48,8 @@
 //!   was stored or replayed.
 //! - **gone**: once an invocation's process is gone, none of its calls
 //!   reaches the engine, whichever layer makes it.
+//! - **answer**: a wait whose poll failed answers the store's failure (a
+//!   `503` with the store-unavailable problem, `EventError::Store`).
 //! - **bound**: after the settling phase the record is completed and the
 //!   last retry received the key's outcome (the first one stored or
 //!   replayed), not an in-progress answer, a store error or another one.
@@ -488,6 +493,29 @@ enum Answer {
     Batch(bool),
 }
 
+/// A wait whose poll failed (and whose process lived) answers the store's
+/// failure: a `503` with the store-unavailable problem, or
+/// `EventError::Store`; never a replay, a conflict or another failure that
+/// would tell the client something the store did not say.
+fn check_failed_poll(observed: &Mutex<Observed>, answer: &Answer) {
+    let answered = match answer {
+        Answer::Died => return,
+        Answer::Http { status, body, .. } => {
+            let body = String::from_utf8_lossy(body);
+            if *status == 503 && body.contains("/problems/store-unavailable") {
+                return;
+            }
+            format!("{status} {body}")
+        }
+        Answer::Output(Err(e)) if e.starts_with("idempotency store failed, nothing ran") => return,
+        Answer::Output(out) => format!("{out:?}"),
+        Answer::Batch(acknowledged) => format!("batch record acknowledged: {acknowledged}"),
+    };
+    lock(observed).violations.push(format!(
+        "answer: a wait whose poll failed answered {answered}, not the store's failure"
+    ));
+}
+
 /// An outcome as compared: status and body bytes (a function's output as
 /// its canonical JSON text).
 type Outcome = (u16, Vec<u8>);
@@ -906,9 +934,13 @@ impl Run {
     /// delivery), dropped when its process dies.
     async fn invoke(&mut self) -> Answer {
         let (call, executions_before) = self.start().await;
+        let step = self.plan.current_step();
         let answer = self.until_died(call).await;
         let executed = lock(&self.observed).executions > executions_before;
         self.check_answer(&answer, executed).await;
+        if self.plan.polls_injected().iter().any(|(_, s)| *s == step) {
+            check_failed_poll(&self.observed, &answer);
+        }
         answer
     }
 
@@ -1407,6 +1439,9 @@ struct Report {
     repeats_in_window: u64,
     /// Cases with a second fault, at a call only the first one caused.
     second_faults: u64,
+    /// Cases whose wait made no poll to fail (its claim outlasted the
+    /// wait): not tallied, since it depends on the real clock.
+    polls_unreached: u64,
     violations: Vec<String>,
 }
 
@@ -1483,6 +1518,30 @@ async fn harness(
                         }
                     }
                 }
+                // The wait's polls, numbered apart (how many a wait makes
+                // depends on the real clock): a retry inside the lease of a
+                // first execution that died waits, and its first poll fails.
+                if combo.feature == Feature::WaitFor
+                    && first == First::Dies
+                    && schedule == Schedule::Retries
+                {
+                    for fault in Fault::ALL {
+                        serial += 1;
+                        let plan = engine.plan(FaultPlan::failing_poll(0, fault));
+                        let mut run = Run::new(&engine, id, plan, serial).await;
+                        run.play().await;
+                        report.cases += 1;
+                        *report.by_call.entry("wait-poll").or_default() += 1;
+                        let at = match run.plan.polls_injected().first() {
+                            Some((n, step)) => format!("poll {n} (get of {step}) {}", fault.name()),
+                            None => {
+                                report.polls_unreached += 1;
+                                format!("poll 0 {} (not reached)", fault.name())
+                            }
+                        };
+                        collect_at(&mut report, &run, id, &at, &trace);
+                    }
+                }
             }
         }
     }
@@ -1526,10 +1585,6 @@ fn collect(
     faults: &[(usize, &Call, Fault)],
     trace: &[Call],
 ) {
-    let observed = lock(&run.observed);
-    if observed.derived.len() > 1 {
-        report.repeats_in_window += 1;
-    }
     let at = match faults {
         [] => "no fault".to_owned(),
         faults => faults
@@ -1545,6 +1600,15 @@ fn collect(
             .collect::<Vec<_>>()
             .join(" then "),
     };
+    collect_at(report, run, id, &at, trace);
+}
+
+/// [`collect`], the faults described by `at`.
+fn collect_at(report: &mut Report, run: &Run, id: CaseId, at: &str, trace: &[Call]) {
+    let observed = lock(&run.observed);
+    if observed.derived.len() > 1 {
+        report.repeats_in_window += 1;
+    }
     let calls: Vec<String> = trace
         .iter()
         .map(|c| format!("{}:{}", c.step, c.kind.name()))
@@ -1575,12 +1639,14 @@ fn judge(test: &str, report: Report) {
     println!(
         "fault harness {test}: {} cases (combination × call × fault), {} of them with a second \
          fault at a call only the first one caused, {} with the effect repeated inside the \
-         documented window, {} violations; calls faulted: {:?}",
+         documented window, {} violations; calls faulted: {:?}; wait polls not reached (the \
+         claim outlasted the wait): {}",
         report.cases,
         report.second_faults,
         report.repeats_in_window,
         report.violations.len(),
-        report.by_call
+        report.by_call,
+        report.polls_unreached
     );
     for violation in &report.violations {
         println!("VIOLATION {violation}");
