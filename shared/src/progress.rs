@@ -29,7 +29,6 @@ use tokio::sync::{watch, OnceCell};
 use crate::clock::now_ms;
 use crate::error::Error;
 use crate::record::Record;
-use crate::store::Store;
 
 /// How many recent durations the estimate is the median of: enough to
 /// ignore a stray slow or fast execution, few enough to follow a change.
@@ -177,9 +176,14 @@ impl Waiting<'_> {
     }
 
     /// The record as the store holds it: a read another waiter of this
-    /// process started within [`SHARED_READ_MS`], or a new one. A failed
-    /// read is this waiter's alone; the others read again.
-    pub(crate) async fn read(&self, store: &dyn Store) -> Result<Option<Record>, Error> {
+    /// process started within [`SHARED_READ_MS`], or a new one made by
+    /// `get` (one read of the store). A failed read is this waiter's alone;
+    /// the others read again.
+    pub(crate) async fn read<F, Fut>(&self, get: F) -> Result<Option<Record>, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<Record>, Error>>,
+    {
         let cell = {
             let mut keys = self
                 .progress
@@ -212,11 +216,7 @@ impl Waiting<'_> {
                 None => Arc::new(OnceCell::new()),
             }
         };
-        let record = cell
-            .get_or_try_init(|| async {
-                Ok::<_, Error>(store.get(self.record_id).await?.map(|s| s.record))
-            })
-            .await?;
+        let record = cell.get_or_try_init(get).await?;
         Ok(record.clone())
     }
 }
@@ -319,30 +319,39 @@ mod tests {
         }
     }
 
+    /// One read of `id` through `store`, as the wait makes it.
+    fn get<'a>(
+        store: &'a Counted,
+        id: &'a str,
+    ) -> impl FnOnce() -> futures_util::future::BoxFuture<'a, Result<Option<Record>, Error>> {
+        move || Box::pin(async move { Ok(Store::get(store, id).await?.map(|s| s.record)) })
+    }
+
     #[tokio::test]
     async fn waiters_of_one_record_in_a_process_share_a_read() {
         let store = Counted::default();
         let progress = Progress::default();
         let waiters: Vec<_> = (0..50).map(|_| progress.join("r")).collect();
-        let reads = futures_util::future::join_all(waiters.iter().map(|w| w.read(&store))).await;
+        let reads =
+            futures_util::future::join_all(waiters.iter().map(|w| w.read(get(&store, "r")))).await;
         assert!(reads.iter().all(|r| matches!(r, Ok(None))));
         assert_eq!(store.gets.load(std::sync::atomic::Ordering::SeqCst), 1);
         // A poll after the shared window reads again.
         tokio::time::sleep(std::time::Duration::from_millis(SHARED_READ_MS + 5)).await;
-        waiters[0].read(&store).await.unwrap();
+        waiters[0].read(get(&store, "r")).await.unwrap();
         assert_eq!(store.gets.load(std::sync::atomic::Ordering::SeqCst), 2);
         // A read started before this process settled the record is not
         // shared after it.
         tokio::time::sleep(std::time::Duration::from_millis(SHARED_READ_MS + 5)).await;
-        let mut before = Box::pin(waiters[0].read(&store));
+        let mut before = Box::pin(waiters[0].read(get(&store, "r")));
         // Polled once: its read has started, and waits on the store.
         assert!(futures_util::FutureExt::now_or_never(&mut before).is_none());
         progress.settled("r");
-        let (_, after) = tokio::join!(before, waiters[1].read(&store));
+        let (_, after) = tokio::join!(before, waiters[1].read(get(&store, "r")));
         after.unwrap();
         assert_eq!(store.gets.load(std::sync::atomic::Ordering::SeqCst), 4);
         // Another record is read on its own.
-        progress.join("s").read(&store).await.unwrap();
+        progress.join("s").read(get(&store, "s")).await.unwrap();
         assert_eq!(store.gets.load(std::sync::atomic::Ordering::SeqCst), 5);
         drop(waiters);
         assert!(

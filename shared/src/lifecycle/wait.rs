@@ -144,7 +144,8 @@ impl Polls {
                 .min(lease_left)
                 .min(until - now);
             waiting.sleep(sleep).await;
-            let record = match waiting.read(config.store.as_ref()).await {
+            let read = || async { Ok(config.store.get(record_id).await?.map(|s| s.record)) };
+            let record = match waiting.read(read).await {
                 Ok(record) => record,
                 Err(err) => {
                     config.count(Event::StoreError);
