@@ -190,6 +190,14 @@ struct PlanState {
     poll_targets: Vec<(usize, Fault)>,
     /// The polls failed so far, with the step that made each.
     polls_injected: Vec<(usize, String)>,
+    /// Settlements of a shared store's listings so far (a listing that
+    /// keeps its place saving it, [`SweepStore::finish`]): numbered apart,
+    /// since how many listings a sweep makes depends on other runs' records.
+    settles: usize,
+    /// The settlements to fail (their number, fault).
+    settle_targets: Vec<(usize, Fault)>,
+    /// The settlements failed so far: number, the step that made it, fault.
+    settles_injected: Vec<(usize, String, Fault)>,
     step: String,
     dead: bool,
     offset_ms: u64,
@@ -249,6 +257,21 @@ impl FaultPlan {
         plan
     }
 
+    /// A plan that fails the `n`th settlement of a shared store's listing
+    /// ([`SweepStore::finish`], from 0, numbered apart like polls: see
+    /// [`without_listings`](Self::without_listings)) with `fault`.
+    pub fn failing_settle(n: usize, fault: Fault) -> Self {
+        let plan = Self::default();
+        plan.lock().settle_targets.push((n, fault));
+        plan
+    }
+
+    /// The settlements failed so far: their number, the step that made
+    /// each, and the fault.
+    pub fn settles_injected(&self) -> Vec<(usize, String, Fault)> {
+        self.lock().settles_injected.clone()
+    }
+
     /// The polls failed so far (their number, and the step that made each).
     pub fn polls_injected(&self) -> Vec<(usize, String)> {
         self.lock().polls_injected.clone()
@@ -275,10 +298,12 @@ impl FaultPlan {
         self
     }
 
-    /// The same plan, with sweep listings and settlements passed through
-    /// unnumbered and unfaulted: on a store other runs share, how many
-    /// pages a listing reads depends on their records, so numbering them
-    /// would shift every later call's number from one run to the next.
+    /// The same plan, with sweep listings passed through unnumbered and
+    /// unfaulted, and their settlements numbered apart (failed only where
+    /// [`failing_settle`](Self::failing_settle) aims): on a store other
+    /// runs share, how many pages a listing reads depends on their records,
+    /// so numbering them with the other calls would shift every later
+    /// call's number from one run to the next.
     pub fn without_listings(self) -> Self {
         self.lock().unnumbered_listings = true;
         self
@@ -296,6 +321,19 @@ impl FaultPlan {
     /// The calls faults were injected at so far, in order: (index, kind).
     pub fn injected(&self) -> Vec<(usize, CallKind)> {
         self.lock().injected.clone()
+    }
+
+    /// The faults injected so far, in order: (index, kind, fault).
+    pub fn injected_faults(&self) -> Vec<(usize, CallKind, Fault)> {
+        let state = self.lock();
+        state
+            .injected
+            .iter()
+            .filter_map(|&(index, kind)| {
+                let (_, fault) = state.targets.iter().find(|(at, _)| *at == index)?;
+                Some((index, kind, *fault))
+            })
+            .collect()
     }
 
     /// Every completion and recovery point made so far (the numbered ones,
@@ -357,6 +395,7 @@ impl FaultPlan {
         let mut state = self.lock();
         state.targets.clear();
         state.poll_targets.clear();
+        state.settle_targets.clear();
     }
 
     /// The record ids this run's claims named (sorted).
@@ -382,8 +421,18 @@ impl FaultPlan {
         if state.dead {
             return Decision::Dead;
         }
-        if state.unnumbered_listings && matches!(kind, CallKind::Stuck | CallKind::Settle) {
+        if state.unnumbered_listings && kind == CallKind::Stuck {
             return Decision::Pass;
+        }
+        if state.unnumbered_listings && kind == CallKind::Settle {
+            let n = state.settles;
+            state.settles += 1;
+            let Some(&(_, fault)) = state.settle_targets.iter().find(|(at, _)| *at == n) else {
+                return Decision::Pass;
+            };
+            let step = state.step.clone();
+            state.settles_injected.push((n, step, fault));
+            return Decision::Fail(fault);
         }
         // How many times `wait_for` polls depends on the real clock (the
         // time its claim took), so its reads are numbered apart: the

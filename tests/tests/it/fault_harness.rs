@@ -2,13 +2,15 @@
 //! (docs/testing.md, "The fault harness").
 //!
 //! A case is a feature combination (the surface a user calls: the HTTP
-//! layer, `IdempotentFunction` or `SqsBatch`, or the claim lifecycle they
-//! share driven directly, and one feature turned on),
+//! layer, `IdempotentFunction`, `SqsBatch`, `KinesisBatch` or
+//! `DynamoDbStreamBatch`, or the claim lifecycle they share driven
+//! directly, and one feature turned on),
 //! what its first execution does (completes, fails, its process dies
 //! mid-handler, or it overruns its lease while a retry takes over and
 //! finishes, then completes late), a schedule of retries (a retry inside
 //! the lease and one past it; or a sweep under the `release` or the `fail`
-//! policy past the lease, then a retry), one store call of that run and one
+//! policy past the lease, then a retry; every sweep with its housekeeping
+//! on), one store call of that run and one
 //! fault at it (`integration_tests::fault_store::Fault`), and where that
 //! fault caused calls of a kind the fault-free run never makes, a second
 //! fault at each. Each combination × first execution × schedule is run
@@ -35,7 +37,7 @@
 //!   (docs/DESIGN.md section 6) and is allowed; it must then use the same
 //!   derived key.
 //! - **stored**: a completed record, once seen, stays completed with the
-//!   same outcome; success (an output, an acknowledged SQS record, a 2xx of
+//!   same outcome; success (an output, an acknowledged batch record, a 2xx of
 //!   a transactional completion) is never reported while the outcome that
 //!   had to be stored is not; a transactional completion and its deferred
 //!   write are one (the record holds the handler's outcome if and only if
@@ -50,6 +52,11 @@
 //!   reaches the engine, whichever layer makes it.
 //! - **answer**: a wait whose poll failed answers the store's failure (a
 //!   `503` with the store-unavailable problem, `EventError::Store`).
+//! - **reported**: a sweep's summary counts each of its calls that failed
+//!   (`errors`, `housekeeping_failed`), and no error when none did.
+//! - **swept**: a record stuck when the settling sweep starts is resolved
+//!   by it, whatever the faults did to earlier sweeps and to the place
+//!   their listing saved.
 //! - **bound**: after the settling phase the record is completed and the
 //!   last retry received the key's outcome (the first one stored or
 //!   replayed), not an in-progress answer, a store error or another one.
@@ -57,23 +64,29 @@
 //! `FAULT_HARNESS_SIZE=ci` (the default, what `make test` runs) covers every
 //! case on the in-memory store, the cut-over (a Powertools table on DynamoDB
 //! Local) and S3 offload (a local S3 server), and a subset on DynamoDB
-//! Local, Redis and PostgreSQL; `full` runs every combination on the
-//! engines too. Each test prints its case count and the path of every
+//! Local, Redis and PostgreSQL, a smaller one on the Redis Cluster and
+//! through PgBouncer and on DynamoDB's stream discovery (the deployed
+//! sweeper, its stream through the streams proxy, the saving of its place
+//! failed too); `full` runs every combination on those engines too. Each test prints its case count and the path of every
 //! violation, and fails on any.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord as DynamoDbRecord};
+use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::config::SharedInterceptor;
 use integration_tests::fault_store::{
     Applied, Call, CallKind, Fault, FaultInterceptor, FaultPlan, FaultStore,
 };
+use integration_tests::streams_proxy::StreamsProxy;
 use lambda_http::{Body, Request, Response};
 use lambda_idempotency::event::EventError;
-use lambda_idempotency::event::SqsBatch;
+use lambda_idempotency::event::{DynamoDbStreamBatch, KinesisBatch, SqsBatch};
 use lambda_idempotency::http::REPLAYED_HEADER;
 use lambda_idempotency::lifecycle::{self, Begun, Finished};
+use lambda_idempotency::store::dynamodb::{KeyValue, TableLayout};
 use lambda_idempotency::store::postgres::{PgType, PgWrite};
 use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
 use lambda_idempotency::store::{Status, StoredBody, StoredResponse, SweepStore};
@@ -99,6 +112,11 @@ enum Surface {
     Http,
     Function,
     Sqs,
+    /// `KinesisBatch`: one record of a shard, named by its sequence number
+    /// when it fails.
+    Kinesis,
+    /// `DynamoDbStreamBatch`: one change of a table's stream.
+    DynamoDbStream,
     /// The lifecycle under every entry point (`lambda_idempotency::lifecycle`),
     /// driven as an entry point of a user's own would.
     Core,
@@ -250,6 +268,8 @@ fn combos(transactional: bool, cutover: bool) -> Vec<Combo> {
         &[Plain, RecoveryPoints, LocalCache, BodyKey, WaitFor],
     );
     add(Surface::Sqs, &[Plain, RecoveryPoints, BodyKey]);
+    add(Surface::Kinesis, &[Plain, RecoveryPoints, BodyKey]);
+    add(Surface::DynamoDbStream, &[Plain, RecoveryPoints, BodyKey]);
     add(Surface::Core, &[Plain, RecoveryPoints, LocalCache]);
     if transactional {
         add(Surface::Http, &[Transactional]);
@@ -451,6 +471,9 @@ struct Engine {
     powertools: Option<PowertoolsTables>,
     /// The bucket of the offload combinations.
     bucket: Option<String>,
+    /// Its listing keeps its place (the DynamoDB stream's): the first
+    /// settlement of each sweep schedule is failed with each fault too.
+    settles: bool,
 }
 
 impl Engine {
@@ -534,6 +557,9 @@ struct Observed {
     reference: Option<Outcome>,
     /// A completed record was seen.
     stored_seen: bool,
+    /// The settling sweep found the record stuck (the swept invariant
+    /// applied).
+    stuck_at_settling: bool,
 }
 
 /// An invocation's call, not yet polled.
@@ -566,6 +592,8 @@ enum Instance {
     // Boxed: a function is much larger than the other variants.
     Function(Box<IdempotentFunction>),
     Sqs(Arc<SqsBatch>),
+    Kinesis(Arc<KinesisBatch>),
+    DynamoDbStream(Arc<DynamoDbStreamBatch>),
     Core(Arc<IdempotencyConfig>),
 }
 
@@ -897,7 +925,7 @@ impl Run {
                 }
                 Instance::Http(layer.layer(tower::util::BoxCloneService::new(service)))
             }
-            Surface::Function | Surface::Sqs => {
+            Surface::Function | Surface::Sqs | Surface::Kinesis | Surface::DynamoDbStream => {
                 let mut function = IdempotentFunction::with_config(config, "fault-harness");
                 if (feature == Feature::BodyKey || feature.completed_cutover())
                     && self.id.combo.surface == Surface::Function
@@ -907,8 +935,24 @@ impl Run {
                 if feature == Feature::WaitFor {
                     function = function.wait_for(WAIT_FOR);
                 }
-                if self.id.combo.surface == Surface::Function {
-                    return Instance::Function(Box::new(function));
+                let body_key = feature == Feature::BodyKey;
+                match self.id.combo.surface {
+                    Surface::Function => return Instance::Function(Box::new(function)),
+                    Surface::Kinesis => {
+                        let mut batch = KinesisBatch::new(function);
+                        if body_key {
+                            batch = batch.key_data_pointer("/order_id");
+                        }
+                        return Instance::Kinesis(Arc::new(batch));
+                    }
+                    Surface::DynamoDbStream => {
+                        let mut batch = DynamoDbStreamBatch::new(function);
+                        if body_key {
+                            batch = batch.key_item_keys();
+                        }
+                        return Instance::DynamoDbStream(Arc::new(batch));
+                    }
+                    _ => {}
                 }
                 let mut batch = SqsBatch::new(function);
                 if feature == Feature::BodyKey {
@@ -1061,24 +1105,124 @@ impl Run {
                         Err(_) => Answer::Batch(false),
                     }
                 }
+                Instance::Kinesis(batch) => {
+                    // Lambda delivers a shard's record again with the same
+                    // event id and sequence number.
+                    let mut record = KinesisEventRecord::default();
+                    record.event_id = Some(format!("shardId-000000000000:{key}"));
+                    record.kinesis.sequence_number =
+                        format!("49590338271490256608559692538361571095921575989136588898-{key}");
+                    record.kinesis.partition_key = key.clone();
+                    record.kinesis.data.0 = body.into_bytes();
+                    let mut event = KinesisEvent::default();
+                    event.records = vec![record];
+                    let handler = &handler;
+                    match batch
+                        .process(event, |_, ctx| async move { handler.execute(ctx).await })
+                        .await
+                    {
+                        Ok(response) => Answer::Batch(response.batch_item_failures.is_empty()),
+                        Err(_) => Answer::Batch(false),
+                    }
+                }
+                Instance::DynamoDbStream(batch) => {
+                    let order: Value = serde_json::from_str(&body).expect("JSON");
+                    let record: DynamoDbRecord = serde_json::from_value(json!({
+                        "eventID": format!("change-{key}"),
+                        "eventName": "INSERT",
+                        "awsRegion": "us-east-1",
+                        "eventSource": "aws:dynamodb",
+                        "dynamodb": {
+                            "Keys": {"order_id": {"S": key}},
+                            "NewImage": {
+                                "order_id": {"S": key},
+                                "amount": {"N": order["amount"].to_string()},
+                            },
+                            "SequenceNumber": format!("1000-{key}"),
+                            "SizeBytes": 64,
+                            "StreamViewType": "NEW_IMAGE",
+                        },
+                    }))
+                    .expect("a DynamoDB Streams record");
+                    let mut event = DynamoDbEvent::default();
+                    event.records = vec![record];
+                    let handler = &handler;
+                    match batch
+                        .process(event, |_, ctx| async move { handler.execute(ctx).await })
+                        .await
+                    {
+                        Ok(response) => Answer::Batch(response.batch_item_failures.is_empty()),
+                        Err(_) => Answer::Batch(false),
+                    }
+                }
             }
         };
         (Box::pin(call), executions_before)
     }
 
-    /// A sweep under `policy`, itself a process that can die.
+    /// A sweep under `policy`, itself a process that can die, with its
+    /// housekeeping on as the deployed sweeper runs it (the engine's
+    /// deletion of expired records is one more call to fault).
     async fn sweep(&mut self, policy: SweepPolicy) {
         self.step += 1;
         self.plan.step(format!("sweep#{}", self.step));
-        let sweeper = Sweeper::new(self.store.clone()).policy(policy).grace(GRACE);
+        let sweeper = Sweeper::new(self.store.clone())
+            .policy(policy)
+            .grace(GRACE)
+            .housekeeping(true);
         let plan = self.plan.clone();
-        tokio::select! {
+        let before = (plan.injected_faults().len(), plan.settles_injected().len());
+        let summary = tokio::select! {
             biased;
-            _ = sweeper.sweep(None) => {},
-            () = plan.died() => {},
+            summary = sweeper.sweep(None) => Some(summary),
+            () = plan.died() => None,
+        };
+        if let Some(summary) = summary {
+            let mut faults = plan.injected_faults().split_off(before.0);
+            let settles = plan.settles_injected().split_off(before.1);
+            faults.extend(
+                settles
+                    .into_iter()
+                    .map(|(n, _, fault)| (n, CallKind::Settle, fault)),
+            );
+            self.check_reported(&summary, &faults);
         }
         self.check_gone();
         self.check_stored().await;
+    }
+
+    /// The reported invariant: a sweep's summary says what failed. Every
+    /// call of the sweep that returned an error is counted in its `errors`
+    /// (the sweeper's metrics and alarms read them), a failed housekeeping
+    /// call sets `housekeeping_failed`, and a sweep none of whose calls
+    /// failed reports no error.
+    fn check_reported(
+        &self,
+        summary: &lambda_idempotency::sweeper::SweepSummary,
+        faults: &[(usize, CallKind, Fault)],
+    ) {
+        let failed = faults.iter().filter(|(_, _, f)| *f != Fault::Gone).count() as u64;
+        let housekeeping = faults
+            .iter()
+            .any(|(_, kind, f)| *kind == CallKind::DeleteExpired && *f != Fault::Gone);
+        let mut observed = lock(&self.observed);
+        if summary.errors < failed || (failed == 0 && summary.errors > 0) {
+            observed.violations.push(format!(
+                "reported: the sweep's summary counts {} errors where {failed} of its calls failed",
+                summary.errors
+            ));
+        }
+        if summary.housekeeping_failed != housekeeping {
+            observed.violations.push(format!(
+                "reported: the sweep's summary says housekeeping_failed: {} where its \
+                 housekeeping call {}",
+                summary.housekeeping_failed,
+                match housekeeping {
+                    true => "failed",
+                    false => "did not fail",
+                }
+            ));
+        }
     }
 
     /// The process-gone invariant: once an invocation's process is gone,
@@ -1241,7 +1385,7 @@ impl Run {
             Answer::Batch(acknowledged) => {
                 if *acknowledged && !stored {
                     lock(&self.observed).violations.push(
-                        "stored: the SQS record was acknowledged while its outcome is not stored",
+                        "stored: the batch record was acknowledged while its outcome is not stored",
                     );
                 }
             }
@@ -1273,7 +1417,12 @@ impl Run {
         self.plan.disarm();
         self.faultable = self.plan.trace().len();
         self.plan.advance(PAST_LEASE_MS);
+        let stuck = self.stuck_record().await;
         self.sweep(self.id.schedule.policy()).await;
+        if let Some(stuck) = stuck {
+            lock(&self.observed).stuck_at_settling = true;
+            self.check_swept(&stuck).await;
+        }
         self.plan.advance(PAST_LEASE_MS);
         let last = self.invoke().await;
         let record = self.record().await;
@@ -1312,6 +1461,39 @@ impl Run {
 }
 
 impl Run {
+    /// The run's record, if the settling sweep must resolve it: in progress
+    /// with its lease over more than the grace ago, and not a record the
+    /// `release` policy leaves for a retry to resume (one holding a
+    /// recovery point).
+    async fn stuck_record(&self) -> Option<lambda_idempotency::store::Record> {
+        let now = crate::fixture::now_ms() + self.plan.offset_ms();
+        let grace = u64::try_from(GRACE.as_millis()).unwrap_or(u64::MAX);
+        self.record().await.filter(|r| {
+            r.status == Status::InProgress
+                && r.lease_expires_at_ms.saturating_add(grace) < now
+                && !(self.id.schedule.policy() == SweepPolicy::Release && r.checkpoint.is_some())
+        })
+    }
+
+    /// The swept invariant: the settling sweep, unfaulted, resolves a
+    /// record stuck before it (whatever a fault did to earlier sweeps and
+    /// to the place their listing saved), rather than leave it to the
+    /// retry.
+    async fn check_swept(&self, stuck: &lambda_idempotency::store::Record) {
+        let after = self.record().await;
+        if after.as_ref().is_some_and(|r| {
+            r.status == Status::InProgress && r.attempt == stuck.attempt && r.owner == stuck.owner
+        }) {
+            lock(&self.observed).violations.push(format!(
+                "swept: the settling sweep left the record stuck (attempt {}, its lease over \
+                 {} ms before the sweep)",
+                stuck.attempt,
+                (crate::fixture::now_ms() + self.plan.offset_ms())
+                    .saturating_sub(stuck.lease_expires_at_ms)
+            ));
+        }
+    }
+
     /// Transactional completion: the record completed with the handler's
     /// outcome if and only if its deferred write (the key's one order row)
     /// committed. A record the sweeper failed carries no order.
@@ -1442,6 +1624,11 @@ struct Report {
     /// Cases whose wait made no poll to fail (its claim outlasted the
     /// wait): not tallied, since it depends on the real clock.
     polls_unreached: u64,
+    /// Cases whose aimed settlement was never made (no listing to settle).
+    settles_unreached: u64,
+    /// Runs (fault-free ones too) whose settling sweep had a stuck record
+    /// to resolve.
+    stuck_at_settling: u64,
     violations: Vec<String>,
 }
 
@@ -1542,6 +1729,28 @@ async fn harness(
                         collect_at(&mut report, &run, id, &at, &trace);
                     }
                 }
+                // A listing that keeps its place: the first sweep's saving
+                // of it (numbered apart, as its listings are), failed.
+                if engine.settles && schedule != Schedule::Retries {
+                    for fault in Fault::ALL {
+                        serial += 1;
+                        let plan = engine.plan(FaultPlan::failing_settle(0, fault));
+                        let mut run = Run::new(&engine, id, plan, serial).await;
+                        run.play().await;
+                        report.cases += 1;
+                        *report.by_call.entry("sweep-settle").or_default() += 1;
+                        let at = match run.plan.settles_injected().first() {
+                            Some((n, step, _)) => {
+                                format!("settle {n} (sweep-settle of {step}) {}", fault.name())
+                            }
+                            None => {
+                                report.settles_unreached += 1;
+                                format!("settle 0 {} (not reached)", fault.name())
+                            }
+                        };
+                        collect_at(&mut report, &run, id, &at, &trace);
+                    }
+                }
             }
         }
     }
@@ -1609,6 +1818,9 @@ fn collect_at(report: &mut Report, run: &Run, id: CaseId, at: &str, trace: &[Cal
     if observed.derived.len() > 1 {
         report.repeats_in_window += 1;
     }
+    if observed.stuck_at_settling {
+        report.stuck_at_settling += 1;
+    }
     let calls: Vec<String> = trace
         .iter()
         .map(|c| format!("{}:{}", c.step, c.kind.name()))
@@ -1640,13 +1852,16 @@ fn judge(test: &str, report: Report) {
         "fault harness {test}: {} cases (combination × call × fault), {} of them with a second \
          fault at a call only the first one caused, {} with the effect repeated inside the \
          documented window, {} violations; calls faulted: {:?}; wait polls not reached (the \
-         claim outlasted the wait): {}",
+         claim outlasted the wait): {}; settlements not reached: {}; runs whose settling sweep \
+         had a stuck record to resolve: {}",
         report.cases,
         report.second_faults,
         report.repeats_in_window,
         report.violations.len(),
         report.by_call,
-        report.polls_unreached
+        report.polls_unreached,
+        report.settles_unreached,
+        report.stuck_at_settling
     );
     for violation in &report.violations {
         println!("VIOLATION {violation}");
@@ -1667,6 +1882,10 @@ fn judge(test: &str, report: Report) {
         "second fault at a call only the first caused",
         report.second_faults,
     );
+    tally.add_n(
+        "stuck record left for the settling sweep",
+        report.stuck_at_settling,
+    );
     for (call, n) in report.by_call {
         tally.add_n(format!("{call} faulted"), n);
     }
@@ -1683,6 +1902,7 @@ async fn every_store_call_failed_on_the_memory_store() {
         orders: None,
         powertools: None,
         bucket: None,
+        settles: false,
     };
     let report = harness(engine, &combos(false, false), &ALL_FIRSTS, true).await;
     judge("fault_harness::memory", report);
@@ -1696,6 +1916,7 @@ async fn every_store_call_failed_in_the_powertools_cutover() {
         orders: None,
         powertools: Some(PowertoolsTables::written().await),
         bucket: None,
+        settles: false,
     };
     let cutover: Vec<Combo> = combos(false, true)
         .into_iter()
@@ -1738,6 +1959,7 @@ async fn every_store_call_failed_with_s3_offload() {
         orders: None,
         powertools: None,
         bucket: Some(bucket),
+        settles: false,
     };
     let offload = [Surface::Http, Surface::Function].map(|surface| Combo {
         surface,
@@ -1779,6 +2001,28 @@ fn engine_combos(transactional: bool) -> (Vec<Combo>, Vec<First>) {
     (subset, vec![First::Completes, First::Dies, First::Overruns])
 }
 
+/// The second deployment of an engine (a Redis Cluster, PostgreSQL through
+/// PgBouncer): every combination at full size; at ci size the lifecycle
+/// driven directly (and a transactional completion, where the engine has
+/// one), since the engine's code paths are the ones its first deployment
+/// runs and what differs is the connection underneath.
+fn second_deployment_combos(transactional: bool) -> (Vec<Combo>, Vec<First>) {
+    if full_size() {
+        return engine_combos(transactional);
+    }
+    let mut subset = vec![Combo {
+        surface: Surface::Core,
+        feature: Feature::Plain,
+    }];
+    if transactional {
+        subset.push(Combo {
+            surface: Surface::Http,
+            feature: Feature::Transactional,
+        });
+    }
+    (subset, vec![First::Completes, First::Dies, First::Overruns])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_store_call_failed_on_dynamodb_local() {
     let (store, _) = integration_tests::dynamo_store().await;
@@ -1795,10 +2039,43 @@ async fn every_store_call_failed_on_dynamodb_local() {
         orders: Some(Orders::Dynamo { table, client }),
         powertools: None,
         bucket: None,
+        settles: false,
     };
     let (combos, firsts) = engine_combos(true);
     let report = harness(engine, &combos, &firsts, full_size()).await;
     judge("fault_harness::dynamodb_local", report);
+}
+
+/// The sweeper as deployed by default: DynamoDB's stream discovery, its
+/// stream read through the streams proxy (no fault of its own here:
+/// `stream_chaos` has those), its listing's place saved by each sweep, and
+/// the first sweep's saving failed with each fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_on_the_dynamodb_stream_sweeper() {
+    let (base, _) = integration_tests::dynamo_store().await;
+    let proxy = StreamsProxy::start()
+        .await
+        .expect("the streams proxy starts");
+    let layout = TableLayout::default().partition_key(
+        "id",
+        KeyValue::prefixed(format!("fh{}#", std::process::id())),
+    );
+    let store = lambda_idempotency::DynamoStore::builder(base.client().clone(), base.table())
+        .with_layout(layout)
+        .with_stream(proxy.client().await)
+        .open()
+        .expect("the stream store opens");
+    let engine = Engine {
+        name: "dynamodb-local-stream",
+        shared: Some(Arc::new(store)),
+        orders: None,
+        powertools: None,
+        bucket: None,
+        settles: true,
+    };
+    let (combos, firsts) = second_deployment_combos(false);
+    let report = harness(engine, &combos, &firsts, full_size()).await;
+    judge("fault_harness::dynamodb_stream", report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1809,6 +2086,7 @@ async fn every_store_call_failed_on_redis() {
         orders: None,
         powertools: None,
         bucket: None,
+        settles: false,
     };
     let (combos, firsts) = engine_combos(false);
     let report = harness(engine, &combos, &firsts, full_size()).await;
@@ -1816,8 +2094,40 @@ async fn every_store_call_failed_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_on_a_redis_cluster() {
+    let engine = Engine {
+        name: "redis-cluster",
+        shared: Some(Arc::new(integration_tests::redis_cluster_store().await)),
+        orders: None,
+        powertools: None,
+        bucket: None,
+        settles: false,
+    };
+    let (combos, firsts) = second_deployment_combos(false);
+    let report = harness(engine, &combos, &firsts, full_size()).await;
+    judge("fault_harness::redis_cluster", report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_store_call_failed_on_postgres() {
-    let store = Arc::new(integration_tests::postgres_store().await);
+    let engine = postgres_engine("postgres", &integration_tests::postgres_url()).await;
+    let (combos, firsts) = engine_combos(true);
+    let report = harness(engine, &combos, &firsts, full_size()).await;
+    judge("fault_harness::postgres", report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_store_call_failed_through_pgbouncer() {
+    let engine = postgres_engine("pgbouncer", &integration_tests::postgres_pooler_url()).await;
+    let (combos, firsts) = second_deployment_combos(true);
+    let report = harness(engine, &combos, &firsts, full_size()).await;
+    judge("fault_harness::pgbouncer", report);
+}
+
+/// A PostgreSQL engine reached through `url` (the server, or PgBouncer in
+/// transaction pooling), with an orders table beside its records.
+async fn postgres_engine(name: &'static str, url: &str) -> Engine {
+    let store = Arc::new(integration_tests::postgres_store_at(url).await);
     let table = store.table().replace("idempotency_records", "fh_orders");
     store
         .pool()
@@ -1827,14 +2137,12 @@ async fn every_store_call_failed_on_postgres() {
         .batch_execute(&format!("CREATE TABLE {table} (id text PRIMARY KEY)"))
         .await
         .expect("the orders table");
-    let engine = Engine {
-        name: "postgres",
+    Engine {
+        name,
         shared: Some(store.clone()),
         orders: Some(Orders::Postgres { table, store }),
         powertools: None,
         bucket: None,
-    };
-    let (combos, firsts) = engine_combos(true);
-    let report = harness(engine, &combos, &firsts, full_size()).await;
-    judge("fault_harness::postgres", report);
+        settles: false,
+    }
 }

@@ -74,7 +74,7 @@ pub(crate) const PROPERTIES: &[(&str, &str)] = &[
 pub(crate) const FAULT_HARNESS: &[(&str, &str)] = &[
     (
         "fault_harness::memory",
-        "in-memory store: HTTP layer, `IdempotentFunction` and `SqsBatch`, plain, recovery points, local cache, body keys and `wait_for`",
+        "in-memory store: HTTP layer, `IdempotentFunction`, `SqsBatch`, `KinesisBatch` and `DynamoDbStreamBatch`, plain, recovery points, local cache, body keys and `wait_for`; every sweep with its housekeeping (`DeleteExpired`) on",
     ),
     (
         "fault_harness::powertools_cutover",
@@ -89,12 +89,24 @@ pub(crate) const FAULT_HARNESS: &[(&str, &str)] = &[
         "S3 offload on a local S3 server (its `PutObject`, `GetObject` and `DeleteObject` faulted too), HTTP layer and `IdempotentFunction`",
     ),
     (
+        "fault_harness::dynamodb_stream",
+        "the sweeper as deployed by default: DynamoDB Local's stream discovery, its stream read through the streams proxy, the lifecycle driven directly (`ci`), every combination of the in-memory store's (`full`); the saving of the listing's place (`finish`) failed at each sweep schedule's first sweep",
+    ),
+    (
         "fault_harness::redis",
         "Redis: every combination of the in-memory store's",
     ),
     (
+        "fault_harness::redis_cluster",
+        "a three-primary Redis Cluster: the lifecycle driven directly (`ci`); every combination of the in-memory store's (`full`)",
+    ),
+    (
         "fault_harness::postgres",
         "PostgreSQL: every combination of the in-memory store's, and transactional completion",
+    ),
+    (
+        "fault_harness::pgbouncer",
+        "PostgreSQL through PgBouncer in transaction pooling: the lifecycle driven directly and transactional completion (`ci`); every combination of the in-memory store's and transactional completion (`full`)",
     ),
 ];
 
