@@ -486,6 +486,19 @@ impl Engine {
         }
     }
 
+    /// An engine whose one store every case shares, with no orders table,
+    /// cut-over or offload.
+    fn shared(name: &'static str, store: Arc<dyn SweepStore>) -> Engine {
+        Engine {
+            name,
+            shared: Some(store),
+            orders: None,
+            powertools: None,
+            bucket: None,
+            settles: false,
+        }
+    }
+
     fn store(&self) -> Arc<dyn SweepStore> {
         self.shared
             .clone()
@@ -1097,13 +1110,12 @@ impl Run {
                     let mut event = SqsEvent::default();
                     event.records = vec![message];
                     let handler = &handler;
-                    match batch
-                        .process(event, |_, ctx| async move { handler.execute(ctx).await })
-                        .await
-                    {
-                        Ok(response) => Answer::Batch(response.batch_item_failures.is_empty()),
-                        Err(_) => Answer::Batch(false),
-                    }
+                    batch_answer(
+                        batch
+                            .process(event, |_, ctx| async move { handler.execute(ctx).await })
+                            .await
+                            .map(|response| response.batch_item_failures),
+                    )
                 }
                 Instance::Kinesis(batch) => {
                     // Lambda delivers a shard's record again with the same
@@ -1117,13 +1129,12 @@ impl Run {
                     let mut event = KinesisEvent::default();
                     event.records = vec![record];
                     let handler = &handler;
-                    match batch
-                        .process(event, |_, ctx| async move { handler.execute(ctx).await })
-                        .await
-                    {
-                        Ok(response) => Answer::Batch(response.batch_item_failures.is_empty()),
-                        Err(_) => Answer::Batch(false),
-                    }
+                    batch_answer(
+                        batch
+                            .process(event, |_, ctx| async move { handler.execute(ctx).await })
+                            .await
+                            .map(|response| response.batch_item_failures),
+                    )
                 }
                 Instance::DynamoDbStream(batch) => {
                     let order: Value = serde_json::from_str(&body).expect("JSON");
@@ -1147,13 +1158,12 @@ impl Run {
                     let mut event = DynamoDbEvent::default();
                     event.records = vec![record];
                     let handler = &handler;
-                    match batch
-                        .process(event, |_, ctx| async move { handler.execute(ctx).await })
-                        .await
-                    {
-                        Ok(response) => Answer::Batch(response.batch_item_failures.is_empty()),
-                        Err(_) => Answer::Batch(false),
-                    }
+                    batch_answer(
+                        batch
+                            .process(event, |_, ctx| async move { handler.execute(ctx).await })
+                            .await
+                            .map(|response| response.batch_item_failures),
+                    )
                 }
             }
         };
@@ -1757,6 +1767,12 @@ async fn harness(
     report
 }
 
+/// A batch's answer: acknowledged when its response names no failed
+/// record; an error fails the whole batch (Lambda delivers it again).
+fn batch_answer<F, E>(failures: Result<Vec<F>, E>) -> Answer {
+    Answer::Batch(failures.is_ok_and(|f| f.is_empty()))
+}
+
 /// The faults went where they were aimed (each at its call's index and
 /// kind), or the run diverged from the one that numbered its calls.
 fn check_injected(
@@ -2066,12 +2082,8 @@ async fn every_store_call_failed_on_the_dynamodb_stream_sweeper() {
         .open()
         .expect("the stream store opens");
     let engine = Engine {
-        name: "dynamodb-local-stream",
-        shared: Some(Arc::new(store)),
-        orders: None,
-        powertools: None,
-        bucket: None,
         settles: true,
+        ..Engine::shared("dynamodb-local-stream", Arc::new(store))
     };
     let (combos, firsts) = second_deployment_combos(false);
     let report = harness(engine, &combos, &firsts, full_size()).await;
@@ -2080,14 +2092,7 @@ async fn every_store_call_failed_on_the_dynamodb_stream_sweeper() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_store_call_failed_on_redis() {
-    let engine = Engine {
-        name: "redis",
-        shared: Some(Arc::new(integration_tests::redis_store().await)),
-        orders: None,
-        powertools: None,
-        bucket: None,
-        settles: false,
-    };
+    let engine = Engine::shared("redis", Arc::new(integration_tests::redis_store().await));
     let (combos, firsts) = engine_combos(false);
     let report = harness(engine, &combos, &firsts, full_size()).await;
     judge("fault_harness::redis", report);
@@ -2095,14 +2100,10 @@ async fn every_store_call_failed_on_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_store_call_failed_on_a_redis_cluster() {
-    let engine = Engine {
-        name: "redis-cluster",
-        shared: Some(Arc::new(integration_tests::redis_cluster_store().await)),
-        orders: None,
-        powertools: None,
-        bucket: None,
-        settles: false,
-    };
+    let engine = Engine::shared(
+        "redis-cluster",
+        Arc::new(integration_tests::redis_cluster_store().await),
+    );
     let (combos, firsts) = second_deployment_combos(false);
     let report = harness(engine, &combos, &firsts, full_size()).await;
     judge("fault_harness::redis_cluster", report);
