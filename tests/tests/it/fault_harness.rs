@@ -53,7 +53,8 @@
 //! - **answer**: a wait whose poll failed answers the store's failure (a
 //!   `503` with the store-unavailable problem, `EventError::Store`).
 //! - **reported**: a sweep's summary counts each of its calls that failed
-//!   (`errors`, `housekeeping_failed`), and no error when none did.
+//!   (`errors`, `housekeeping_failed`), and (in-memory store) no error
+//!   when none did.
 //! - **swept**: a record stuck when the settling sweep starts is resolved
 //!   by it, whatever the faults did to earlier sweeps and to the place
 //!   their listing saved.
@@ -1204,8 +1205,9 @@ impl Run {
     /// The reported invariant: a sweep's summary says what failed. Every
     /// call of the sweep that returned an error is counted in its `errors`
     /// (the sweeper's metrics and alarms read them), a failed housekeeping
-    /// call sets `housekeeping_failed`, and a sweep none of whose calls
-    /// failed reports no error.
+    /// call sets `housekeeping_failed`, and (on the in-memory store, where
+    /// nothing fails unless told to) a sweep none of whose calls failed
+    /// reports no error.
     fn check_reported(
         &self,
         summary: &lambda_idempotency::sweeper::SweepSummary,
@@ -1215,14 +1217,19 @@ impl Run {
         let housekeeping = faults
             .iter()
             .any(|(_, kind, f)| *kind == CallKind::DeleteExpired && *f != Fault::Gone);
+        // On an engine a call can fail of itself (a timeout on a loaded
+        // emulator, a stream read): there an error no fault caused is the
+        // summary telling the truth, so only the in-memory store's sweeps
+        // are held to "no failure, no error".
+        let exact = self.engine.shared.is_none();
         let mut observed = lock(&self.observed);
-        if summary.errors < failed || (failed == 0 && summary.errors > 0) {
+        if summary.errors < failed || (exact && failed == 0 && summary.errors > 0) {
             observed.violations.push(format!(
                 "reported: the sweep's summary counts {} errors where {failed} of its calls failed",
                 summary.errors
             ));
         }
-        if summary.housekeeping_failed != housekeeping {
+        if summary.housekeeping_failed != housekeeping && (exact || housekeeping) {
             observed.violations.push(format!(
                 "reported: the sweep's summary says housekeeping_failed: {} where its \
                  housekeeping call {}",
