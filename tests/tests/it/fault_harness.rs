@@ -91,7 +91,7 @@ use lambda_idempotency::store::dynamodb::{KeyValue, TableLayout};
 use lambda_idempotency::store::postgres::{PgType, PgWrite};
 use lambda_idempotency::store::powertools::{PowertoolsCutover, PowertoolsRecords};
 use lambda_idempotency::store::{Status, StoredBody, StoredResponse, SweepStore};
-use lambda_idempotency::sweeper::{SweepPolicy, Sweeper};
+use lambda_idempotency::sweeper::{SweepPolicy, SweepSummary, Sweeper};
 use lambda_idempotency::{
     IdempotencyConfig, IdempotencyContext, IdempotencyLayer, IdempotentFunction, MemoryStore, Store,
 };
@@ -1173,8 +1173,9 @@ impl Run {
 
     /// A sweep under `policy`, itself a process that can die, with its
     /// housekeeping on as the deployed sweeper runs it (the engine's
-    /// deletion of expired records is one more call to fault).
-    async fn sweep(&mut self, policy: SweepPolicy) {
+    /// deletion of expired records is one more call to fault). Its summary,
+    /// unless its process died.
+    async fn sweep(&mut self, policy: SweepPolicy) -> Option<SweepSummary> {
         self.step += 1;
         self.plan.step(format!("sweep#{}", self.step));
         let sweeper = Sweeper::new(self.store.clone())
@@ -1188,7 +1189,7 @@ impl Run {
             summary = sweeper.sweep(None) => Some(summary),
             () = plan.died() => None,
         };
-        if let Some(summary) = summary {
+        if let Some(summary) = &summary {
             let mut faults = plan.injected_faults().split_off(before.0);
             let settles = plan.settles_injected().split_off(before.1);
             faults.extend(
@@ -1196,10 +1197,11 @@ impl Run {
                     .into_iter()
                     .map(|(n, _, fault)| (n, CallKind::Settle, fault)),
             );
-            self.check_reported(&summary, &faults);
+            self.check_reported(summary, &faults);
         }
         self.check_gone();
         self.check_stored().await;
+        summary
     }
 
     /// The reported invariant: a sweep's summary says what failed. Every
@@ -1208,11 +1210,7 @@ impl Run {
     /// call sets `housekeeping_failed`, and (on the in-memory store, where
     /// nothing fails unless told to) a sweep none of whose calls failed
     /// reports no error.
-    fn check_reported(
-        &self,
-        summary: &lambda_idempotency::sweeper::SweepSummary,
-        faults: &[(usize, CallKind, Fault)],
-    ) {
+    fn check_reported(&self, summary: &SweepSummary, faults: &[(usize, CallKind, Fault)]) {
         let failed = faults.iter().filter(|(_, _, f)| *f != Fault::Gone).count() as u64;
         let housekeeping = faults
             .iter()
@@ -1435,10 +1433,16 @@ impl Run {
         self.faultable = self.plan.trace().len();
         self.plan.advance(PAST_LEASE_MS);
         let stuck = self.stuck_record().await;
-        self.sweep(self.id.schedule.policy()).await;
+        let settling = self.sweep(self.id.schedule.policy()).await;
         if let Some(stuck) = stuck {
             lock(&self.observed).stuck_at_settling = true;
-            self.check_swept(&stuck).await;
+            // A sweep that reports an error may leave what it could not
+            // read or write for the next one (it says so): on an engine a
+            // call can fail of itself, and only then is a record left
+            // stuck not a lost one.
+            if settling.is_some_and(|s| s.errors == 0) {
+                self.check_swept(&stuck).await;
+            }
         }
         self.plan.advance(PAST_LEASE_MS);
         let last = self.invoke().await;
@@ -1492,10 +1496,10 @@ impl Run {
         })
     }
 
-    /// The swept invariant: the settling sweep, unfaulted, resolves a
-    /// record stuck before it (whatever a fault did to earlier sweeps and
-    /// to the place their listing saved), rather than leave it to the
-    /// retry.
+    /// The swept invariant: the settling sweep, unfaulted and reporting no
+    /// error, resolves a record stuck before it (whatever a fault did to
+    /// earlier sweeps and to the place their listing saved), rather than
+    /// leave it to the retry.
     async fn check_swept(&self, stuck: &lambda_idempotency::store::Record) {
         let after = self.record().await;
         if after.as_ref().is_some_and(|r| {
